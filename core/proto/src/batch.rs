@@ -74,7 +74,12 @@ pub struct Record {
 impl Record {
     /// A record with a value and the given timestamp, no key and no headers.
     pub fn from_value(value: impl Into<Bytes>, timestamp_ms: TimestampMs) -> Record {
-        Record { key: None, value: Some(value.into()), headers: Vec::new(), timestamp_ms }
+        Record {
+            key: None,
+            value: Some(value.into()),
+            headers: Vec::new(),
+            timestamp_ms,
+        }
     }
 }
 
@@ -223,7 +228,10 @@ impl<'a> BatchView<'a> {
                 available: buf.len(),
             });
         }
-        Ok(BatchView { header, bytes: &buf[..size] })
+        Ok(BatchView {
+            header,
+            bytes: &buf[..size],
+        })
     }
 
     /// The batch's bytes, exactly as stored.
@@ -240,7 +248,10 @@ impl<'a> BatchView<'a> {
     pub fn verify_crc(&self) -> Result<(), DecodeError> {
         let actual = self.computed_crc();
         if actual != self.header.crc {
-            return Err(DecodeError::CrcMismatch { stored: self.header.crc, computed: actual });
+            return Err(DecodeError::CrcMismatch {
+                stored: self.header.crc,
+                computed: actual,
+            });
         }
         Ok(())
     }
@@ -314,7 +325,10 @@ fn decode_records(header: &BatchHeader, mut buf: &[u8]) -> Result<Vec<StoredReco
     for _ in 0..count {
         let len = varint::read_varint(&mut buf, "record length")?;
         if len < 0 || len as usize > buf.len() {
-            return Err(DecodeError::InvalidLength { field: "record length", value: len as i64 });
+            return Err(DecodeError::InvalidLength {
+                field: "record length",
+                value: len as i64,
+            });
         }
         let (mut rec, rest) = buf.split_at(len as usize);
         buf = rest;
@@ -322,7 +336,10 @@ fn decode_records(header: &BatchHeader, mut buf: &[u8]) -> Result<Vec<StoredReco
         let ts_delta = varint::read_varlong(&mut rec, "record timestamp delta")?;
         let offset_delta = varint::read_varint(&mut rec, "record offset delta")? as i64;
         if offset_delta <= last_delta || offset_delta > header.last_offset_delta as i64 {
-            return Err(DecodeError::InvalidValue { field: "record offset delta", value: offset_delta });
+            return Err(DecodeError::InvalidValue {
+                field: "record offset delta",
+                value: offset_delta,
+            });
         }
         last_delta = offset_delta;
         let key = read_nullable_bytes(&mut rec, "record key")?;
@@ -336,15 +353,22 @@ fn decode_records(header: &BatchHeader, mut buf: &[u8]) -> Result<Vec<StoredReco
         }
         let mut headers = Vec::with_capacity(header_count as usize);
         for _ in 0..header_count {
-            let key = read_nullable_bytes(&mut rec, "header key")?
-                .ok_or(DecodeError::InvalidLength { field: "header key", value: -1 })?;
-            let key = String::from_utf8(key.to_vec())
-                .map_err(|_| DecodeError::InvalidUtf8 { field: "header key" })?;
+            let key =
+                read_nullable_bytes(&mut rec, "header key")?.ok_or(DecodeError::InvalidLength {
+                    field: "header key",
+                    value: -1,
+                })?;
+            let key = String::from_utf8(key.to_vec()).map_err(|_| DecodeError::InvalidUtf8 {
+                field: "header key",
+            })?;
             let value = read_nullable_bytes(&mut rec, "header value")?.unwrap_or_default();
             headers.push(Header { key, value });
         }
         if !rec.is_empty() {
-            return Err(DecodeError::InvalidLength { field: "record length", value: len as i64 });
+            return Err(DecodeError::InvalidLength {
+                field: "record length",
+                value: len as i64,
+            });
         }
         out.push(StoredRecord {
             offset: header.base_offset.plus(offset_delta),
@@ -355,14 +379,21 @@ fn decode_records(header: &BatchHeader, mut buf: &[u8]) -> Result<Vec<StoredReco
         });
     }
     if !buf.is_empty() {
-        return Err(DecodeError::TrailingBytes { field: "records", count: buf.len() });
+        return Err(DecodeError::TrailingBytes {
+            field: "records",
+            count: buf.len(),
+        });
     }
     Ok(out)
 }
 
 fn take<'a>(buf: &mut &'a [u8], n: usize, field: &'static str) -> Result<&'a [u8], DecodeError> {
     if buf.len() < n {
-        return Err(DecodeError::Truncated { field, needed: n, available: buf.len() });
+        return Err(DecodeError::Truncated {
+            field,
+            needed: n,
+            available: buf.len(),
+        });
     }
     let (head, rest) = buf.split_at(n);
     *buf = rest;
@@ -375,7 +406,10 @@ fn read_nullable_bytes(buf: &mut &[u8], field: &'static str) -> Result<Option<By
         return Ok(None);
     }
     if len < 0 {
-        return Err(DecodeError::InvalidLength { field, value: len as i64 });
+        return Err(DecodeError::InvalidLength {
+            field,
+            value: len as i64,
+        });
     }
     let bytes = take(buf, len as usize, field)?;
     Ok(Some(Bytes::copy_from_slice(bytes)))
@@ -506,7 +540,13 @@ impl BatchBuilder {
         out.extend_from_slice(&[MAGIC as u8]);
         out.extend_from_slice(&[0u8; 4]); // crc, filled below
         out.extend_from_slice(&attributes.to_be_bytes());
-        out.extend_from_slice(&self.last_offset_delta.max(min_last_offset_delta).max(0).to_be_bytes());
+        out.extend_from_slice(
+            &self
+                .last_offset_delta
+                .max(min_last_offset_delta)
+                .max(0)
+                .to_be_bytes(),
+        );
         out.extend_from_slice(&base_ts.to_be_bytes());
         out.extend_from_slice(&self.max_timestamp.to_be_bytes());
         out.extend_from_slice(&self.producer_id.0.to_be_bytes());
@@ -554,14 +594,21 @@ mod tests {
                 value,
                 headers: headers
                     .into_iter()
-                    .map(|(k, v)| Header { key: k, value: Bytes::from(v) })
+                    .map(|(k, v)| Header {
+                        key: k,
+                        value: Bytes::from(v),
+                    })
                     .collect(),
                 timestamp_ms: ts,
             })
     }
 
     fn arb_compression() -> impl Strategy<Value = Compression> {
-        prop_oneof![Just(Compression::None), Just(Compression::Lz4), Just(Compression::Zstd)]
+        prop_oneof![
+            Just(Compression::None),
+            Just(Compression::Lz4),
+            Just(Compression::Zstd)
+        ]
     }
 
     proptest! {
@@ -644,7 +691,11 @@ mod tests {
     #[test]
     fn tombstone_round_trips() {
         let mut b = BatchBuilder::new(Compression::None);
-        b.push(&Record { key: Some(Bytes::from("k")), value: None, ..Default::default() });
+        b.push(&Record {
+            key: Some(Bytes::from("k")),
+            value: None,
+            ..Default::default()
+        });
         let bytes = b.build();
         let recs = BatchView::new(&bytes).unwrap().records().unwrap();
         assert!(recs[0].is_tombstone());

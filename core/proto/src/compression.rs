@@ -54,7 +54,9 @@ impl FromStr for Compression {
             "none" | "uncompressed" => Ok(Compression::None),
             "lz4" => Ok(Compression::Lz4),
             "zstd" => Ok(Compression::Zstd),
-            other => Err(format!("unknown compression '{other}' (expected none, lz4 or zstd)")),
+            other => Err(format!(
+                "unknown compression '{other}' (expected none, lz4 or zstd)"
+            )),
         }
     }
 }
@@ -89,11 +91,17 @@ pub fn decompress(codec: Compression, data: &[u8], max_len: usize) -> Result<Vec
                     max: max_len as u64,
                 });
             }
-            lz4_flex::decompress(&data[4..], size)
-                .map_err(|e| DecodeError::Decompress { codec: "lz4", reason: e.to_string() })
+            lz4_flex::decompress(&data[4..], size).map_err(|e| DecodeError::Decompress {
+                codec: "lz4",
+                reason: e.to_string(),
+            })
         }
-        Compression::Zstd => zstd::bulk::decompress(data, max_len)
-            .map_err(|e| DecodeError::Decompress { codec: "zstd", reason: e.to_string() }),
+        Compression::Zstd => {
+            zstd::bulk::decompress(data, max_len).map_err(|e| DecodeError::Decompress {
+                codec: "zstd",
+                reason: e.to_string(),
+            })
+        }
     }
 }
 

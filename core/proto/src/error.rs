@@ -6,13 +6,21 @@ use thiserror::Error;
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum DecodeError {
     #[error("truncated {field}: needed {needed} bytes, only {available} available")]
-    Truncated { field: &'static str, needed: usize, available: usize },
+    Truncated {
+        field: &'static str,
+        needed: usize,
+        available: usize,
+    },
     #[error("invalid length for {field}: {value}")]
     InvalidLength { field: &'static str, value: i64 },
     #[error("invalid value for {field}: {value}")]
     InvalidValue { field: &'static str, value: i64 },
     #[error("{field} is larger than allowed: {value} > {max}")]
-    TooLarge { field: &'static str, value: u64, max: u64 },
+    TooLarge {
+        field: &'static str,
+        value: u64,
+        max: u64,
+    },
     #[error("varint for {field} is longer than its type allows")]
     VarintTooLong { field: &'static str },
     #[error("unsupported batch magic {0} (Rill reads magic 2 only)")]

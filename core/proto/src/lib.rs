@@ -14,6 +14,7 @@ pub mod compression;
 pub mod error;
 pub mod types;
 pub mod varint;
+pub mod wire;
 
 pub use batch::{BatchBuilder, BatchHeader, BatchView, Header, Record, StoredRecord};
 pub use compression::Compression;

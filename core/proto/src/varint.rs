@@ -21,11 +21,19 @@ fn write_unsigned(out: &mut Vec<u8>, mut v: u64) {
     out.push(v as u8);
 }
 
-fn read_unsigned(buf: &mut &[u8], max_bytes: usize, field: &'static str) -> Result<u64, DecodeError> {
+fn read_unsigned(
+    buf: &mut &[u8],
+    max_bytes: usize,
+    field: &'static str,
+) -> Result<u64, DecodeError> {
     let mut result: u64 = 0;
     for i in 0..max_bytes {
         let Some((&b, rest)) = buf.split_first() else {
-            return Err(DecodeError::Truncated { field, needed: i + 1, available: i });
+            return Err(DecodeError::Truncated {
+                field,
+                needed: i + 1,
+                available: i,
+            });
         };
         *buf = rest;
         result |= ((b & 0x7f) as u64) << (7 * i);
@@ -78,6 +86,9 @@ mod tests {
     #[test]
     fn overlong_varint_is_an_error() {
         let mut s: &[u8] = &[0xff, 0xff, 0xff, 0xff, 0xff, 0x01];
-        assert!(matches!(read_varint(&mut s, "x"), Err(DecodeError::VarintTooLong { field: "x" })));
+        assert!(matches!(
+            read_varint(&mut s, "x"),
+            Err(DecodeError::VarintTooLong { field: "x" })
+        ));
     }
 }

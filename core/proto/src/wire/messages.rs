@@ -1,0 +1,414 @@
+//! Request and response messages, version 0 of each api (postcard-encoded in a
+//! frame's meta; record batches ride in the frame's payload, never in the meta).
+//!
+//! Versioning: postcard is not self-describing, so a message's layout is fixed per
+//! (api key, version). A change to a message adds a new version; a broker answers a
+//! version it does not support with `UNSUPPORTED_VERSION`, and `ApiVersions`
+//! (always version 0, never changed) tells a client what the broker speaks.
+//!
+//! Payload layout: a produce request lists its partitions with the byte length of
+//! each one's batches; the payload is those batches concatenated in list order.
+//! A fetch response does the same. This keeps batches as the producer encoded them.
+
+use super::codes::ErrorInfo;
+use crate::types::{LeaderEpoch, Offset, TimestampMs};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+/// Which request a frame carries. Numbers are stable and never reused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u16)]
+pub enum ApiKey {
+    ApiVersions = 0,
+    Metadata = 1,
+    CreateTopics = 2,
+    DeleteTopics = 3,
+    DescribeConfigs = 4,
+    AlterConfigs = 5,
+    Produce = 6,
+    Fetch = 7,
+    ListOffsets = 8,
+}
+
+impl ApiKey {
+    pub const ALL: [ApiKey; 9] = [
+        ApiKey::ApiVersions,
+        ApiKey::Metadata,
+        ApiKey::CreateTopics,
+        ApiKey::DeleteTopics,
+        ApiKey::DescribeConfigs,
+        ApiKey::AlterConfigs,
+        ApiKey::Produce,
+        ApiKey::Fetch,
+        ApiKey::ListOffsets,
+    ];
+
+    pub fn from_u16(n: u16) -> Option<ApiKey> {
+        ApiKey::ALL.into_iter().find(|k| *k as u16 == n)
+    }
+
+    /// A stable lower-case name, used in logs and metric labels.
+    pub fn name(self) -> &'static str {
+        match self {
+            ApiKey::ApiVersions => "api_versions",
+            ApiKey::Metadata => "metadata",
+            ApiKey::CreateTopics => "create_topics",
+            ApiKey::DeleteTopics => "delete_topics",
+            ApiKey::DescribeConfigs => "describe_configs",
+            ApiKey::AlterConfigs => "alter_configs",
+            ApiKey::Produce => "produce",
+            ApiKey::Fetch => "fetch",
+            ApiKey::ListOffsets => "list_offsets",
+        }
+    }
+}
+
+/// A request message: its api key, the version this layout is, and its response.
+pub trait ApiRequest: Serialize + DeserializeOwned + std::fmt::Debug {
+    const KEY: ApiKey;
+    const VERSION: u16 = 0;
+    type Response: Serialize + DeserializeOwned + std::fmt::Debug;
+}
+
+/// What a response frame's meta holds: the response, or an error for the whole
+/// request (malformed, unsupported version, too large, ...).
+pub type ResponseMeta<T> = Result<T, ErrorInfo>;
+
+// ---------------------------------------------------------------- api versions
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApiVersionsRequest {
+    /// Free text naming the client, for the broker's logs (`rill-cli/0.1.0`).
+    pub client_software: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApiVersionRange {
+    pub api_key: u16,
+    pub min_version: u16,
+    pub max_version: u16,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApiVersionsResponse {
+    pub broker_id: i32,
+    pub cluster_id: String,
+    pub software: String,
+    pub apis: Vec<ApiVersionRange>,
+    /// The largest request frame the broker accepts.
+    pub max_request_bytes: u32,
+}
+
+impl ApiRequest for ApiVersionsRequest {
+    const KEY: ApiKey = ApiKey::ApiVersions;
+    type Response = ApiVersionsResponse;
+}
+
+// ---------------------------------------------------------------- metadata
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MetadataRequest {
+    /// Topics to describe; `None` for all topics.
+    pub topics: Option<Vec<String>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BrokerInfo {
+    pub id: i32,
+    /// The address clients connect to, `host:port` (UDP).
+    pub addr: String,
+    pub rack: Option<String>,
+    pub alive: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionMetadata {
+    pub partition: u32,
+    pub error: Option<ErrorInfo>,
+    pub leader: Option<i32>,
+    pub leader_epoch: LeaderEpoch,
+    pub replicas: Vec<i32>,
+    pub isr: Vec<i32>,
+    pub log_start_offset: Offset,
+    pub high_watermark: Offset,
+    pub log_end_offset: Offset,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicMetadata {
+    pub name: String,
+    pub error: Option<ErrorInfo>,
+    pub internal: bool,
+    pub partitions: Vec<PartitionMetadata>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MetadataResponse {
+    pub cluster_id: String,
+    pub controller_id: Option<i32>,
+    pub brokers: Vec<BrokerInfo>,
+    pub topics: Vec<TopicMetadata>,
+}
+
+impl ApiRequest for MetadataRequest {
+    const KEY: ApiKey = ApiKey::Metadata;
+    type Response = MetadataResponse;
+}
+
+// ---------------------------------------------------------------- topics
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NewTopic {
+    pub name: String,
+    /// `None`: the broker default (`num.partitions`).
+    pub partitions: Option<u32>,
+    /// `None`: the broker default (`default.replication.factor`).
+    pub replication_factor: Option<u16>,
+    /// Topic configs by Kafka name (`retention.ms`, `cleanup.policy`, ...).
+    pub configs: Vec<(String, String)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CreateTopicsRequest {
+    pub topics: Vec<NewTopic>,
+    /// Check everything, create nothing.
+    pub validate_only: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicResult {
+    pub name: String,
+    pub error: Option<ErrorInfo>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CreateTopicsResponse {
+    pub results: Vec<TopicResult>,
+}
+
+impl ApiRequest for CreateTopicsRequest {
+    const KEY: ApiKey = ApiKey::CreateTopics;
+    type Response = CreateTopicsResponse;
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeleteTopicsRequest {
+    pub names: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeleteTopicsResponse {
+    pub results: Vec<TopicResult>,
+}
+
+impl ApiRequest for DeleteTopicsRequest {
+    const KEY: ApiKey = ApiKey::DeleteTopics;
+    type Response = DeleteTopicsResponse;
+}
+
+// ---------------------------------------------------------------- configs
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DescribeConfigsRequest {
+    pub topics: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConfigEntry {
+    pub name: String,
+    pub value: String,
+    /// True when the value is the broker default, not set on the topic.
+    pub is_default: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicConfigs {
+    pub name: String,
+    pub error: Option<ErrorInfo>,
+    pub configs: Vec<ConfigEntry>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DescribeConfigsResponse {
+    pub topics: Vec<TopicConfigs>,
+}
+
+impl ApiRequest for DescribeConfigsRequest {
+    const KEY: ApiKey = ApiKey::DescribeConfigs;
+    type Response = DescribeConfigsResponse;
+}
+
+/// Incremental alteration of one topic's configs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AlterConfigsRequest {
+    pub topic: String,
+    /// Keys to set (overriding the broker default).
+    pub set: Vec<(String, String)>,
+    /// Keys to remove from the topic (back to the broker default).
+    pub delete: Vec<String>,
+    pub validate_only: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AlterConfigsResponse {
+    pub error: Option<ErrorInfo>,
+}
+
+impl ApiRequest for AlterConfigsRequest {
+    const KEY: ApiKey = ApiKey::AlterConfigs;
+    type Response = AlterConfigsResponse;
+}
+
+// ---------------------------------------------------------------- produce
+
+/// How many replicas must have a batch before the leader answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub enum Acks {
+    /// acks=0: the broker sends no response; the client does not wait.
+    None,
+    /// acks=1: the leader has appended it.
+    Leader,
+    /// acks=all (-1): every in-sync replica has it (and min.insync.replicas holds).
+    #[default]
+    All,
+}
+
+impl std::str::FromStr for Acks {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "0" | "none" => Ok(Acks::None),
+            "1" | "leader" => Ok(Acks::Leader),
+            "all" | "-1" => Ok(Acks::All),
+            other => Err(format!("invalid acks '{other}' (expected 0, 1 or all)")),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProducePartition {
+    pub topic: String,
+    pub partition: u32,
+    /// Bytes of this partition's batches in the frame payload.
+    pub bytes_len: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProduceRequest {
+    pub acks: Acks,
+    /// How long the broker may wait for replication before answering REQUEST_TIMED_OUT.
+    pub timeout_ms: u32,
+    pub partitions: Vec<ProducePartition>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProducePartitionResponse {
+    pub topic: String,
+    pub partition: u32,
+    pub error: Option<ErrorInfo>,
+    /// The offset given to the first record of the first batch.
+    pub base_offset: Offset,
+    pub log_start_offset: Offset,
+    /// Set when the topic uses log-append time.
+    pub log_append_time_ms: Option<TimestampMs>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProduceResponse {
+    pub partitions: Vec<ProducePartitionResponse>,
+}
+
+impl ApiRequest for ProduceRequest {
+    const KEY: ApiKey = ApiKey::Produce;
+    type Response = ProduceResponse;
+}
+
+// ---------------------------------------------------------------- fetch
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FetchPartition {
+    pub topic: String,
+    pub partition: u32,
+    pub offset: Offset,
+    /// The most bytes to return for this partition (at least one batch is returned
+    /// even if larger, so a consumer can always make progress).
+    pub max_bytes: u32,
+    /// The leader epoch the fetcher believes current, for fencing; `None` skips the check.
+    pub current_leader_epoch: Option<LeaderEpoch>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FetchRequest {
+    /// Long-poll: wait up to this long for `min_bytes` to be available.
+    pub max_wait_ms: u32,
+    pub min_bytes: u32,
+    /// The most bytes for the whole response.
+    pub max_bytes: u32,
+    /// Set by a follower replica (its broker id); `None` for consumers.
+    pub replica_id: Option<i32>,
+    pub partitions: Vec<FetchPartition>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FetchPartitionResponse {
+    pub topic: String,
+    pub partition: u32,
+    pub error: Option<ErrorInfo>,
+    pub high_watermark: Offset,
+    pub log_start_offset: Offset,
+    /// Bytes of this partition's batches in the frame payload.
+    pub bytes_len: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FetchResponse {
+    pub partitions: Vec<FetchPartitionResponse>,
+}
+
+impl ApiRequest for FetchRequest {
+    const KEY: ApiKey = ApiKey::Fetch;
+    type Response = FetchResponse;
+}
+
+// ---------------------------------------------------------------- list offsets
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OffsetSpec {
+    Earliest,
+    Latest,
+    /// The first offset whose timestamp is at or after this time.
+    Timestamp(TimestampMs),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListOffsetsPartition {
+    pub topic: String,
+    pub partition: u32,
+    pub spec: OffsetSpec,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListOffsetsRequest {
+    pub partitions: Vec<ListOffsetsPartition>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListOffsetsPartitionResponse {
+    pub topic: String,
+    pub partition: u32,
+    pub error: Option<ErrorInfo>,
+    /// The offset found; for a timestamp past the last record, the log end offset.
+    pub offset: Offset,
+    /// The timestamp of the record found, when looking up by timestamp.
+    pub timestamp_ms: Option<TimestampMs>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListOffsetsResponse {
+    pub partitions: Vec<ListOffsetsPartitionResponse>,
+}
+
+impl ApiRequest for ListOffsetsRequest {
+    const KEY: ApiKey = ApiKey::ListOffsets;
+    type Response = ListOffsetsResponse;
+}
