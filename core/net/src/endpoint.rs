@@ -1,0 +1,350 @@
+//! QUIC endpoints and connections: the UDP socket, quinn's transport tuning, and
+//! connecting with clear errors.
+//!
+//! Invariants:
+//! - Every bound of the transport is a field of [`TransportLimits`] with a named
+//!   default; nothing else in the crate sets quinn limits.
+//! - Endpoints are created inside a Tokio runtime (quinn spawns its driver there);
+//!   outside one, an error is returned instead of a panic.
+//! - A connect attempt is bounded by [`CONNECT_TIMEOUT`] (or the caller's timeout).
+//!   Over UDP a missing server is silence, not "connection refused", so the
+//!   timeout is what tells the user "no broker answering".
+//! - Datagrams and unidirectional streams are disabled: Rill speaks one request
+//!   per bidirectional stream (see `rill_proto::wire::frame`).
+
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
+use quinn::{
+    EndpointConfig, IdleTimeout, MtuDiscoveryConfig, TokioRuntime, TransportConfig, VarInt,
+};
+use socket2::{Domain, Protocol, Socket, Type};
+
+use crate::error::NetError;
+use crate::tls::{ClientTls, NOT_SIGNED_MESSAGE_START, ServerTls};
+
+/// Longest wait for a QUIC + TLS handshake in [`connect`].
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Default bound on concurrent requests (bidirectional streams) a peer may open.
+pub const MAX_CONCURRENT_BIDI_STREAMS_DEFAULT: u32 = 1024;
+/// Default per-stream receive window (bytes in flight on one request).
+pub const STREAM_RECEIVE_WINDOW_DEFAULT: u32 = 16 * 1024 * 1024;
+/// Default connection receive window.
+pub const RECEIVE_WINDOW_DEFAULT: u64 = 64 * 1024 * 1024;
+/// Default connection send window (bytes buffered unacknowledged).
+pub const SEND_WINDOW_DEFAULT: u64 = 64 * 1024 * 1024;
+/// Default idle timeout; keep-alives hold an idle connection open below it.
+pub const IDLE_TIMEOUT_DEFAULT: Duration = Duration::from_secs(30);
+/// Default keep-alive interval.
+pub const KEEP_ALIVE_DEFAULT: Duration = Duration::from_secs(5);
+/// Default SO_RCVBUF / SO_SNDBUF asked of the kernel (it may grant less).
+pub const UDP_BUFFER_BYTES_DEFAULT: usize = 8 * 1024 * 1024;
+/// Default upper bound of path MTU discovery: the largest UDP payload that fits a
+/// 1500-byte Ethernet MTU over IPv6. Loopback allows more, but real networks do not.
+pub const MTU_UPPER_BOUND_DEFAULT: u16 = 1452;
+
+/// The bounds and windows of the QUIC transport.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransportLimits {
+    /// Concurrent requests (bidirectional streams) a peer may have open.
+    pub max_concurrent_bidi_streams: u32,
+    /// Bytes a peer may send on one stream before we read them.
+    pub stream_receive_window: u32,
+    /// Bytes a peer may send on the whole connection before we read them.
+    pub receive_window: u64,
+    /// Bytes we buffer unacknowledged on the whole connection.
+    pub send_window: u64,
+    /// A connection with no traffic for this long is closed.
+    pub idle_timeout: Duration,
+    /// Interval of keep-alive packets on an otherwise idle connection.
+    pub keep_alive: Duration,
+    /// SO_RCVBUF and SO_SNDBUF requested for the UDP socket.
+    pub udp_buffer_bytes: usize,
+    /// Upper bound of path MTU discovery (UDP payload bytes).
+    pub mtu_upper_bound: u16,
+}
+
+impl Default for TransportLimits {
+    fn default() -> Self {
+        TransportLimits {
+            max_concurrent_bidi_streams: MAX_CONCURRENT_BIDI_STREAMS_DEFAULT,
+            stream_receive_window: STREAM_RECEIVE_WINDOW_DEFAULT,
+            receive_window: RECEIVE_WINDOW_DEFAULT,
+            send_window: SEND_WINDOW_DEFAULT,
+            idle_timeout: IDLE_TIMEOUT_DEFAULT,
+            keep_alive: KEEP_ALIVE_DEFAULT,
+            udp_buffer_bytes: UDP_BUFFER_BYTES_DEFAULT,
+            mtu_upper_bound: MTU_UPPER_BOUND_DEFAULT,
+        }
+    }
+}
+
+impl TransportLimits {
+    /// quinn's transport configuration for these limits.
+    ///
+    /// Tuning: large windows so one connection can fill a fast link; send fairness
+    /// off, so the streams of concurrent requests go out in the order they were
+    /// written rather than interleaved packet by packet (each request completes
+    /// sooner, and frames are not fragmented across many packets); MTU discovery
+    /// on, up to `mtu_upper_bound`; segmentation offload (GSO) on, quinn's default.
+    pub fn transport_config(&self) -> TransportConfig {
+        let mut config = TransportConfig::default();
+        let mut mtu = MtuDiscoveryConfig::default();
+        mtu.upper_bound(self.mtu_upper_bound.max(1200));
+        config
+            .max_concurrent_bidi_streams(VarInt::from_u32(self.max_concurrent_bidi_streams))
+            .max_concurrent_uni_streams(VarInt::from_u32(0))
+            .stream_receive_window(VarInt::from_u32(self.stream_receive_window))
+            .receive_window(VarInt::from_u64(self.receive_window).unwrap_or(VarInt::MAX))
+            .send_window(self.send_window)
+            .send_fairness(false)
+            .max_idle_timeout(Some(
+                IdleTimeout::try_from(self.idle_timeout).unwrap_or(IdleTimeout::from(VarInt::MAX)),
+            ))
+            .keep_alive_interval(Some(self.keep_alive))
+            .mtu_discovery_config(Some(mtu))
+            .datagram_receive_buffer_size(None)
+            .enable_segmentation_offload(true);
+        config
+    }
+}
+
+/// A broker's endpoint: binds `listen` (an unspecified IPv6 address also accepts
+/// IPv4) and accepts QUIC connections with `tls`.
+///
+/// Must be called inside a Tokio runtime.
+pub fn server_endpoint(
+    listen: SocketAddr,
+    tls: &ServerTls,
+    limits: &TransportLimits,
+) -> Result<quinn::Endpoint, NetError> {
+    require_runtime(listen)?;
+    let crypto = QuicServerConfig::try_from(tls.build(Some(listen.ip()))?)
+        .map_err(|e| NetError::TlsConfig(e.to_string()))?;
+    let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+    server.transport_config(Arc::new(limits.transport_config()));
+    let socket = bind_udp(listen, limits.udp_buffer_bytes)?;
+    let endpoint = quinn::Endpoint::new(
+        EndpointConfig::default(),
+        Some(server),
+        socket,
+        Arc::new(TokioRuntime),
+    )
+    .map_err(|source| NetError::Socket {
+        action: "start the QUIC endpoint on",
+        addr: listen,
+        source,
+    })?;
+    tracing::debug!(%listen, "QUIC server endpoint ready");
+    Ok(endpoint)
+}
+
+/// quinn's client configuration for `tls` and `limits`. A broker that also
+/// connects out (replication) can install it on its server endpoint with
+/// `Endpoint::set_default_client_config`.
+pub fn client_config(
+    tls: &ClientTls,
+    limits: &TransportLimits,
+) -> Result<quinn::ClientConfig, NetError> {
+    let crypto = QuicClientConfig::try_from(tls.rustls_config()?)
+        .map_err(|e| NetError::TlsConfig(e.to_string()))?;
+    let mut config = quinn::ClientConfig::new(Arc::new(crypto));
+    config.transport_config(Arc::new(limits.transport_config()));
+    Ok(config)
+}
+
+/// A client endpoint that can reach IPv4 and IPv6 brokers: binds `[::]:0`
+/// dual-stack, or `0.0.0.0:0` where IPv6 is unavailable.
+///
+/// Must be called inside a Tokio runtime.
+pub fn client_endpoint(
+    tls: &ClientTls,
+    limits: &TransportLimits,
+) -> Result<quinn::Endpoint, NetError> {
+    let any_v6 = SocketAddr::from((Ipv6Addr::UNSPECIFIED, 0));
+    match client_endpoint_bound(any_v6, tls, limits) {
+        Ok(endpoint) => Ok(endpoint),
+        Err(NetError::Socket { .. }) => {
+            tracing::debug!("IPv6 unavailable, client endpoint falls back to IPv4");
+            client_endpoint_bound(SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)), tls, limits)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// A client endpoint bound to the unspecified address of `remote`'s family.
+///
+/// Must be called inside a Tokio runtime.
+pub fn client_endpoint_for(
+    remote: SocketAddr,
+    tls: &ClientTls,
+    limits: &TransportLimits,
+) -> Result<quinn::Endpoint, NetError> {
+    let local = match remote {
+        SocketAddr::V4(_) => SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)),
+        SocketAddr::V6(_) => SocketAddr::from((Ipv6Addr::UNSPECIFIED, 0)),
+    };
+    client_endpoint_bound(local, tls, limits)
+}
+
+fn client_endpoint_bound(
+    local: SocketAddr,
+    tls: &ClientTls,
+    limits: &TransportLimits,
+) -> Result<quinn::Endpoint, NetError> {
+    require_runtime(local)?;
+    let config = client_config(tls, limits)?;
+    let socket = bind_udp(local, limits.udp_buffer_bytes)?;
+    let mut endpoint = quinn::Endpoint::new(
+        EndpointConfig::default(),
+        None,
+        socket,
+        Arc::new(TokioRuntime),
+    )
+    .map_err(|source| NetError::Socket {
+        action: "start the QUIC endpoint on",
+        addr: local,
+        source,
+    })?;
+    endpoint.set_default_client_config(config);
+    Ok(endpoint)
+}
+
+fn require_runtime(addr: SocketAddr) -> Result<(), NetError> {
+    match tokio::runtime::Handle::try_current() {
+        Ok(_) => Ok(()),
+        Err(e) => Err(NetError::Socket {
+            action: "start the QUIC endpoint (needs a Tokio runtime) on",
+            addr,
+            source: std::io::Error::other(e),
+        }),
+    }
+}
+
+/// Creates, sizes and binds the UDP socket of an endpoint.
+fn bind_udp(addr: SocketAddr, buffer_bytes: usize) -> Result<std::net::UdpSocket, NetError> {
+    let socket_err = |action| {
+        move |source| NetError::Socket {
+            action,
+            addr,
+            source,
+        }
+    };
+    let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))
+        .map_err(socket_err("create"))?;
+    if addr.is_ipv6() && addr.ip().is_unspecified() {
+        // Dual stack: one socket for IPv4 and IPv6 peers.
+        if let Err(e) = socket.set_only_v6(false) {
+            tracing::debug!(%addr, error = %e, "could not make the socket dual-stack");
+        }
+    }
+    if let Err(e) = socket.set_recv_buffer_size(buffer_bytes) {
+        tracing::debug!(%addr, error = %e, "could not set SO_RCVBUF");
+    }
+    if let Err(e) = socket.set_send_buffer_size(buffer_bytes) {
+        tracing::debug!(%addr, error = %e, "could not set SO_SNDBUF");
+    }
+    tracing::debug!(
+        %addr,
+        requested = buffer_bytes,
+        recv_granted = socket.recv_buffer_size().ok(),
+        send_granted = socket.send_buffer_size().ok(),
+        "UDP socket buffers (raise net.core.rmem_max / wmem_max if granted is much lower)"
+    );
+    socket
+        .set_nonblocking(true)
+        .map_err(socket_err("configure"))?;
+    socket.bind(&addr.into()).map_err(|source| {
+        if source.kind() == std::io::ErrorKind::AddrInUse {
+            NetError::AddrInUse { addr }
+        } else {
+            NetError::Socket {
+                action: "bind",
+                addr,
+                source,
+            }
+        }
+    })?;
+    Ok(socket.into())
+}
+
+/// Connects to the broker at `addr`, verifying its certificate for the IP
+/// address (Rill broker certificates carry IP SANs), within [`CONNECT_TIMEOUT`].
+pub async fn connect(
+    endpoint: &quinn::Endpoint,
+    addr: SocketAddr,
+) -> Result<quinn::Connection, NetError> {
+    connect_named(endpoint, addr, &addr.ip().to_string(), CONNECT_TIMEOUT).await
+}
+
+/// Connects to `addr`, verifying the broker's certificate for `server_name` (a
+/// DNS name or an IP address), within `timeout`.
+pub async fn connect_named(
+    endpoint: &quinn::Endpoint,
+    addr: SocketAddr,
+    server_name: &str,
+    timeout: Duration,
+) -> Result<quinn::Connection, NetError> {
+    let connecting = endpoint
+        .connect(addr, server_name)
+        .map_err(|source| NetError::Connect { addr, source })?;
+    match tokio::time::timeout(timeout, connecting).await {
+        Err(_) => Err(NetError::ConnectTimeout {
+            addr,
+            after: timeout,
+        }),
+        Ok(Ok(connection)) => Ok(connection),
+        Ok(Err(e)) => Err(handshake_error(addr, e, timeout)),
+    }
+}
+
+/// TLS alerts travel as QUIC transport error codes 0x100 + alert.
+const CRYPTO_ERROR_FIRST: u64 = 0x100;
+const CRYPTO_ERROR_LAST: u64 = 0x1ff;
+
+fn tls_alert(code: quinn::TransportErrorCode) -> Option<u8> {
+    let code = u64::from(code);
+    (CRYPTO_ERROR_FIRST..=CRYPTO_ERROR_LAST)
+        .contains(&code)
+        .then(|| (code - CRYPTO_ERROR_FIRST) as u8)
+}
+
+fn handshake_error(addr: SocketAddr, error: quinn::ConnectionError, timeout: Duration) -> NetError {
+    use quinn::ConnectionError as E;
+    match error {
+        // We refused the broker (our verifier failed): the reason is ours.
+        E::TransportError(ref e) if tls_alert(e.code).is_some() => {
+            let reason = match e.reason.find(NOT_SIGNED_MESSAGE_START) {
+                Some(start) => e.reason[start..].trim_end_matches(')').to_string(),
+                None => e.reason.clone(),
+            };
+            NetError::TlsHandshake { addr, reason }
+        }
+        // The broker refused us.
+        E::ConnectionClosed(ref close) if tls_alert(close.error_code).is_some() => {
+            let alert = tls_alert(close.error_code).unwrap_or(0);
+            let reason = match alert {
+                120 => {
+                    "the server does not speak Rill (no common ALPN protocol rill/1)".to_string()
+                }
+                116 => "the broker requires a client certificate: pass --tls-cert and --tls-key"
+                    .to_string(),
+                42 | 43 | 44 | 45 | 46 | 48 => {
+                    format!(
+                        "the broker refused this client's certificate (TLS alert {alert}): is it signed by the CA the broker trusts?"
+                    )
+                }
+                _ => format!("the broker ended the handshake with TLS alert {alert}: {close}"),
+            };
+            NetError::TlsHandshake { addr, reason }
+        }
+        E::TimedOut => NetError::ConnectTimeout {
+            addr,
+            after: timeout,
+        },
+        source => NetError::Handshake { addr, source },
+    }
+}

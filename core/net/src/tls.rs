@@ -1,0 +1,383 @@
+//! TLS configuration for brokers ([`ServerTls`]) and clients ([`ClientTls`]).
+//!
+//! Invariants: TLS 1.3 only (QUIC requires it), the *ring* crypto provider only,
+//! ALPN [`ALPN`] on both sides (a peer that does not offer it is refused), and
+//! the peer's certificate is always verified — there is no "insecure" mode.
+//!
+//! Certificate and key files are PEM. A certificate file may hold a chain (leaf
+//! first); a CA file may hold several roots. Keys may be PKCS#8, PKCS#1 or SEC1.
+
+use std::error::Error as StdError;
+use std::fmt;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rustls::client::WebPkiServerVerifier;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::server::WebPkiClientVerifier;
+use rustls::{CertificateError, DigitallySignedStruct, OtherError, RootCertStore, SignatureScheme};
+
+use crate::dev_ca::{DEV_CA_CERT_FILE, ensure_dev_ca};
+use crate::error::NetError;
+
+/// The ALPN protocol id of Rill's wire protocol, version 1.
+pub const ALPN: &[u8] = b"rill/1";
+
+/// Most certificates accepted from one PEM file.
+pub const PEM_CERTS_MAX: usize = 64;
+
+/// How a broker proves its identity.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServerTls {
+    /// A certificate issued at start-up by the development CA in `home` (created
+    /// on first use), valid for localhost, 127.0.0.1, ::1, this machine's host
+    /// name and the specific listen address.
+    Dev { home: PathBuf },
+    /// As `Dev`, and also valid for `names` (DNS names or IP addresses), e.g. the
+    /// address the broker advertises to other machines.
+    DevWithNames { home: PathBuf, names: Vec<String> },
+    /// A certificate chain and key from PEM files. With `client_ca`, clients must
+    /// present a certificate signed by one of the CAs in that file.
+    Files {
+        cert: PathBuf,
+        key: PathBuf,
+        client_ca: Option<PathBuf>,
+    },
+}
+
+/// Whom a client (or a replicating broker) trusts, and how it identifies itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClientTls {
+    /// Trust the development CA at `home/ca.pem` (see [`crate::rill_home`]).
+    Dev { home: PathBuf },
+    /// Trust the CA certificate(s) in this PEM file.
+    CaFile(PathBuf),
+    /// Trust the CAs in `ca` and present the certificate chain `cert` with `key`
+    /// (for brokers that require client certificates).
+    Mutual {
+        ca: PathBuf,
+        cert: PathBuf,
+        key: PathBuf,
+    },
+}
+
+/// The crypto provider used everywhere: *ring*.
+pub fn crypto_provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+impl ServerTls {
+    /// Builds the rustls server configuration (TLS 1.3, ALPN `rill/1`).
+    pub fn rustls_config(&self) -> Result<rustls::ServerConfig, NetError> {
+        self.build(None)
+    }
+
+    /// As [`Self::rustls_config`]; a specific (not unspecified) `listen_ip` is
+    /// added to the names of a development certificate.
+    pub(crate) fn build(
+        &self,
+        listen_ip: Option<IpAddr>,
+    ) -> Result<rustls::ServerConfig, NetError> {
+        let (chain, key, client_ca) = match self {
+            ServerTls::Dev { home } => {
+                let (chain, key) = dev_server_cert(home, &[], listen_ip)?;
+                (chain, key, None)
+            }
+            ServerTls::DevWithNames { home, names } => {
+                let (chain, key) = dev_server_cert(home, names, listen_ip)?;
+                (chain, key, None)
+            }
+            ServerTls::Files {
+                cert,
+                key,
+                client_ca,
+            } => (
+                load_certs(cert, "the broker certificate")?,
+                load_key(key)?,
+                client_ca.as_deref(),
+            ),
+        };
+        let builder = rustls::ServerConfig::builder_with_provider(crypto_provider())
+            .with_protocol_versions(&[&rustls::version::TLS13])?;
+        let builder = match client_ca {
+            None => builder.with_no_client_auth(),
+            Some(path) => {
+                let roots = load_roots(path)?;
+                let verifier =
+                    WebPkiClientVerifier::builder_with_provider(Arc::new(roots), crypto_provider())
+                        .build()
+                        .map_err(|e| NetError::pem("client CA certificates", path, e))?;
+                builder.with_client_cert_verifier(verifier)
+            }
+        };
+        let mut config = builder.with_single_cert(chain, key)?;
+        config.alpn_protocols = vec![ALPN.to_vec()];
+        Ok(config)
+    }
+}
+
+impl ClientTls {
+    /// The CA file this client trusts.
+    pub fn ca_path(&self) -> PathBuf {
+        match self {
+            ClientTls::Dev { home } => home.join(DEV_CA_CERT_FILE),
+            ClientTls::CaFile(path) => path.clone(),
+            ClientTls::Mutual { ca, .. } => ca.clone(),
+        }
+    }
+
+    /// Builds the rustls client configuration (TLS 1.3, ALPN `rill/1`, server
+    /// certificate verified against [`Self::ca_path`]).
+    pub fn rustls_config(&self) -> Result<rustls::ClientConfig, NetError> {
+        let ca_path = self.ca_path();
+        if matches!(self, ClientTls::Dev { .. }) && !ca_path.exists() {
+            return Err(NetError::NoDevCa { path: ca_path });
+        }
+        let roots = load_roots(&ca_path)?;
+        let webpki =
+            WebPkiServerVerifier::builder_with_provider(Arc::new(roots), crypto_provider())
+                .build()
+                .map_err(|e| NetError::pem("CA certificates", &ca_path, e))?;
+        let verifier = Arc::new(CaNamingVerifier {
+            inner: webpki,
+            ca_path,
+        });
+        let builder = rustls::ClientConfig::builder_with_provider(crypto_provider())
+            .with_protocol_versions(&[&rustls::version::TLS13])?
+            .dangerous()
+            .with_custom_certificate_verifier(verifier);
+        let mut config = match self {
+            ClientTls::Mutual { cert, key, .. } => builder.with_client_auth_cert(
+                load_certs(cert, "the client certificate")?,
+                load_key(key)?,
+            )?,
+            _ => builder.with_no_client_auth(),
+        };
+        config.alpn_protocols = vec![ALPN.to_vec()];
+        Ok(config)
+    }
+}
+
+fn dev_server_cert(
+    home: &Path,
+    names: &[String],
+    listen_ip: Option<IpAddr>,
+) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), NetError> {
+    let ca = ensure_dev_ca(home)?;
+    let mut all = names.to_vec();
+    if let Some(ip) = listen_ip.filter(|ip| !ip.is_unspecified()) {
+        all.push(ip.to_string());
+    }
+    if let Some(host) = host_name() {
+        all.push(host);
+    }
+    ca.issue_server_cert(&all)
+}
+
+/// This machine's host name, if it is a plausible DNS name.
+fn host_name() -> Option<String> {
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
+        .ok()?;
+    let name = name.trim().to_ascii_lowercase();
+    let plausible = !name.is_empty()
+        && name.len() <= 253
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.');
+    plausible.then_some(name)
+}
+
+fn load_certs(path: &Path, what: &'static str) -> Result<Vec<CertificateDer<'static>>, NetError> {
+    let iter = CertificateDer::pem_file_iter(path).map_err(|e| NetError::pem(what, path, e))?;
+    let mut certs = Vec::new();
+    for cert in iter {
+        if certs.len() == PEM_CERTS_MAX {
+            return Err(NetError::pem(
+                what,
+                path,
+                format!("more than {PEM_CERTS_MAX} certificates"),
+            ));
+        }
+        certs.push(cert.map_err(|e| NetError::pem(what, path, e))?);
+    }
+    if certs.is_empty() {
+        return Err(NetError::pem(what, path, "no CERTIFICATE section found"));
+    }
+    Ok(certs)
+}
+
+fn load_key(path: &Path) -> Result<PrivateKeyDer<'static>, NetError> {
+    PrivateKeyDer::from_pem_file(path).map_err(|e| NetError::pem("a private key", path, e))
+}
+
+fn load_roots(path: &Path) -> Result<RootCertStore, NetError> {
+    let mut roots = RootCertStore::empty();
+    for cert in load_certs(path, "CA certificates")? {
+        roots
+            .add(cert)
+            .map_err(|e| NetError::pem("CA certificates", path, e))?;
+    }
+    Ok(roots)
+}
+
+/// Marks the start of the message [`NotSignedByCa`] puts into a handshake error.
+pub(crate) const NOT_SIGNED_MESSAGE_START: &str =
+    "the broker's certificate is not signed by the CA at";
+
+/// The verification error for a certificate from an unknown issuer, naming the
+/// CA file the client trusted (rustls alone cannot know it).
+struct NotSignedByCa {
+    ca_path: PathBuf,
+}
+
+impl fmt::Display for NotSignedByCa {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{NOT_SIGNED_MESSAGE_START} {}; pass --tls-ca FILE with the CA that signed it",
+            self.ca_path.display()
+        )
+    }
+}
+
+// rustls formats certificate errors with `{:?}`; make that read as the message.
+impl fmt::Debug for NotSignedByCa {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl StdError for NotSignedByCa {}
+
+/// WebPKI verification, with "unknown issuer" reported as [`NotSignedByCa`].
+#[derive(Debug)]
+struct CaNamingVerifier {
+    inner: Arc<WebPkiServerVerifier>,
+    ca_path: PathBuf,
+}
+
+impl ServerCertVerifier for CaNamingVerifier {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        self.inner
+            .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
+            .map_err(|e| match e {
+                // BadSignature: an issuer of the same name (another development
+                // CA, say) whose key did not sign this certificate.
+                #[allow(deprecated)]
+                rustls::Error::InvalidCertificate(
+                    CertificateError::UnknownIssuer | CertificateError::BadSignature,
+                ) => rustls::Error::InvalidCertificate(CertificateError::Other(OtherError(
+                    Arc::new(NotSignedByCa {
+                        ca_path: self.ca_path.clone(),
+                    }),
+                ))),
+                other => other,
+            })
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.inner.supported_verify_schemes()
+    }
+
+    fn root_hint_subjects(&self) -> Option<&[rustls::DistinguishedName]> {
+        self.inner.root_hint_subjects()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_dev_ca_says_what_to_do() {
+        let home = tempfile::tempdir().unwrap();
+        let err = ClientTls::Dev {
+            home: home.path().to_path_buf(),
+        }
+        .rustls_config()
+        .unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains("no Rill development CA at"), "{msg}");
+        assert!(
+            msg.contains("start a broker on this machine first"),
+            "{msg}"
+        );
+        assert!(msg.contains("--tls-ca FILE"), "{msg}");
+    }
+
+    #[test]
+    fn configs_are_tls13_only_with_alpn() {
+        let home = tempfile::tempdir().unwrap();
+        let server = ServerTls::Dev {
+            home: home.path().to_path_buf(),
+        }
+        .rustls_config()
+        .unwrap();
+        assert_eq!(server.alpn_protocols, vec![ALPN.to_vec()]);
+        let client = ClientTls::Dev {
+            home: home.path().to_path_buf(),
+        }
+        .rustls_config()
+        .unwrap();
+        assert_eq!(client.alpn_protocols, vec![ALPN.to_vec()]);
+        assert!(
+            client
+                .crypto_provider()
+                .cipher_suites
+                .iter()
+                .any(|s| s.tls13().is_some())
+        );
+    }
+
+    #[test]
+    fn files_that_are_not_pem_are_refused_with_their_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let bogus = dir.path().join("bogus.pem");
+        std::fs::write(&bogus, "not a certificate\n").unwrap();
+        let err = ClientTls::CaFile(bogus.clone())
+            .rustls_config()
+            .unwrap_err();
+        assert!(
+            err.to_string().contains(&bogus.display().to_string()),
+            "{err}"
+        );
+        let err = ServerTls::Files {
+            cert: bogus.clone(),
+            key: bogus.clone(),
+            client_ca: None,
+        }
+        .rustls_config()
+        .unwrap_err();
+        assert!(err.to_string().contains("bogus.pem"), "{err}");
+    }
+}

@@ -1,0 +1,395 @@
+//! Loopback tests of rill-net: a real QUIC server and client on 127.0.0.1, with
+//! development CAs in temp directories (never the real ~/.rill). Every test is
+//! bounded by a timeout.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::Path;
+use std::time::Duration;
+
+use bytes::Bytes;
+use rill_net::{
+    ClientTls, NetError, ServerTls, TransportLimits, call, client_endpoint, client_endpoint_for,
+    connect, connect_named, ensure_dev_ca, read_frame, server_endpoint, write_frame,
+};
+
+const TEST_TIMEOUT: Duration = Duration::from_secs(20);
+/// api_key of the error frame the test server answers with when it refuses a request.
+const REFUSED_API_KEY: u16 = u16::MAX;
+
+fn localhost() -> SocketAddr {
+    SocketAddr::from((Ipv4Addr::LOCALHOST, 0))
+}
+
+/// Starts an echo server: each request frame comes back as the response; a frame
+/// `read_frame` refuses is answered with `REFUSED_API_KEY` and the error text.
+fn start_echo_server(tls: &ServerTls, max_frame_bytes: u32) -> quinn::Endpoint {
+    let endpoint = server_endpoint(localhost(), tls, &TransportLimits::default()).unwrap();
+    let accepting = endpoint.clone();
+    tokio::spawn(async move {
+        while let Some(incoming) = accepting.accept().await {
+            tokio::spawn(async move {
+                let Ok(conn) = incoming.await else { return };
+                while let Ok((mut send, mut recv)) = conn.accept_bi().await {
+                    tokio::spawn(async move {
+                        match read_frame(&mut recv, max_frame_bytes).await {
+                            Ok(f) => {
+                                write_frame(
+                                    &mut send,
+                                    f.api_key,
+                                    f.api_version,
+                                    &f.meta,
+                                    &[f.payload],
+                                )
+                                .await
+                                .unwrap();
+                            }
+                            Err(e) => {
+                                write_frame(
+                                    &mut send,
+                                    REFUSED_API_KEY,
+                                    0,
+                                    e.to_string().as_bytes(),
+                                    &[],
+                                )
+                                .await
+                                .unwrap();
+                            }
+                        }
+                        send.finish().unwrap();
+                        // Keep the stream until the peer has read the answer.
+                        let _ = send.stopped().await;
+                    });
+                }
+            });
+        }
+    });
+    endpoint
+}
+
+fn dev(home: &Path) -> (ServerTls, ClientTls) {
+    (
+        ServerTls::Dev {
+            home: home.to_path_buf(),
+        },
+        ClientTls::Dev {
+            home: home.to_path_buf(),
+        },
+    )
+}
+
+fn pattern(len: usize) -> Bytes {
+    (0..len)
+        .map(|i| (i * 7 % 251) as u8)
+        .collect::<Vec<u8>>()
+        .into()
+}
+
+#[tokio::test]
+async fn a_frame_with_meta_and_one_mib_payload_round_trips() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let home = tempfile::tempdir().unwrap();
+        let (server_tls, client_tls) = dev(home.path());
+        let server = start_echo_server(&server_tls, 4 << 20);
+        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, server.local_addr().unwrap().port()));
+
+        let client = client_endpoint(&client_tls, &TransportLimits::default()).unwrap();
+        let conn = connect(&client, addr).await.unwrap();
+        assert_eq!(
+            conn.handshake_data()
+                .unwrap()
+                .downcast::<quinn::crypto::rustls::HandshakeData>()
+                .unwrap()
+                .protocol
+                .unwrap(),
+            rill_net::ALPN
+        );
+
+        let payload = pattern(1 << 20);
+        // Two chunks, to check they are sent back to back.
+        let chunks = [payload.slice(..300_000), payload.slice(300_000..)];
+        let response = call(&conn, 7, 3, b"meta: produce", &chunks, 4 << 20)
+            .await
+            .unwrap();
+        assert_eq!((response.api_key, response.api_version), (7, 3));
+        assert_eq!(&response.meta[..], b"meta: produce");
+        assert_eq!(response.payload, payload);
+
+        // An empty payload and empty meta are fine too.
+        let response = call(&conn, 1, 0, b"", &[], 1024).await.unwrap();
+        assert!(response.meta.is_empty() && response.payload.is_empty());
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn an_oversized_frame_is_refused_and_the_connection_keeps_serving() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let home = tempfile::tempdir().unwrap();
+        let (server_tls, client_tls) = dev(home.path());
+        let server = start_echo_server(&server_tls, 64 * 1024);
+        let addr = server.local_addr().unwrap();
+        let client = client_endpoint_for(addr, &client_tls, &TransportLimits::default()).unwrap();
+        let conn = connect(&client, addr).await.unwrap();
+
+        match call(&conn, 7, 1, b"big", &[pattern(1 << 20)], 1 << 20).await {
+            Ok(refusal) => {
+                assert_eq!(refusal.api_key, REFUSED_API_KEY);
+                let text = String::from_utf8(refusal.meta.to_vec()).unwrap();
+                assert!(
+                    text.contains("larger than the limit of 65536 bytes"),
+                    "{text}"
+                );
+            }
+            // The broker may stop the stream before its answer is readable.
+            Err(NetError::Write(quinn::WriteError::Stopped(code))) => {
+                assert_eq!(code, rill_net::STREAM_FRAME_REFUSED);
+            }
+            Err(e) => panic!("unexpected error: {e}"),
+        }
+
+        // Same connection, next stream: served.
+        let response = call(&conn, 7, 1, b"small", &[pattern(1000)], 1 << 20)
+            .await
+            .unwrap();
+        assert_eq!(&response.meta[..], b"small");
+        assert_eq!(response.payload, pattern(1000));
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn read_frame_reports_too_large_truncated_and_empty_streams() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let home = tempfile::tempdir().unwrap();
+        let (server_tls, client_tls) = dev(home.path());
+        let server = start_echo_server(&server_tls, 1 << 20);
+        let addr = server.local_addr().unwrap();
+        let client = client_endpoint(&client_tls, &TransportLimits::default()).unwrap();
+        let conn = connect(&client, addr).await.unwrap();
+
+        // The client refuses a response larger than its limit.
+        let err = call(&conn, 7, 1, b"m", &[pattern(10_000)], 1000)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                NetError::FrameTooLarge {
+                    size: 10_009,
+                    max: 1000
+                }
+            ),
+            "{err}"
+        );
+
+        // A header announcing 100 body bytes, then only 10: truncated.
+        let (mut send, mut recv) = conn.open_bi().await.unwrap();
+        let header = rill_proto::wire::FrameHeader::encode(7, 1, 0, 100);
+        send.write_all(&header).await.unwrap();
+        send.write_all(&[0u8; 10]).await.unwrap();
+        send.finish().unwrap();
+        let refusal = read_frame(&mut recv, 1 << 20).await.unwrap();
+        let text = String::from_utf8(refusal.meta.to_vec()).unwrap();
+        assert!(
+            text.contains("truncated frame") && text.contains("after 10 of 100 bytes"),
+            "{text}"
+        );
+
+        // A stream finished with no bytes at all.
+        let (mut send, mut recv) = conn.open_bi().await.unwrap();
+        send.finish().unwrap();
+        let refusal = read_frame(&mut recv, 1 << 20).await.unwrap();
+        let text = String::from_utf8(refusal.meta.to_vec()).unwrap();
+        assert!(text.contains("without sending a frame"), "{text}");
+
+        // meta_len beyond the frame: malformed.
+        let (mut send, mut recv) = conn.open_bi().await.unwrap();
+        let mut header = rill_proto::wire::FrameHeader::encode(7, 1, 0, 4);
+        header[8..12].copy_from_slice(&50u32.to_be_bytes());
+        send.write_all(&header).await.unwrap();
+        send.write_all(&[0u8; 4]).await.unwrap();
+        send.finish().unwrap();
+        let refusal = read_frame(&mut recv, 1 << 20).await.unwrap();
+        let text = String::from_utf8(refusal.meta.to_vec()).unwrap();
+        assert!(text.contains("malformed frame"), "{text}");
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn a_client_trusting_another_ca_fails_with_a_tls_error_naming_its_ca() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let broker_home = tempfile::tempdir().unwrap();
+        let other_home = tempfile::tempdir().unwrap();
+        ensure_dev_ca(other_home.path()).unwrap();
+        let (server_tls, _) = dev(broker_home.path());
+        let (_, client_tls) = dev(other_home.path());
+        let server = start_echo_server(&server_tls, 1 << 20);
+        let client = client_endpoint(&client_tls, &TransportLimits::default()).unwrap();
+        let err = connect(&client, server.local_addr().unwrap())
+            .await
+            .unwrap_err();
+        let msg = err.to_string();
+        assert!(matches!(err, NetError::TlsHandshake { .. }), "{msg}");
+        let expected = format!(
+            "the broker's certificate is not signed by the CA at {}",
+            other_home.path().join("ca.pem").display()
+        );
+        assert!(msg.contains(&expected), "{msg}");
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn a_name_the_certificate_does_not_carry_is_refused() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let home = tempfile::tempdir().unwrap();
+        let (server_tls, client_tls) = dev(home.path());
+        let server = start_echo_server(&server_tls, 1 << 20);
+        let client = client_endpoint(&client_tls, &TransportLimits::default()).unwrap();
+        let addr = server.local_addr().unwrap();
+        let err = connect_named(
+            &client,
+            addr,
+            "broker.example.invalid",
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap_err();
+        assert!(matches!(err, NetError::TlsHandshake { .. }), "{err}");
+        assert!(err.to_string().contains("broker.example.invalid"), "{err}");
+        // The names it does carry work.
+        connect_named(&client, addr, "localhost", Duration::from_secs(5))
+            .await
+            .unwrap();
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn a_port_in_use_is_a_clear_error() {
+    let home = tempfile::tempdir().unwrap();
+    let (server_tls, _) = dev(home.path());
+    let first = server_endpoint(localhost(), &server_tls, &TransportLimits::default()).unwrap();
+    let addr = first.local_addr().unwrap();
+    let err = server_endpoint(addr, &server_tls, &TransportLimits::default()).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!("{addr} is already in use: is another broker running? pass --listen HOST:PORT")
+    );
+}
+
+#[tokio::test]
+async fn no_broker_at_the_address_is_a_clear_timeout() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let home = tempfile::tempdir().unwrap();
+        ensure_dev_ca(home.path()).unwrap();
+        let (_, client_tls) = dev(home.path());
+        // A port nobody listens on: bind one, note it, release it.
+        let addr = std::net::UdpSocket::bind(localhost())
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let client = client_endpoint(&client_tls, &TransportLimits::default()).unwrap();
+        let err = connect_named(&client, addr, "127.0.0.1", Duration::from_millis(300))
+            .await
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with(&format!("no broker answering at {addr} (UDP)")),
+            "{err}"
+        );
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn certificate_files_and_client_certificates_work() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let home = tempfile::tempdir().unwrap();
+        let ca = ensure_dev_ca(home.path()).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let (chain, key) = ca.issue_server_cert(&[]).unwrap();
+        let cert_path = dir.path().join("broker.pem");
+        let key_path = dir.path().join("broker-key.pem");
+        std::fs::write(&cert_path, pem("CERTIFICATE", &chain[0])).unwrap();
+        std::fs::write(&key_path, pem("PRIVATE KEY", key.secret_der())).unwrap();
+        let (chain, key) = ca.issue_client_cert("producer-1").unwrap();
+        let client_cert = dir.path().join("client.pem");
+        let client_key = dir.path().join("client-key.pem");
+        std::fs::write(&client_cert, pem("CERTIFICATE", &chain[0])).unwrap();
+        std::fs::write(&client_key, pem("PRIVATE KEY", key.secret_der())).unwrap();
+
+        let ca_path = ca.cert_path().to_path_buf();
+        let server_tls = ServerTls::Files {
+            cert: cert_path,
+            key: key_path,
+            client_ca: Some(ca_path.clone()),
+        };
+        let server = start_echo_server(&server_tls, 1 << 20);
+        let addr = server.local_addr().unwrap();
+
+        let mutual = ClientTls::Mutual {
+            ca: ca_path.clone(),
+            cert: client_cert,
+            key: client_key,
+        };
+        let client = client_endpoint(&mutual, &TransportLimits::default()).unwrap();
+        let conn = connect(&client, addr).await.unwrap();
+        let response = call(&conn, 2, 0, b"hi", &[], 1024).await.unwrap();
+        assert_eq!(&response.meta[..], b"hi");
+
+        // Without a client certificate the broker refuses the client.
+        let anonymous =
+            client_endpoint(&ClientTls::CaFile(ca_path), &TransportLimits::default()).unwrap();
+        match connect(&anonymous, addr).await {
+            Err(NetError::TlsHandshake { reason, .. }) => {
+                assert!(reason.contains("client certificate"), "{reason}")
+            }
+            // In TLS 1.3 the client finishes its handshake before the server
+            // checks its certificate; the refusal then ends the connection.
+            Ok(conn) => {
+                let err = call(&conn, 2, 0, b"hi", &[], 1024).await.unwrap_err();
+                assert!(
+                    matches!(err, NetError::Connection(_) | NetError::Read(_)),
+                    "{err}"
+                );
+            }
+            Err(e) => panic!("unexpected error: {e}"),
+        }
+    })
+    .await
+    .unwrap();
+}
+
+/// PEM-encodes DER (test helper; rill-net only reads PEM).
+fn pem(label: &str, der: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut b64 = String::new();
+    for chunk in der.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, b)| n | (u32::from(*b) << (16 - 8 * i)));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                b64.push(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize] as char);
+            } else {
+                b64.push('=');
+            }
+        }
+    }
+    let mut out = format!("-----BEGIN {label}-----\n");
+    for line in b64.as_bytes().chunks(64) {
+        out.push_str(std::str::from_utf8(line).unwrap());
+        out.push('\n');
+    }
+    out.push_str(&format!("-----END {label}-----\n"));
+    out
+}
