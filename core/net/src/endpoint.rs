@@ -93,7 +93,7 @@ impl TransportLimits {
     pub fn transport_config(&self) -> TransportConfig {
         let mut config = TransportConfig::default();
         let mut mtu = MtuDiscoveryConfig::default();
-        mtu.upper_bound(self.mtu_upper_bound.max(1200));
+        mtu.upper_bound(self.mtu_upper_bound.clamp(1200, UDP_PAYLOAD_MAX));
         config
             .max_concurrent_bidi_streams(VarInt::from_u32(self.max_concurrent_bidi_streams))
             .max_concurrent_uni_streams(VarInt::from_u32(0))
@@ -110,7 +110,26 @@ impl TransportLimits {
             .enable_segmentation_offload(true);
         config
     }
+
+    /// quinn's endpoint configuration: accepts UDP payloads up to the larger of
+    /// quinn's default (1472) and `mtu_upper_bound`, so MTU discovery between two
+    /// Rill endpoints can reach the bound.
+    pub fn endpoint_config(&self) -> EndpointConfig {
+        let mut config = EndpointConfig::default();
+        let accepted = self
+            .mtu_upper_bound
+            .clamp(UDP_PAYLOAD_ACCEPTED_MIN, UDP_PAYLOAD_MAX);
+        config
+            .max_udp_payload_size(accepted)
+            .expect("bound is clamped to quinn's accepted range");
+        config
+    }
 }
+
+/// Smallest UDP payload an endpoint accepts from peers (quinn's default).
+const UDP_PAYLOAD_ACCEPTED_MIN: u16 = 1472;
+/// Largest UDP payload over IPv4 or IPv6.
+const UDP_PAYLOAD_MAX: u16 = 65_527;
 
 /// A broker's endpoint: binds `listen` (an unspecified IPv6 address also accepts
 /// IPv4) and accepts QUIC connections with `tls`.
@@ -128,7 +147,7 @@ pub fn server_endpoint(
     server.transport_config(Arc::new(limits.transport_config()));
     let socket = bind_udp(listen, limits.udp_buffer_bytes)?;
     let endpoint = quinn::Endpoint::new(
-        EndpointConfig::default(),
+        limits.endpoint_config(),
         Some(server),
         socket,
         Arc::new(TokioRuntime),
@@ -199,7 +218,7 @@ fn client_endpoint_bound(
     let config = client_config(tls, limits)?;
     let socket = bind_udp(local, limits.udp_buffer_bytes)?;
     let mut endpoint = quinn::Endpoint::new(
-        EndpointConfig::default(),
+        limits.endpoint_config(),
         None,
         socket,
         Arc::new(TokioRuntime),

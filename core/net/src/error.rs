@@ -117,6 +117,13 @@ pub enum NetError {
     #[error("could not send the frame: {0}")]
     Write(#[from] quinn::WriteError),
 
+    /// The peer stopped the stream while we were sending a frame and sent no
+    /// answer: it refused the frame (too large or malformed for it).
+    #[error(
+        "the peer refused the frame (it stopped the stream with code {code}): the frame may exceed its size limit"
+    )]
+    FrameRefused { code: quinn::VarInt },
+
     /// Receiving on a stream failed.
     #[error("could not receive the frame: {0}")]
     Read(#[from] quinn::ReadError),

@@ -149,7 +149,7 @@ pub async fn write_frame(
 ///
 /// If the peer stops the stream while the request is being written (it refused
 /// the request, e.g. as too large), the response it sent is returned if there is
-/// one, else the write error.
+/// one, else [`NetError::FrameRefused`].
 pub async fn call(
     conn: &quinn::Connection,
     api_key: u16,
@@ -232,7 +232,7 @@ async fn exchange(
         Err(NetError::Write(quinn::WriteError::Stopped(code))) => {
             return read_frame(recv, max_response_bytes)
                 .await
-                .map_err(|_| NetError::Write(quinn::WriteError::Stopped(code)));
+                .map_err(|_| NetError::FrameRefused { code });
         }
         Err(e) => return Err(e),
     }

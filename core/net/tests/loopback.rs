@@ -142,7 +142,7 @@ async fn an_oversized_frame_is_refused_and_the_connection_keeps_serving() {
                 );
             }
             // The broker may stop the stream before its answer is readable.
-            Err(NetError::Write(quinn::WriteError::Stopped(code))) => {
+            Err(NetError::FrameRefused { code }) => {
                 assert_eq!(code, rill_net::STREAM_FRAME_REFUSED);
             }
             Err(e) => panic!("unexpected error: {e}"),
@@ -266,6 +266,39 @@ async fn a_name_the_certificate_does_not_carry_is_refused() {
         connect_named(&client, addr, "localhost", Duration::from_secs(5))
             .await
             .unwrap();
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn ipv6_loopback_works_when_the_host_has_it() {
+    if std::net::UdpSocket::bind("[::1]:0").is_err() {
+        eprintln!("no IPv6 loopback here; skipped");
+        return;
+    }
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let home = tempfile::tempdir().unwrap();
+        let (server_tls, client_tls) = dev(home.path());
+        let listen: SocketAddr = "[::1]:0".parse().unwrap();
+        let server = server_endpoint(listen, &server_tls, &TransportLimits::default()).unwrap();
+        let addr = server.local_addr().unwrap();
+        tokio::spawn(async move {
+            let conn = server.accept().await.unwrap().await.unwrap();
+            let (mut send, mut recv) = conn.accept_bi().await.unwrap();
+            let f = read_frame(&mut recv, 1024).await.unwrap();
+            write_frame(&mut send, f.api_key, f.api_version, &f.meta, &[])
+                .await
+                .unwrap();
+            send.finish().unwrap();
+            let _ = send.stopped().await;
+        });
+        // The dual-stack client endpoint reaches an IPv6 broker; the broker
+        // certificate carries ::1.
+        let client = client_endpoint(&client_tls, &TransportLimits::default()).unwrap();
+        let conn = connect(&client, addr).await.unwrap();
+        let response = call(&conn, 3, 0, b"v6", &[], 1024).await.unwrap();
+        assert_eq!(&response.meta[..], b"v6");
     })
     .await
     .unwrap();
