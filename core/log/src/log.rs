@@ -1,0 +1,657 @@
+//! `Log`: one partition's log — the ordered segments of a directory, the
+//! leader-epoch cache, the flush policy, and the append / read / truncate paths.
+//!
+//! Owns the segment list (never empty; the last segment is the active one, the only
+//! one appended to) and the derived offsets: the log start offset is the first
+//! segment's base offset (so retention survives a reopen with no extra file), the
+//! log end offset is the active segment's next offset.
+//!
+//! Append validates each batch by header and CRC only (no record decoding), stamps
+//! base offset and leader epoch in place, and writes with one `pwrite`; fsync
+//! happens per the flush policy (default: on roll and close only). Read locates
+//! the start batch by binary search in the offset index plus a short scan of
+//! 61-byte headers, and returns a `FileSlice` the caller reads outside any lock.
+//!
+//! Truncation is batch-granular: `truncate_to(o)` removes every batch whose last
+//! offset is >= o, and the log end offset becomes `min(o, base of the first removed
+//! batch)`. If that leaves a gap after the last kept batch (possible only after
+//! compaction), an empty segment is rolled at the new end so the end survives a
+//! reopen.
+
+use crate::checkpoint::{self, fsync_dir};
+use crate::compaction::{CLEANER_CHECKPOINT, read_cleaner_checkpoint};
+use crate::config::LogConfig;
+use crate::epoch::LeaderEpochCache;
+use crate::error::{LogError, io_context};
+use crate::recovery;
+use crate::segment::Segment;
+use bytes::Bytes;
+use rill_proto::batch::{BatchHeader, batches, set_base_offset, set_leader_epoch};
+use rill_proto::{DecodeError, LeaderEpoch, Offset, TimestampMs};
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use tracing::info;
+
+/// What an append wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AppendInfo {
+    pub first_offset: Offset,
+    pub last_offset: Offset,
+    pub max_timestamp: TimestampMs,
+    pub record_count: u64,
+    pub bytes: u64,
+}
+
+/// A byte range of one segment file holding whole batches; read it outside any lock.
+#[derive(Debug, Clone)]
+pub struct FileSlice {
+    pub file: Arc<File>,
+    pub position: u64,
+    pub len: u32,
+}
+
+impl FileSlice {
+    /// Reads the slice with one positional read.
+    pub fn read(&self) -> std::io::Result<Bytes> {
+        let mut buf = vec![0u8; self.len as usize];
+        self.file.read_exact_at(&mut buf, self.position)?;
+        Ok(Bytes::from(buf))
+    }
+}
+
+/// One partition's log.
+#[derive(Debug)]
+pub struct Log {
+    dir: PathBuf,
+    config: LogConfig,
+    /// Ascending by base offset, never empty; the last one is active.
+    pub(crate) segments: Vec<Segment>,
+    pub(crate) epochs: LeaderEpochCache,
+    /// Offset up to which compaction has cleaned (the first dirty offset).
+    pub(crate) cleaner_checkpoint: Offset,
+    unflushed_records: u64,
+    first_unflushed_ms: Option<TimestampMs>,
+}
+
+/// A batch checked for append: its header and position within the input.
+type Checked = Vec<(BatchHeader, u64)>;
+
+impl Log {
+    /// Opens (creating if missing) the log in `dir`, recovering the active segment's
+    /// tail and rebuilding missing or damaged indexes.
+    pub fn open(dir: &Path, config: LogConfig, now_ms: TimestampMs) -> Result<Log, LogError> {
+        std::fs::create_dir_all(dir).map_err(io_context(|| {
+            format!("creating log directory {}", dir.display())
+        }))?;
+        let bases = recovery::clean_directory(dir)?;
+        let mut epochs = LeaderEpochCache::load(dir)?;
+        let interval = config.index_interval_bytes;
+        let mut segments = Vec::with_capacity(bases.len().max(1));
+        if bases.is_empty() {
+            segments.push(Segment::create(dir, Offset::ZERO, now_ms)?);
+            fsync_dir(dir)?;
+        } else {
+            for (i, &base) in bases.iter().enumerate() {
+                let mut seg = Segment::open_file(dir, base, now_ms)?;
+                match bases.get(i + 1) {
+                    Some(&next) => {
+                        recovery::load_trusted(&mut seg, interval, next)?;
+                        seg.offset_index.release();
+                        seg.time_index.release();
+                    }
+                    None => {
+                        recovery::recover_active(&mut seg, interval, &mut epochs)?;
+                        if !seg.is_empty() {
+                            // segment.ms counts from the first batch's timestamp when plausible.
+                            let first = seg.header_at(0, seg.size)?;
+                            if (0..=now_ms).contains(&first.max_timestamp) {
+                                seg.created_ms = first.max_timestamp;
+                            }
+                        }
+                    }
+                }
+                segments.push(seg);
+            }
+        }
+        let mut log = Log {
+            dir: dir.to_path_buf(),
+            config,
+            segments,
+            epochs,
+            cleaner_checkpoint: Offset::ZERO,
+            unflushed_records: 0,
+            first_unflushed_ms: None,
+        };
+        let (start, end) = (log.log_start_offset(), log.log_end_offset());
+        let mut changed = log.epochs.truncate_from_end(end);
+        changed |= log.epochs.truncate_from_start(start);
+        if changed {
+            log.epochs.persist()?;
+        }
+        let cleaned = read_cleaner_checkpoint(dir)?.unwrap_or(start);
+        log.cleaner_checkpoint = cleaned.clamp(start, end);
+        info!(dir = %dir.display(), %start, %end, segments = log.segments.len(), "opened log");
+        Ok(log)
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn config(&self) -> &LogConfig {
+        &self.config
+    }
+
+    pub fn set_config(&mut self, config: LogConfig) {
+        self.config = config;
+    }
+
+    pub(crate) fn active(&self) -> &Segment {
+        self.segments
+            .last()
+            .expect("a log always has an active segment")
+    }
+
+    fn active_mut(&mut self) -> &mut Segment {
+        self.segments
+            .last_mut()
+            .expect("a log always has an active segment")
+    }
+
+    /// Checks every batch of an append by header and CRC (no record decoding).
+    fn check_batches(&self, input: &[u8], check_size: bool) -> Result<Checked, LogError> {
+        let mut out = Vec::new();
+        let mut pos = 0u64;
+        for view in batches(input) {
+            let view = view?;
+            let h = view.header;
+            let size = h.total_size();
+            if check_size && size > self.config.max_message_bytes as usize {
+                return Err(LogError::RecordTooLarge {
+                    size,
+                    max: self.config.max_message_bytes,
+                });
+            }
+            if h.record_count < 1 {
+                return Err(DecodeError::InvalidValue {
+                    field: "record_count",
+                    value: h.record_count as i64,
+                }
+                .into());
+            }
+            if (h.last_offset_delta as i64) < h.record_count as i64 - 1 {
+                return Err(DecodeError::InvalidValue {
+                    field: "last_offset_delta",
+                    value: h.last_offset_delta as i64,
+                }
+                .into());
+            }
+            view.verify_crc()?;
+            out.push((h, pos));
+            pos += size as u64;
+        }
+        if out.is_empty() {
+            return Err(DecodeError::Malformed {
+                field: "batches",
+                reason: "no batch to append".into(),
+            }
+            .into());
+        }
+        Ok(out)
+    }
+
+    /// Leader append: `batches` holds one or more whole batches as a producer sent
+    /// them. Validates each (CRC, size <= max.message.bytes), stamps base offsets from
+    /// the log end offset and the leader epoch into the bytes in place, appends.
+    pub fn append(
+        &mut self,
+        batches: &mut [u8],
+        epoch: LeaderEpoch,
+        now_ms: TimestampMs,
+    ) -> Result<AppendInfo, LogError> {
+        let mut checked = self.check_batches(batches, true)?;
+        if let Some(latest) = self.epochs.latest_epoch()
+            && epoch < latest
+        {
+            return Err(LogError::StaleLeaderEpoch { epoch, latest });
+        }
+        let first = self.log_end_offset();
+        let mut next = first;
+        for (h, pos) in &mut checked {
+            let bytes = &mut batches[*pos as usize..];
+            set_base_offset(bytes, next);
+            set_leader_epoch(bytes, epoch);
+            h.base_offset = next;
+            h.leader_epoch = epoch;
+            next = h.next_offset();
+        }
+        if self.epochs.assign(epoch, first) {
+            self.epochs.persist()?;
+        }
+        self.append_checked(batches, &checked, now_ms)
+    }
+
+    /// Follower append: batches already carry offsets and epochs; the first must
+    /// start at the log end offset.
+    ///
+    /// As in Kafka, a later start (a gap) is accepted when it follows compaction on the
+    /// leader; offsets must strictly increase. `max.message.bytes` is not enforced:
+    /// the leader already accepted the batch.
+    pub fn append_replicated(
+        &mut self,
+        batches: &[u8],
+        now_ms: TimestampMs,
+    ) -> Result<AppendInfo, LogError> {
+        let checked = self.check_batches(batches, false)?;
+        let mut expected = self.log_end_offset();
+        for (h, _) in &checked {
+            if h.base_offset < expected {
+                return Err(LogError::NonContiguousAppend {
+                    expected,
+                    got: h.base_offset,
+                });
+            }
+            expected = h.next_offset();
+        }
+        let mut changed = false;
+        for (h, _) in &checked {
+            changed |= self.epochs.assign(h.leader_epoch, h.base_offset);
+        }
+        if changed {
+            self.epochs.persist()?;
+        }
+        self.append_checked(batches, &checked, now_ms)
+    }
+
+    fn append_checked(
+        &mut self,
+        bytes: &[u8],
+        checked: &Checked,
+        now_ms: TimestampMs,
+    ) -> Result<AppendInfo, LogError> {
+        let first = checked[0].0.base_offset;
+        let last = checked.last().expect("at least one batch").0.last_offset();
+        self.maybe_roll(bytes.len() as u64, first, last, now_ms)?;
+        let interval = self.config.index_interval_bytes;
+        self.active_mut().append(bytes, checked, interval)?;
+        let record_count: u64 = checked.iter().map(|(h, _)| h.record_count as u64).sum();
+        let max_timestamp = checked
+            .iter()
+            .map(|(h, _)| h.max_timestamp)
+            .max()
+            .unwrap_or(-1);
+        self.unflushed_records += record_count;
+        let since = *self.first_unflushed_ms.get_or_insert(now_ms);
+        let by_count = self
+            .config
+            .flush_messages
+            .is_some_and(|n| self.unflushed_records >= n);
+        let by_time = self
+            .config
+            .flush_ms
+            .is_some_and(|ms| now_ms.saturating_sub(since) >= ms as i64);
+        if by_count || by_time {
+            self.flush()?;
+        }
+        Ok(AppendInfo {
+            first_offset: first,
+            last_offset: last,
+            max_timestamp,
+            record_count,
+            bytes: bytes.len() as u64,
+        })
+    }
+
+    fn maybe_roll(
+        &mut self,
+        len: u64,
+        first: Offset,
+        last: Offset,
+        now_ms: TimestampMs,
+    ) -> Result<(), LogError> {
+        let active = self.active();
+        let full = active.size + len > self.config.segment_bytes
+            || active.size + len > u32::MAX as u64
+            || now_ms.saturating_sub(active.created_ms)
+                >= self.config.segment_ms.min(i64::MAX as u64) as i64;
+        if (!active.is_empty() && full) || !active.can_hold_offset(last) {
+            let base = first.max(self.log_end_offset());
+            self.roll(base, now_ms)?;
+        }
+        Ok(())
+    }
+
+    /// Seals and fsyncs the active segment and starts a new one at `base`.
+    pub(crate) fn roll(&mut self, base: Offset, now_ms: TimestampMs) -> Result<(), LogError> {
+        let active = self.active_mut();
+        assert!(
+            base > active.base_offset,
+            "a new segment starts after the active one"
+        );
+        assert!(
+            base >= active.next_offset,
+            "a new segment starts at or after the log end"
+        );
+        active.flush_sealed()?;
+        active.offset_index.release();
+        active.time_index.release();
+        let seg = Segment::create(&self.dir, base, now_ms)?;
+        fsync_dir(&self.dir)?;
+        self.segments.push(seg);
+        self.unflushed_records = 0;
+        self.first_unflushed_ms = None;
+        Ok(())
+    }
+
+    /// Whole batches starting with the one that holds `from`, up to `max_bytes`
+    /// (at least one batch even if larger), only batches whose last offset is below
+    /// `upper_bound`. `None` when there is nothing to read at `from` yet.
+    pub fn read(
+        &self,
+        from: Offset,
+        max_bytes: usize,
+        upper_bound: Offset,
+    ) -> Result<Option<FileSlice>, LogError> {
+        let (start, end) = (self.log_start_offset(), self.log_end_offset());
+        if from < start || from > end {
+            return Err(LogError::OffsetOutOfRange {
+                requested: from,
+                start,
+                end,
+            });
+        }
+        if from >= end || from >= upper_bound {
+            return Ok(None);
+        }
+        let first_seg = self
+            .segments
+            .partition_point(|s| s.base_offset <= from)
+            .saturating_sub(1);
+        for seg in &self.segments[first_seg..] {
+            let limit = seg.size;
+            let Some((pos, h)) = seg.find_batch(from, limit)? else {
+                continue;
+            };
+            if h.last_offset() >= upper_bound {
+                return Ok(None);
+            }
+            let end_limit = if upper_bound < seg.next_offset {
+                seg.find_batch(upper_bound, limit)?
+                    .map_or(limit, |(p, _)| p)
+            } else {
+                limit
+            };
+            let first_end = pos + h.total_size() as u64;
+            let target = pos.saturating_add(max_bytes as u64);
+            let end_pos = if target >= end_limit {
+                end_limit
+            } else if target <= first_end {
+                first_end
+            } else {
+                // The last batch boundary <= target: start from the index entry at or
+                // before target and walk headers.
+                let floor = seg
+                    .offset_index
+                    .last_where(|e| e.position as u64 <= target)
+                    .map_or(0, |e| e.position as u64);
+                let mut p = floor.max(first_end);
+                while p < end_limit {
+                    let hh = seg.header_at(p, limit)?;
+                    if p + hh.total_size() as u64 > target {
+                        break;
+                    }
+                    p += hh.total_size() as u64;
+                }
+                p
+            };
+            debug_assert!(end_pos > pos && end_pos <= limit);
+            return Ok(Some(FileSlice {
+                file: Arc::clone(&seg.file),
+                position: pos,
+                len: (end_pos - pos) as u32,
+            }));
+        }
+        Ok(None)
+    }
+
+    pub fn log_start_offset(&self) -> Offset {
+        self.segments[0].base_offset
+    }
+
+    pub fn log_end_offset(&self) -> Offset {
+        self.active().next_offset
+    }
+
+    /// Total bytes of all segments.
+    pub fn size_bytes(&self) -> u64 {
+        self.segments.iter().map(|s| s.size).sum()
+    }
+
+    /// Number of segments (the active one included).
+    pub fn segment_count(&self) -> usize {
+        self.segments.len()
+    }
+
+    /// Base offsets of the segments, ascending.
+    pub fn segment_base_offsets(&self) -> Vec<Offset> {
+        self.segments.iter().map(|s| s.base_offset).collect()
+    }
+
+    /// The first offset whose timestamp is >= `ts` (with that timestamp), if any.
+    pub fn offset_for_timestamp(
+        &self,
+        ts: TimestampMs,
+    ) -> Result<Option<(Offset, TimestampMs)>, LogError> {
+        for seg in &self.segments {
+            if seg.is_empty() || seg.max_timestamp < ts {
+                continue;
+            }
+            let limit = seg.size;
+            let mut pos = match seg.time_index.last_where(|e| e.timestamp_ms < ts) {
+                Some(e) => seg.index_position(seg.base_offset.plus(e.relative_offset as i64)),
+                None => 0,
+            };
+            while pos < limit {
+                let h = seg.header_at(pos, limit)?;
+                let size = h.total_size();
+                if h.max_timestamp >= ts {
+                    let mut buf = vec![0u8; size];
+                    seg.file
+                        .read_exact_at(&mut buf, pos)
+                        .map_err(io_context(|| {
+                            format!("reading {} at {pos}", seg.path.display())
+                        }))?;
+                    let view = rill_proto::BatchView::new(&buf).map_err(|e| LogError::Corrupt {
+                        path: seg.path.clone(),
+                        position: pos,
+                        reason: e.to_string(),
+                    })?;
+                    let records = view.records().map_err(|e| LogError::Corrupt {
+                        path: seg.path.clone(),
+                        position: pos,
+                        reason: e.to_string(),
+                    })?;
+                    if h.is_log_append_time() {
+                        if let Some(r) = records.first() {
+                            return Ok(Some((r.offset, h.max_timestamp)));
+                        }
+                    } else if let Some(r) = records.iter().find(|r| r.timestamp_ms >= ts) {
+                        return Ok(Some((r.offset, r.timestamp_ms)));
+                    }
+                }
+                pos += size as u64;
+            }
+        }
+        Ok(None)
+    }
+
+    /// Removes every record at or after `offset` (replication truncation).
+    ///
+    /// Batch-granular: the batch holding `offset` goes whole, so the log end offset
+    /// becomes `min(offset, base offset of the first removed batch)`.
+    pub fn truncate_to(&mut self, offset: Offset) -> Result<(), LogError> {
+        let end = self.log_end_offset();
+        if offset >= end {
+            return Ok(());
+        }
+        if offset <= self.log_start_offset() {
+            return self.truncate_fully_and_start_at(offset);
+        }
+        // The first batch with last offset >= offset (maybe past a compaction gap).
+        let mut cut = None;
+        let first_seg = self
+            .segments
+            .partition_point(|s| s.base_offset <= offset)
+            .saturating_sub(1);
+        for seg in &self.segments[first_seg..] {
+            if let Some((_, h)) = seg.find_batch(offset, seg.size)? {
+                cut = Some(h.base_offset);
+                break;
+            }
+        }
+        let new_end = cut.map_or(offset, |b| b.min(offset));
+        if new_end <= self.log_start_offset() {
+            return self.truncate_fully_and_start_at(new_end);
+        }
+        info!(dir = %self.dir.display(), from = %end, to = %new_end, "truncating log");
+        // Newest first, so a crash part-way leaves a prefix of the log.
+        while self.active().base_offset > new_end {
+            let mut seg = self.segments.pop().expect("segments");
+            seg.delete_files()?;
+        }
+        let active = self.active_mut();
+        active.offset_index.write_pending()?;
+        if let Some((pos, h)) = active.find_batch(new_end, active.size)? {
+            active.truncate_at(pos, h.base_offset)?;
+        }
+        if self.active().next_offset < new_end {
+            // A compaction gap before the new end: keep the end across a reopen.
+            self.roll(new_end, self.active().created_ms)?;
+        }
+        fsync_dir(&self.dir)?;
+        self.after_truncation(new_end)
+    }
+
+    fn truncate_fully_and_start_at(&mut self, offset: Offset) -> Result<(), LogError> {
+        info!(dir = %self.dir.display(), %offset, "truncating the whole log and restarting it");
+        let created = self.active().created_ms;
+        while let Some(mut seg) = self.segments.pop() {
+            seg.delete_files()?;
+        }
+        self.segments
+            .push(Segment::create(&self.dir, offset, created)?);
+        fsync_dir(&self.dir)?;
+        self.after_truncation(offset)
+    }
+
+    fn after_truncation(&mut self, new_end: Offset) -> Result<(), LogError> {
+        assert_eq!(
+            self.log_end_offset(),
+            new_end,
+            "truncation lands on the computed end"
+        );
+        if self.epochs.truncate_from_end(new_end) {
+            self.epochs.persist()?;
+        }
+        let start = self.log_start_offset();
+        if self.epochs.truncate_from_start(start) {
+            self.epochs.persist()?;
+        }
+        if self.cleaner_checkpoint > new_end || self.cleaner_checkpoint < start {
+            self.cleaner_checkpoint = self.cleaner_checkpoint.clamp(start, new_end);
+            checkpoint::write_checkpoint(
+                &self.dir,
+                CLEANER_CHECKPOINT,
+                &[(0, self.cleaner_checkpoint.0)],
+            )?;
+        }
+        self.unflushed_records = 0;
+        self.first_unflushed_ms = None;
+        Ok(())
+    }
+
+    /// fsyncs everything written so far.
+    pub fn flush(&mut self) -> Result<(), LogError> {
+        self.active_mut().flush()?;
+        self.unflushed_records = 0;
+        self.first_unflushed_ms = None;
+        Ok(())
+    }
+
+    /// Applies time-based policies: `flush.ms` and `segment.ms`.
+    pub fn tick(&mut self, now_ms: TimestampMs) -> Result<(), LogError> {
+        if let (Some(ms), Some(since)) = (self.config.flush_ms, self.first_unflushed_ms)
+            && now_ms.saturating_sub(since) >= ms.min(i64::MAX as u64) as i64
+        {
+            self.flush()?;
+        }
+        let active = self.active();
+        if !active.is_empty()
+            && now_ms.saturating_sub(active.created_ms)
+                >= self.config.segment_ms.min(i64::MAX as u64) as i64
+        {
+            let end = self.log_end_offset();
+            self.roll(end, now_ms)?;
+        }
+        Ok(())
+    }
+
+    /// (size, max timestamp) of each non-active segment, oldest first.
+    pub(crate) fn non_active_sizes_and_max_ts(&self) -> Vec<(u64, TimestampMs)> {
+        let n = self.segments.len() - 1;
+        self.segments[..n]
+            .iter()
+            .map(|s| (s.size, s.max_timestamp))
+            .collect()
+    }
+
+    /// Deletes the `n` oldest segments (never the active one), moving the log start.
+    pub(crate) fn delete_oldest_segments(&mut self, n: usize) -> Result<(), LogError> {
+        assert!(
+            n < self.segments.len(),
+            "the active segment is never deleted"
+        );
+        for mut seg in self.segments.drain(..n) {
+            info!(path = %seg.path.display(), "deleting segment past retention");
+            seg.delete_files()?;
+        }
+        fsync_dir(&self.dir)?;
+        let start = self.log_start_offset();
+        if self.epochs.truncate_from_start(start) {
+            self.epochs.persist()?;
+        }
+        if self.cleaner_checkpoint < start {
+            self.cleaner_checkpoint = start;
+            checkpoint::write_checkpoint(&self.dir, CLEANER_CHECKPOINT, &[(0, start.0)])?;
+        }
+        Ok(())
+    }
+
+    /// (epoch, start offset) pairs of the leader-epoch checkpoint, ascending.
+    pub fn epoch_entries(&self) -> Vec<(LeaderEpoch, Offset)> {
+        self.epochs.entries().to_vec()
+    }
+
+    /// KIP-101: the end offset of `epoch` in this log (the start offset of the next
+    /// higher epoch, or the log end offset), with the largest epoch <= `epoch`.
+    pub fn end_offset_for_epoch(&self, epoch: LeaderEpoch) -> Option<(LeaderEpoch, Offset)> {
+        self.epochs.end_offset_for(epoch, self.log_end_offset())
+    }
+
+    /// Flushes and closes.
+    pub fn close(mut self) -> Result<(), LogError> {
+        self.active_mut().flush_sealed()?;
+        Ok(())
+    }
+
+    /// Closes and deletes the log's directory.
+    pub fn delete(self) -> Result<(), LogError> {
+        let dir = self.dir.clone();
+        drop(self);
+        std::fs::remove_dir_all(&dir).map_err(io_context(|| {
+            format!("deleting log directory {}", dir.display())
+        }))
+    }
+}

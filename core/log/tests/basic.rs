@@ -1,0 +1,192 @@
+//! Append, read, offsets, timestamps, truncation, epochs, reopen.
+
+mod common;
+use common::*;
+use rill_log::{Log, LogError};
+use rill_proto::LeaderEpoch;
+
+#[test]
+fn append_read_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path(), small_config(), NOW).unwrap();
+    assert_eq!(log.log_end_offset(), o(0));
+    assert!(log.read(o(0), 1000, o(100)).unwrap().is_none());
+    let mut total = 0;
+    for i in 0..50 {
+        let mut b = batch(&format!("b{i}"), 3, NOW + i);
+        let info = log.append(&mut b, E1, NOW).unwrap();
+        assert_eq!(info.first_offset, o(total));
+        assert_eq!(info.last_offset, o(total + 2));
+        assert_eq!(info.record_count, 3);
+        total += 3;
+    }
+    assert!(log.segment_count() > 3, "small segment.bytes rolls");
+    assert_eq!(log.log_end_offset(), o(150));
+    let recs = read_all(&log);
+    assert_eq!(offsets(&recs), (0..150).collect::<Vec<_>>());
+    assert_eq!(recs[4].value.as_deref(), Some(&b"b1-1"[..]));
+    // Read from the middle of a batch starts at that batch.
+    let s = log.read(o(7), 1, o(150)).unwrap().unwrap();
+    let bytes = s.read().unwrap();
+    let v = rill_proto::BatchView::new(&bytes).unwrap();
+    assert_eq!(v.header.base_offset, o(6));
+    assert_eq!(
+        bytes.len(),
+        v.header.total_size(),
+        "at least one batch, whole"
+    );
+    // Upper bound excludes batches reaching it.
+    assert!(log.read(o(6), 10_000, o(8)).unwrap().is_none());
+    let s = log.read(o(0), 100_000, o(9)).unwrap().unwrap();
+    let bytes = s.read().unwrap();
+    let n: usize = rill_proto::batch::batches(&bytes)
+        .map(|b| b.unwrap().header.record_count as usize)
+        .sum();
+    assert_eq!(n, 9);
+    assert!(matches!(
+        log.read(o(151), 10, o(200)),
+        Err(LogError::OffsetOutOfRange { .. })
+    ));
+    assert_eq!(
+        log.offset_for_timestamp(NOW + 10).unwrap(),
+        Some((o(30), NOW + 10))
+    );
+    assert_eq!(log.offset_for_timestamp(0).unwrap(), Some((o(0), NOW)));
+    assert_eq!(log.offset_for_timestamp(NOW + 100).unwrap(), None);
+    log.close().unwrap();
+
+    let log = Log::open(dir.path(), small_config(), NOW).unwrap();
+    assert_eq!(log.log_end_offset(), o(150));
+    assert_eq!(offsets(&read_all(&log)), (0..150).collect::<Vec<_>>());
+    assert_eq!(
+        log.offset_for_timestamp(NOW + 10).unwrap(),
+        Some((o(30), NOW + 10))
+    );
+    assert_eq!(log.epoch_entries(), vec![(E1, o(0))]);
+}
+
+#[test]
+fn validation_rejects_bad_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = small_config();
+    cfg.max_message_bytes = 200;
+    let mut log = Log::open(dir.path(), cfg, NOW).unwrap();
+    let mut big = batch("x", 20, NOW);
+    assert!(matches!(
+        log.append(&mut big, E1, NOW),
+        Err(LogError::RecordTooLarge { .. })
+    ));
+    let mut b = batch("x", 1, NOW);
+    let last = b.len() - 1;
+    b[last] ^= 1;
+    assert!(matches!(
+        log.append(&mut b, E1, NOW),
+        Err(LogError::InvalidBatch(_))
+    ));
+    let mut two = batch("x", 1, NOW);
+    two.extend_from_slice(&batch("y", 1, NOW)[..30]);
+    assert!(matches!(
+        log.append(&mut two, E1, NOW),
+        Err(LogError::InvalidBatch(_))
+    ));
+    assert!(matches!(
+        log.append(&mut [], E1, NOW),
+        Err(LogError::InvalidBatch(_))
+    ));
+    assert_eq!(log.log_end_offset(), o(0));
+    let mut ok = batch("x", 2, NOW);
+    log.append(&mut ok, LeaderEpoch(3), NOW).unwrap();
+    let mut stale = batch("x", 2, NOW);
+    assert!(matches!(
+        log.append(&mut stale, LeaderEpoch(2), NOW),
+        Err(LogError::StaleLeaderEpoch { .. })
+    ));
+}
+
+#[test]
+fn epochs_and_truncation() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path(), small_config(), NOW).unwrap();
+    for (epoch, n) in [(1, 10), (1, 10), (3, 10), (4, 10), (4, 10)] {
+        let mut b = batch("e", n, NOW);
+        log.append(&mut b, LeaderEpoch(epoch), NOW).unwrap();
+    }
+    assert_eq!(
+        log.epoch_entries(),
+        vec![
+            (LeaderEpoch(1), o(0)),
+            (LeaderEpoch(3), o(20)),
+            (LeaderEpoch(4), o(30))
+        ]
+    );
+    assert_eq!(
+        log.end_offset_for_epoch(LeaderEpoch(2)),
+        Some((LeaderEpoch(1), o(20)))
+    );
+    assert_eq!(
+        log.end_offset_for_epoch(LeaderEpoch(4)),
+        Some((LeaderEpoch(4), o(50)))
+    );
+    assert_eq!(log.end_offset_for_epoch(LeaderEpoch(0)), None);
+    // Truncating inside a batch removes the whole batch.
+    log.truncate_to(o(35)).unwrap();
+    assert_eq!(log.log_end_offset(), o(30));
+    assert_eq!(
+        log.epoch_entries(),
+        vec![(LeaderEpoch(1), o(0)), (LeaderEpoch(3), o(20))]
+    );
+    assert_eq!(offsets(&read_all(&log)), (0..30).collect::<Vec<_>>());
+    let mut b = batch("f", 5, NOW);
+    let info = log.append(&mut b, LeaderEpoch(5), NOW).unwrap();
+    assert_eq!(info.first_offset, o(30));
+    drop(log); // no close: reopen must still see everything (page cache survives)
+    let log = Log::open(dir.path(), small_config(), NOW).unwrap();
+    assert_eq!(log.log_end_offset(), o(35));
+    assert_eq!(log.epoch_entries().last(), Some(&(LeaderEpoch(5), o(30))));
+    assert_eq!(offsets(&read_all(&log)), (0..35).collect::<Vec<_>>());
+}
+
+#[test]
+fn replicated_append_keeps_offsets_and_epochs() {
+    let leader_dir = tempfile::tempdir().unwrap();
+    let follower_dir = tempfile::tempdir().unwrap();
+    let mut leader = Log::open(leader_dir.path(), small_config(), NOW).unwrap();
+    let mut follower = Log::open(follower_dir.path(), small_config(), NOW).unwrap();
+    for epoch in [1, 1, 2, 7] {
+        let mut b = batch("r", 4, NOW);
+        leader.append(&mut b, LeaderEpoch(epoch), NOW).unwrap();
+    }
+    let mut from = o(0);
+    while from < leader.log_end_offset() {
+        let s = leader
+            .read(from, 100, leader.log_end_offset())
+            .unwrap()
+            .unwrap();
+        let bytes = s.read().unwrap();
+        let info = follower.append_replicated(&bytes, NOW).unwrap();
+        from = info.last_offset.plus(1);
+    }
+    assert_eq!(follower.epoch_entries(), leader.epoch_entries());
+    assert_eq!(follower.log_end_offset(), o(16));
+    let s = leader.read(o(0), 100, o(16)).unwrap().unwrap();
+    let err = follower
+        .append_replicated(&s.read().unwrap(), NOW)
+        .unwrap_err();
+    assert!(matches!(err, LogError::NonContiguousAppend { .. }), "{err}");
+}
+
+#[test]
+fn truncate_below_start_restarts_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path(), small_config(), NOW).unwrap();
+    for _ in 0..5 {
+        let mut b = batch("t", 2, NOW);
+        log.append(&mut b, E1, NOW).unwrap();
+    }
+    log.truncate_to(o(0)).unwrap();
+    assert_eq!((log.log_start_offset(), log.log_end_offset()), (o(0), o(0)));
+    assert!(log.epoch_entries().is_empty());
+    let mut b = batch("t", 2, NOW);
+    log.append(&mut b, E1, NOW).unwrap();
+    assert_eq!(log.log_end_offset(), o(2));
+}
