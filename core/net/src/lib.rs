@@ -32,7 +32,8 @@ pub use endpoint::{
 };
 pub use error::NetError;
 pub use stream::{
-    Frame, STREAM_CANCELLED, STREAM_FRAME_REFUSED, call, call_timeout, read_frame, write_frame,
+    Frame, STREAM_CANCELLED, STREAM_FRAME_REFUSED, call, call_timeout, parse_frame_header,
+    read_frame, read_frame_body, read_frame_header_bytes, write_frame,
 };
 pub use tls::{ALPN, ClientTls, ServerTls};
 

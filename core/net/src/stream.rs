@@ -53,33 +53,57 @@ pub async fn read_frame(
     recv: &mut quinn::RecvStream,
     max_frame_bytes: u32,
 ) -> Result<Frame, NetError> {
+    let head = read_frame_header_bytes(recv).await?;
+    let header = parse_frame_header(recv, &head, max_frame_bytes)?;
+    read_frame_body(recv, &header).await
+}
+
+/// Reads the 12 raw header bytes of a frame (first step of [`read_frame`], for a
+/// reader that wants the api key and version of a frame it then refuses: they
+/// are bytes 4..6 and 6..8, big-endian).
+pub async fn read_frame_header_bytes(
+    recv: &mut quinn::RecvStream,
+) -> Result<[u8; FRAME_HEADER_LEN], NetError> {
     let mut head = [0u8; FRAME_HEADER_LEN];
     match recv.read_exact(&mut head).await {
-        Ok(()) => {}
-        Err(ReadExactError::FinishedEarly(0)) => return Err(NetError::NoFrame),
-        Err(ReadExactError::FinishedEarly(received)) => {
-            return Err(NetError::TruncatedFrame {
-                part: "header",
-                expected: FRAME_HEADER_LEN as u64,
-                received: received as u64,
-            });
-        }
-        Err(ReadExactError::ReadError(e)) => return Err(NetError::Read(e)),
+        Ok(()) => Ok(head),
+        Err(ReadExactError::FinishedEarly(0)) => Err(NetError::NoFrame),
+        Err(ReadExactError::FinishedEarly(received)) => Err(NetError::TruncatedFrame {
+            part: "header",
+            expected: FRAME_HEADER_LEN as u64,
+            received: received as u64,
+        }),
+        Err(ReadExactError::ReadError(e)) => Err(NetError::Read(e)),
     }
-    let header = match FrameHeader::parse(&head, max_frame_bytes) {
-        Ok(header) => header,
-        Err(e) => {
-            // Tell the peer to stop sending; ignore "already closed".
-            let _ = recv.stop(STREAM_FRAME_REFUSED);
-            return Err(match e {
-                DecodeError::TooLarge { value, max, .. } => {
-                    NetError::FrameTooLarge { size: value, max }
-                }
-                other => NetError::MalformedFrame(other),
-            });
-        }
-    };
+}
 
+/// Validates header bytes against `max_frame_bytes` (second step of
+/// [`read_frame`]). On refusal the receive side is stopped with
+/// [`STREAM_FRAME_REFUSED`] so the peer stops sending.
+pub fn parse_frame_header(
+    recv: &mut quinn::RecvStream,
+    head: &[u8; FRAME_HEADER_LEN],
+    max_frame_bytes: u32,
+) -> Result<FrameHeader, NetError> {
+    FrameHeader::parse(head, max_frame_bytes).map_err(|e| {
+        // Ignore "already closed".
+        let _ = recv.stop(STREAM_FRAME_REFUSED);
+        match e {
+            DecodeError::TooLarge { value, max, .. } => {
+                NetError::FrameTooLarge { size: value, max }
+            }
+            other => NetError::MalformedFrame(other),
+        }
+    })
+}
+
+/// Reads the body of a frame whose header was validated (last step of
+/// [`read_frame`]): one allocation of exactly `body_len` bytes (none if the body
+/// arrives as one chunk).
+pub async fn read_frame_body(
+    recv: &mut quinn::RecvStream,
+    header: &FrameHeader,
+) -> Result<Frame, NetError> {
     let body_len = header.body_len as usize;
     let mut body = BytesMut::new();
     let mut whole = None;

@@ -9,7 +9,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use rill_net::{
     ClientTls, NetError, ServerTls, TransportLimits, call, client_endpoint, client_endpoint_for,
-    connect, connect_named, ensure_dev_ca, read_frame, server_endpoint, write_frame,
+    connect, connect_named, ensure_dev_ca, parse_frame_header, read_frame, read_frame_body,
+    read_frame_header_bytes, server_endpoint, write_frame,
 };
 
 const TEST_TIMEOUT: Duration = Duration::from_secs(20);
@@ -154,6 +155,66 @@ async fn an_oversized_frame_is_refused_and_the_connection_keeps_serving() {
             .unwrap();
         assert_eq!(&response.meta[..], b"small");
         assert_eq!(response.payload, pattern(1000));
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn a_reader_can_answer_a_refused_frame_with_its_api_key() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let home = tempfile::tempdir().unwrap();
+        let (server_tls, client_tls) = dev(home.path());
+        let server =
+            server_endpoint(localhost(), &server_tls, &TransportLimits::default()).unwrap();
+        let addr = server.local_addr().unwrap();
+        tokio::spawn(async move {
+            let conn = server.accept().await.unwrap().await.unwrap();
+            let (mut send, mut recv) = conn.accept_bi().await.unwrap();
+            // The three steps of read_frame.
+            let head = read_frame_header_bytes(&mut recv).await.unwrap();
+            let (key, version) = (
+                u16::from_be_bytes([head[4], head[5]]),
+                u16::from_be_bytes([head[6], head[7]]),
+            );
+            let err = parse_frame_header(&mut recv, &head, 1024).unwrap_err();
+            assert!(matches!(err, NetError::FrameTooLarge { .. }), "{err}");
+            write_frame(&mut send, key, version, err.to_string().as_bytes(), &[])
+                .await
+                .unwrap();
+            send.finish().unwrap();
+            let _ = send.stopped().await;
+            // The connection still serves; the body step alone works too.
+            let (mut send, mut recv) = conn.accept_bi().await.unwrap();
+            let head = read_frame_header_bytes(&mut recv).await.unwrap();
+            let header = parse_frame_header(&mut recv, &head, 1024).unwrap();
+            let f = read_frame_body(&mut recv, &header).await.unwrap();
+            write_frame(&mut send, f.api_key, f.api_version, &f.meta, &[f.payload])
+                .await
+                .unwrap();
+            send.finish().unwrap();
+            let _ = send.stopped().await;
+        });
+        let client = client_endpoint(&client_tls, &TransportLimits::default()).unwrap();
+        let conn = connect(&client, addr).await.unwrap();
+        match call(&conn, 9, 4, b"big", &[pattern(100_000)], 1024).await {
+            Ok(refusal) => {
+                assert_eq!((refusal.api_key, refusal.api_version), (9, 4));
+                let text = String::from_utf8(refusal.meta.to_vec()).unwrap();
+                assert!(
+                    text.contains("larger than the limit of 1024 bytes"),
+                    "{text}"
+                );
+            }
+            Err(NetError::FrameRefused { code }) => {
+                assert_eq!(code, rill_net::STREAM_FRAME_REFUSED)
+            }
+            Err(e) => panic!("unexpected error: {e}"),
+        }
+        let response = call(&conn, 9, 4, b"m", &[pattern(100)], 1024)
+            .await
+            .unwrap();
+        assert_eq!(response.payload, pattern(100));
     })
     .await
     .unwrap();
