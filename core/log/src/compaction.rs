@@ -1,24 +1,317 @@
-//! Compaction (placeholder until the cleaner lands).
+//! Compaction ("log cleaning"): keep at least the latest record of every key in the
+//! non-active segments, keep offsets, drop expired tombstones.
+//!
+//! When: `cleanup.policy` includes `compact` and dirty bytes / non-active bytes >=
+//! `min.cleanable.dirty.ratio`, where the dirty part is the segments holding
+//! offsets at or after the cleaner checkpoint.
+//!
+//! How: pass 1 decodes the dirty segments and maps each key to its latest offset
+//! (bounded by [`OFFSET_MAP_BYTES_MAX`]; when reached, this run cleans only up to that
+//! segment). Pass 2 rewrites every non-active segment up to the end of the mapped
+//! part, one output segment per input segment with the same base offset:
+//!
+//! * a keyed record is kept if no later record of its key is in the map;
+//! * a tombstone that is the latest of its key is dropped once its record timestamp
+//!   is older than `now - delete.retention.ms` (choice: measured from the record
+//!   timestamp, not from when the segment was cleaned — deterministic and survives
+//!   restarts with no extra state; a producer-set old timestamp shortens the grace);
+//! * records without a key are kept (Kafka rejects them at produce time for
+//!   compacted topics; the log does not police that);
+//! * control and transactional batches are kept whole;
+//! * a batch whose records all stay is copied byte for byte; a partly kept batch is
+//!   re-encoded with `BatchBuilder::push_with_offset_delta` + `build_spanning`, so
+//!   its base and last offsets, epoch, producer fields and compression stay; an
+//!   emptied batch is dropped. An emptied segment other than the first is deleted.
+//!
+//! The active segment is never touched, so the log end offset does not move.
+//!
+//! Crash safety: the output is written to `<base>.log.cleaned` (+ `.index.cleaned`,
+//! `.timeindex.cleaned`) and fsynced; then the old indexes are deleted (dir fsync),
+//! the `.log.cleaned` is renamed over the `.log` (atomic; dir fsync) and the indexes
+//! renamed into place. A crash at any point leaves the old or the new segment whole;
+//! recovery deletes `*.cleaned` leftovers and rebuilds missing indexes.
+//!
+//! The cleaner checkpoint `cleaner-offset-checkpoint` (checkpoint format version 0,
+//! one entry `0 <first dirty offset>`) records progress.
 
-use crate::checkpoint;
-use crate::error::LogError;
+use crate::checkpoint::{self, fsync_dir};
+use crate::error::{LogError, io_context};
 use crate::log::Log;
-use rill_proto::{Offset, TimestampMs};
+use crate::segment::{
+    CLEANED_SUFFIX, ChunkReader, INDEX_SUFFIX, LOG_SUFFIX, SCAN_CHUNK_BYTES, ScanStop, Segment,
+    TIME_INDEX_SUFFIX, scan_batches, segment_path,
+};
+use bytes::Bytes;
+use rill_proto::batch::{BatchHeader, BatchView};
+use rill_proto::{BatchBuilder, Offset, Record, StoredRecord, TimestampMs};
+use std::collections::HashMap;
 use std::path::Path;
+use tracing::info;
 
-/// File name of the cleaner checkpoint: `0\n1\n0 <first dirty offset>\n`.
+/// File name of the cleaner checkpoint.
 pub const CLEANER_CHECKPOINT: &str = "cleaner-offset-checkpoint";
+/// Bound on the memory of the key -> latest offset map of one cleaning run.
+pub const OFFSET_MAP_BYTES_MAX: usize = 64 << 20;
+/// Approximate per-entry overhead of the offset map, for the bound.
+const OFFSET_MAP_ENTRY_OVERHEAD: usize = 48;
+/// Output is written in chunks of this size.
+const CLEANER_WRITE_CHUNK_BYTES: usize = 1 << 20;
 
 pub(crate) fn read_cleaner_checkpoint(dir: &Path) -> Result<Option<Offset>, LogError> {
     Ok(checkpoint::read_checkpoint(&dir.join(CLEANER_CHECKPOINT))?
         .and_then(|e| e.first().map(|&(_, o)| Offset(o))))
 }
 
+fn corrupt(seg: &Segment, position: u64, reason: impl Into<String>) -> LogError {
+    LogError::Corrupt {
+        path: seg.path.clone(),
+        position,
+        reason: reason.into(),
+    }
+}
+
+/// Calls `f(position, header, records or None for kept-whole batches, raw bytes)`
+/// for every batch of `seg`, CRC-checked.
+fn for_each_batch(
+    seg: &Segment,
+    decode: bool,
+    mut f: impl FnMut(&BatchHeader, Option<Vec<StoredRecord>>, &[u8]) -> Result<(), LogError>,
+) -> Result<(), LogError> {
+    let mut reader = ChunkReader::new(&seg.file, &seg.path, seg.size, SCAN_CHUNK_BYTES);
+    let (_, stop) = scan_batches(&mut reader, 0, seg.base_offset, true, |pos, h, bytes| {
+        let records = if decode && !h.is_control() && !h.is_transactional() {
+            let view = BatchView::new(bytes).map_err(|e| corrupt(seg, pos, e.to_string()))?;
+            Some(
+                view.records()
+                    .map_err(|e| corrupt(seg, pos, e.to_string()))?,
+            )
+        } else {
+            None
+        };
+        f(h, records, bytes)
+    })?;
+    if let ScanStop::Bad { position, reason } = stop {
+        return Err(corrupt(seg, position, reason));
+    }
+    Ok(())
+}
+
 impl Log {
     /// Compacts the non-active segments if the dirty ratio calls for it.
     /// Returns whether it ran.
     pub fn compact(&mut self, now_ms: TimestampMs) -> Result<bool, LogError> {
-        let _ = now_ms;
-        Ok(false)
+        let config = self.config().clone();
+        if !config.cleanup_policy.compact || self.segments.len() < 2 {
+            return Ok(false);
+        }
+        let n = self.segments.len() - 1;
+        let checkpoint = self.cleaner_checkpoint;
+        // Segment i is dirty if it can hold offsets >= the checkpoint.
+        let first_dirty = (0..n)
+            .find(|&i| self.segments[i + 1].base_offset > checkpoint)
+            .unwrap_or(n);
+        let total: u64 = self.segments[..n].iter().map(|s| s.size).sum();
+        let dirty: u64 = self.segments[first_dirty..n].iter().map(|s| s.size).sum();
+        if dirty == 0
+            || total == 0
+            || (dirty as f64 / total as f64) < config.min_cleanable_dirty_ratio
+        {
+            return Ok(false);
+        }
+
+        // Pass 1: key -> latest offset over the dirty segments, bounded.
+        let mut map: HashMap<Bytes, Offset> = HashMap::new();
+        let mut map_bytes = 0usize;
+        let mut end = first_dirty;
+        while end < n {
+            for_each_batch(&self.segments[end], true, |_, records, _| {
+                for r in records.into_iter().flatten() {
+                    if let Some(k) = r.key {
+                        let len = k.len();
+                        if map.insert(k, r.offset).is_none() {
+                            map_bytes += len + OFFSET_MAP_ENTRY_OVERHEAD;
+                        }
+                    }
+                }
+                Ok(())
+            })?;
+            end += 1;
+            if map_bytes >= OFFSET_MAP_BYTES_MAX {
+                break;
+            }
+        }
+        let clean_end = self.segments[end].base_offset;
+        let tombstone_horizon =
+            now_ms.saturating_sub(config.delete_retention_ms.min(i64::MAX as u64) as i64);
+
+        // Pass 2: rewrite segments [0, end).
+        let dir = self.dir().to_path_buf();
+        let interval = config.index_interval_bytes;
+        let old: Vec<Segment> = self.segments.drain(..end).collect();
+        let mut kept_segments = Vec::with_capacity(end);
+        let mut result = Ok(());
+        let mut old_iter = old.into_iter();
+        for (i, seg) in old_iter.by_ref().enumerate() {
+            match clean_segment(&dir, &seg, &map, tombstone_horizon, interval, now_ms) {
+                Ok(cleaned) => {
+                    let mut seg = seg;
+                    match swap_in(&dir, &mut seg, cleaned, i == 0) {
+                        Ok(Some(s)) => kept_segments.push(s),
+                        Ok(None) => {}
+                        Err(e) => {
+                            kept_segments.push(seg);
+                            result = Err(e);
+                            break;
+                        }
+                    }
+                }
+                Err(e) => {
+                    kept_segments.push(seg);
+                    result = Err(e);
+                    break;
+                }
+            }
+        }
+        kept_segments.extend(old_iter);
+        kept_segments.append(&mut self.segments);
+        self.segments = kept_segments;
+        result?;
+        self.cleaner_checkpoint = clean_end;
+        checkpoint::write_checkpoint(&dir, CLEANER_CHECKPOINT, &[(0, clean_end.0)])?;
+        info!(dir = %dir.display(), %clean_end, keys = map.len(), "compacted log");
+        Ok(true)
     }
+}
+
+/// Writes the cleaned copy of `seg` as `<base>.*.cleaned`, fsynced.
+fn clean_segment(
+    dir: &Path,
+    seg: &Segment,
+    map: &HashMap<Bytes, Offset>,
+    tombstone_horizon: TimestampMs,
+    interval: u32,
+    now_ms: TimestampMs,
+) -> Result<Segment, LogError> {
+    let mut out = Segment::create_with_suffix(dir, seg.base_offset, CLEANED_SUFFIX, now_ms)?;
+    let mut buf: Vec<u8> = Vec::with_capacity(CLEANER_WRITE_CHUNK_BYTES);
+    let mut headers: Vec<(BatchHeader, u64)> = Vec::new();
+    let mut push =
+        |out: &mut Segment, bytes: &[u8], h: BatchHeader, force: bool| -> Result<(), LogError> {
+            if !bytes.is_empty() {
+                headers.push((h, buf.len() as u64));
+                buf.extend_from_slice(bytes);
+            }
+            if (force || buf.len() >= CLEANER_WRITE_CHUNK_BYTES) && !buf.is_empty() {
+                out.append(&buf, &headers, interval)?;
+                buf.clear();
+                headers.clear();
+            }
+            Ok(())
+        };
+    let mut last_header = None;
+    for_each_batch(seg, true, |h, records, bytes| {
+        last_header = Some(*h);
+        let Some(records) = records else {
+            return push(&mut out, bytes, *h, false);
+        };
+        let keep = |r: &StoredRecord| match &r.key {
+            None => true,
+            Some(k) => {
+                let latest = map.get(k).is_none_or(|&o| o <= r.offset);
+                latest && !(r.is_tombstone() && r.timestamp_ms < tombstone_horizon)
+            }
+        };
+        let kept: Vec<&StoredRecord> = records.iter().filter(|r| keep(r)).collect();
+        if kept.len() == records.len() {
+            return push(&mut out, bytes, *h, false);
+        }
+        if kept.is_empty() {
+            return Ok(());
+        }
+        let compression = h
+            .compression()
+            .map_err(|e| corrupt(seg, 0, e.to_string()))?;
+        let mut b = BatchBuilder::new(compression).producer(
+            h.producer_id,
+            h.producer_epoch,
+            h.base_sequence,
+        );
+        for r in kept {
+            let delta = (r.offset.0 - h.base_offset.0) as i32;
+            b.push_with_offset_delta(
+                delta,
+                &Record {
+                    key: r.key.clone(),
+                    value: r.value.clone(),
+                    headers: r.headers.clone(),
+                    timestamp_ms: r.timestamp_ms,
+                },
+            );
+        }
+        let rebuilt = b.build_spanning(h.base_offset, h.leader_epoch, h.last_offset_delta);
+        let nh = BatchHeader::parse(&rebuilt)?;
+        assert_eq!(
+            (nh.base_offset, nh.last_offset()),
+            (h.base_offset, h.last_offset()),
+            "a cleaned batch keeps its offset range"
+        );
+        push(&mut out, &rebuilt, nh, false)
+    })?;
+    if let Some(h) = last_header {
+        push(&mut out, &[], h, true)?;
+    }
+    out.flush_sealed()?;
+    Ok(out)
+}
+
+fn remove_if_exists(p: &Path) -> Result<(), LogError> {
+    match std::fs::remove_file(p) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(io_context(|| format!("deleting {}", p.display()))(e)),
+    }
+}
+
+fn rename(from: &Path, to: &Path) -> Result<(), LogError> {
+    std::fs::rename(from, to).map_err(io_context(|| {
+        format!("renaming {} to {}", from.display(), to.display())
+    }))
+}
+
+/// Replaces `old` by `cleaned` on disk (see the module doc for the order). Returns
+/// the segment to keep, or `None` when the cleaned segment is empty and not the
+/// first (both are deleted).
+fn swap_in(
+    dir: &Path,
+    old: &mut Segment,
+    mut cleaned: Segment,
+    first: bool,
+) -> Result<Option<Segment>, LogError> {
+    let base = old.base_offset;
+    if cleaned.is_empty() && !first {
+        cleaned.delete_files()?;
+        old.delete_files()?;
+        fsync_dir(dir)?;
+        return Ok(None);
+    }
+    old.offset_index.release();
+    old.time_index.release();
+    cleaned.offset_index.release();
+    cleaned.time_index.release();
+    let final_log = segment_path(dir, base, LOG_SUFFIX);
+    let final_index = segment_path(dir, base, INDEX_SUFFIX);
+    let final_time = segment_path(dir, base, TIME_INDEX_SUFFIX);
+    remove_if_exists(&final_index)?;
+    remove_if_exists(&final_time)?;
+    fsync_dir(dir)?;
+    rename(&cleaned.path, &final_log)?;
+    fsync_dir(dir)?;
+    rename(cleaned.offset_index.path(), &final_index)?;
+    rename(cleaned.time_index.path(), &final_time)?;
+    fsync_dir(dir)?;
+    cleaned.path = final_log;
+    cleaned.offset_index.set_path(final_index);
+    cleaned.time_index.set_path(final_time);
+    cleaned.created_ms = old.created_ms;
+    Ok(Some(cleaned))
 }

@@ -73,7 +73,18 @@ pub struct Segment {
 impl Segment {
     /// Creates a new empty segment (its files must not hold data).
     pub fn create(dir: &Path, base: Offset, now_ms: TimestampMs) -> Result<Segment, LogError> {
-        let path = segment_path(dir, base, LOG_SUFFIX);
+        Segment::create_with_suffix(dir, base, "", now_ms)
+    }
+
+    /// Creates a new empty segment whose three files carry an extra `suffix`
+    /// (compaction writes `<base>.log.cleaned` and friends).
+    pub fn create_with_suffix(
+        dir: &Path,
+        base: Offset,
+        suffix: &str,
+        now_ms: TimestampMs,
+    ) -> Result<Segment, LogError> {
+        let path = segment_path(dir, base, &format!("{LOG_SUFFIX}{suffix}"));
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -84,6 +95,28 @@ impl Segment {
                 format!("creating segment {}", path.display())
             }))?;
         let mut seg = Segment::with_file(dir, base, path, file, 0, now_ms);
+        seg.offset_index =
+            OffsetIndex::empty(segment_path(dir, base, &format!("{INDEX_SUFFIX}{suffix}")));
+        seg.time_index = TimeIndex::empty(segment_path(
+            dir,
+            base,
+            &format!("{TIME_INDEX_SUFFIX}{suffix}"),
+        ));
+        // Start from empty index files even if stale ones exist.
+        for p in [
+            seg.offset_index.path().to_path_buf(),
+            seg.time_index.path().to_path_buf(),
+        ] {
+            match std::fs::remove_file(&p) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    return Err(io_context(|| {
+                        format!("removing stale index {}", p.display())
+                    })(e));
+                }
+            }
+        }
         seg.offset_index.write_pending()?;
         seg.time_index.write_pending()?;
         Ok(seg)
