@@ -125,7 +125,8 @@ impl Log {
             first_unflushed_ms: None,
         };
         let (start, end) = (log.log_start_offset(), log.log_end_offset());
-        let mut changed = log.epochs.truncate_from_end(end);
+        // An epoch may start exactly at the end (assigned, nothing written yet): keep it.
+        let mut changed = log.epochs.truncate_from_end(end.plus(1));
         changed |= log.epochs.truncate_from_start(start);
         if changed {
             log.epochs.persist()?;
