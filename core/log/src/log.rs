@@ -78,6 +78,10 @@ pub struct Log {
 /// A batch checked for append: its header and position within the input.
 type Checked = Vec<(BatchHeader, u64)>;
 
+/// Upper bound on the bytes of one append call (segment positions are u32, and
+/// Kafka's request sizes are i32).
+pub const APPEND_BYTES_MAX: usize = i32::MAX as usize;
+
 impl Log {
     /// Opens (creating if missing) the log in `dir`, recovering the active segment's
     /// tail and rebuilding missing or damaged indexes.
@@ -163,6 +167,14 @@ impl Log {
 
     /// Checks every batch of an append by header and CRC (no record decoding).
     fn check_batches(&self, input: &[u8], check_size: bool) -> Result<Checked, LogError> {
+        if input.len() > APPEND_BYTES_MAX {
+            return Err(DecodeError::TooLarge {
+                field: "append",
+                value: input.len() as u64,
+                max: APPEND_BYTES_MAX as u64,
+            }
+            .into());
+        }
         let mut out = Vec::new();
         let mut pos = 0u64;
         for view in batches(input) {
@@ -523,7 +535,6 @@ impl Log {
             seg.delete_files()?;
         }
         let active = self.active_mut();
-        active.offset_index.write_pending()?;
         if let Some((pos, h)) = active.find_batch(new_end, active.size)? {
             active.truncate_at(pos, h.base_offset)?;
         }

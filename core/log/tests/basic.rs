@@ -190,3 +190,67 @@ fn truncate_below_start_restarts_log() {
     log.append(&mut b, E1, NOW).unwrap();
     assert_eq!(log.log_end_offset(), o(2));
 }
+
+#[test]
+fn log_and_slices_can_cross_threads() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Log>();
+    assert_send_sync::<rill_log::FileSlice>();
+}
+
+#[test]
+fn slice_stays_readable_after_the_segment_is_deleted() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path(), small_config(), NOW).unwrap();
+    for _ in 0..30 {
+        let mut b = batch("d", 3, NOW);
+        log.append(&mut b, E1, NOW).unwrap();
+    }
+    let slice = log.read(o(0), 100, o(90)).unwrap().unwrap();
+    let before = slice.read().unwrap();
+    let mut c = log.config().clone();
+    c.retention_bytes = Some(0);
+    log.set_config(c);
+    assert!(log.apply_retention(NOW).unwrap() > 0);
+    assert_eq!(
+        slice.read().unwrap(),
+        before,
+        "an open file outlives its unlink"
+    );
+    assert!(matches!(
+        log.read(o(0), 100, o(90)),
+        Err(LogError::OffsetOutOfRange { .. })
+    ));
+}
+
+#[test]
+fn flush_policies_and_segment_ms() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = small_config();
+    cfg.segment_bytes = 1 << 20;
+    cfg.segment_ms = 1000;
+    cfg.flush_messages = Some(5);
+    cfg.flush_ms = Some(100);
+    let mut log = Log::open(dir.path(), cfg, NOW).unwrap();
+    let mut b = batch("f", 3, NOW);
+    log.append(&mut b, E1, NOW).unwrap();
+    log.tick(NOW + 200).unwrap(); // flush.ms
+    let mut b = batch("f", 6, NOW);
+    log.append(&mut b, E1, NOW + 300).unwrap(); // flush.messages
+    assert_eq!(log.segment_count(), 1);
+    log.tick(NOW + 999).unwrap();
+    assert_eq!(log.segment_count(), 1);
+    log.tick(NOW + 1000).unwrap();
+    assert_eq!(
+        log.segment_count(),
+        2,
+        "segment.ms rolls a non-empty active segment"
+    );
+    log.tick(NOW + 5000).unwrap();
+    assert_eq!(
+        log.segment_count(),
+        2,
+        "an empty active segment is not rolled"
+    );
+    assert_eq!(log.segment_base_offsets(), vec![o(0), o(9)]);
+}
