@@ -196,3 +196,23 @@ fn leftovers_of_interrupted_writes_are_deleted() {
     }
     assert_eq!(log.log_end_offset(), o(120));
 }
+
+#[test]
+fn verify_finds_damage_in_a_trusted_older_segment() {
+    let (dir, size) = written_log(1024);
+    let logs = segment_files(dir.path(), "log");
+    let victim = &logs[0];
+    let mut bytes = std::fs::read(victim).unwrap();
+    bytes[size + 70] ^= 4; // second batch of the first segment; its index is intact
+    std::fs::write(victim, &bytes).unwrap();
+    // Open trusts fsynced older segments (as Kafka does) ...
+    let log = Log::open(dir.path(), config_with(1024), NOW).unwrap();
+    // ... and verify() reads them all.
+    match log.verify().unwrap_err() {
+        LogError::Corrupt { path, position, .. } => {
+            assert_eq!(&path, victim);
+            assert_eq!(position as usize, size);
+        }
+        other => panic!("expected Corrupt, got {other}"),
+    }
+}
