@@ -1,0 +1,244 @@
+//! [`Admin`]: topic and config administration, and a view of the cluster.
+//!
+//! Topic creation and deletion go to the controller when the metadata names one
+//! (any broker otherwise) and are retried once after a metadata refresh when the
+//! broker answers NOT_CONTROLLER. Every error names the topic and says what to do.
+
+use std::time::Instant;
+
+use rill_proto::wire::{
+    AlterConfigsRequest, BrokerInfo, ConfigEntry, CreateTopicsRequest, DeleteTopicsRequest,
+    DescribeConfigsRequest, ErrorCode, NewTopic, PartitionMetadata, TopicResult,
+};
+
+use crate::client::Client;
+use crate::error::ClientError;
+
+/// A topic as `describe_topic` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicDescription {
+    pub name: String,
+    pub partitions: Vec<PartitionMetadata>,
+    pub replication_factor: usize,
+    pub configs: Vec<ConfigEntry>,
+}
+
+/// The cluster as `cluster` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterInfo {
+    pub cluster_id: String,
+    pub controller_id: Option<i32>,
+    pub brokers: Vec<BrokerInfo>,
+}
+
+/// Topic and config administration. Get one with [`Client::admin`].
+#[derive(Debug, Clone)]
+pub struct Admin {
+    client: Client,
+}
+
+impl Admin {
+    pub(crate) fn new(client: Client) -> Admin {
+        Admin { client }
+    }
+
+    fn controller(&self) -> Option<i32> {
+        self.client.inner.metadata.read().controller_id
+    }
+
+    /// Creates one topic. Fails with TOPIC_ALREADY_EXISTS (and the like) as a
+    /// [`ClientError::Broker`] whose context names the topic.
+    pub async fn create_topic(&self, topic: NewTopic) -> Result<(), ClientError> {
+        let name = topic.name.clone();
+        let mut results = self.create_topics(vec![topic], false).await?;
+        match results.pop() {
+            Some((_, result)) => result,
+            None => Err(ClientError::Config(format!(
+                "the broker gave no result for topic {name}"
+            ))),
+        }
+    }
+
+    /// Creates several topics (or, with `validate_only`, only checks them).
+    /// Returns each topic's own result.
+    pub async fn create_topics(
+        &self,
+        topics: Vec<NewTopic>,
+        validate_only: bool,
+    ) -> Result<Vec<(String, Result<(), ClientError>)>, ClientError> {
+        let names: Vec<String> = topics.iter().map(|t| t.name.clone()).collect();
+        let req = CreateTopicsRequest {
+            topics,
+            validate_only,
+        };
+        let results = self.to_controller(&req, |r| &r.results).await?;
+        let out = per_topic(results, "create topic");
+        if !validate_only {
+            // Best effort: make the new topics known to this client's producers.
+            let _ = self.client.metadata(Some(names)).await;
+        }
+        Ok(out)
+    }
+
+    /// Deletes a topic and all its data.
+    pub async fn delete_topic(&self, name: &str) -> Result<(), ClientError> {
+        let req = DeleteTopicsRequest {
+            names: vec![name.to_string()],
+        };
+        let results = self.to_controller(&req, |r| &r.results).await?;
+        let _ = self.client.metadata(None).await;
+        match per_topic(results, "delete topic").pop() {
+            Some((_, r)) => r,
+            None => Err(ClientError::Config(format!(
+                "the broker gave no result for topic {name}"
+            ))),
+        }
+    }
+
+    /// Sends a request to the controller; on NOT_CONTROLLER (whole request or
+    /// every topic) refreshes the metadata and tries once more.
+    async fn to_controller<R, F>(
+        &self,
+        req: &R,
+        results: F,
+    ) -> Result<Vec<TopicResult>, ClientError>
+    where
+        R: rill_proto::wire::ApiRequest,
+        F: Fn(&R::Response) -> &Vec<TopicResult>,
+    {
+        let mut retried = false;
+        loop {
+            let started = Instant::now();
+            let outcome = self.client.call(self.controller(), req, &[]).await;
+            let not_controller = match &outcome {
+                Err(e) => e.code() == Some(ErrorCode::NotController),
+                Ok((resp, _)) => {
+                    let r = results(resp);
+                    !r.is_empty()
+                        && r.iter().all(|t| {
+                            t.error.as_ref().map(|e| e.code) == Some(ErrorCode::NotController)
+                        })
+                }
+            };
+            if not_controller && !retried {
+                retried = true;
+                self.client.refresh_metadata(started).await?;
+                continue;
+            }
+            return outcome.map(|(resp, _)| results(&resp).clone());
+        }
+    }
+
+    /// Every topic's name, sorted.
+    pub async fn list_topics(&self) -> Result<Vec<String>, ClientError> {
+        let resp = self.client.metadata(None).await?;
+        let mut names: Vec<String> = resp
+            .topics
+            .into_iter()
+            .filter(|t| t.error.is_none())
+            .map(|t| t.name)
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
+    /// A topic's partitions (leaders, replicas, offsets) and configs.
+    pub async fn describe_topic(&self, name: &str) -> Result<TopicDescription, ClientError> {
+        let resp = self.client.metadata(Some(vec![name.to_string()])).await?;
+        let topic = resp
+            .topics
+            .into_iter()
+            .find(|t| t.name == name)
+            .ok_or_else(|| ClientError::UnknownTopic(name.to_string()))?;
+        if let Some(error) = topic.error {
+            return Err(if error.code == ErrorCode::UnknownTopicOrPartition {
+                ClientError::UnknownTopic(name.to_string())
+            } else {
+                ClientError::broker(format!("describe topic {name}"), error)
+            });
+        }
+        let configs = self.describe_configs(name).await?;
+        let mut partitions = topic.partitions;
+        partitions.sort_by_key(|p| p.partition);
+        Ok(TopicDescription {
+            name: topic.name,
+            replication_factor: partitions.first().map_or(0, |p| p.replicas.len()),
+            partitions,
+            configs,
+        })
+    }
+
+    /// A topic's configs, defaults included (marked `is_default`).
+    pub async fn describe_configs(&self, name: &str) -> Result<Vec<ConfigEntry>, ClientError> {
+        let req = DescribeConfigsRequest {
+            topics: vec![name.to_string()],
+        };
+        let (resp, _) = self.client.call(None, &req, &[]).await?;
+        let topic = resp
+            .topics
+            .into_iter()
+            .find(|t| t.name == name)
+            .ok_or_else(|| ClientError::UnknownTopic(name.to_string()))?;
+        match topic.error {
+            None => Ok(topic.configs),
+            Some(e) if e.code == ErrorCode::UnknownTopicOrPartition => {
+                Err(ClientError::UnknownTopic(name.to_string()))
+            }
+            Some(e) => Err(ClientError::broker(
+                format!("describe configs of topic {name}"),
+                e,
+            )),
+        }
+    }
+
+    /// Sets and removes topic configs (removed keys go back to the broker default).
+    pub async fn alter_configs(
+        &self,
+        name: &str,
+        set: Vec<(String, String)>,
+        delete: Vec<String>,
+    ) -> Result<(), ClientError> {
+        let req = AlterConfigsRequest {
+            topic: name.to_string(),
+            set,
+            delete,
+            validate_only: false,
+        };
+        let (resp, _) = self.client.call(self.controller(), &req, &[]).await?;
+        match resp.error {
+            None => Ok(()),
+            Some(e) if e.code == ErrorCode::UnknownTopicOrPartition => {
+                Err(ClientError::UnknownTopic(name.to_string()))
+            }
+            Some(e) => Err(ClientError::broker(
+                format!("alter configs of topic {name}"),
+                e,
+            )),
+        }
+    }
+
+    /// The cluster id, the controller and the brokers (sorted by id).
+    pub async fn cluster(&self) -> Result<ClusterInfo, ClientError> {
+        let resp = self.client.metadata(Some(Vec::new())).await?;
+        let mut brokers = resp.brokers;
+        brokers.sort_by_key(|b| b.id);
+        Ok(ClusterInfo {
+            cluster_id: resp.cluster_id,
+            controller_id: resp.controller_id,
+            brokers,
+        })
+    }
+}
+
+fn per_topic(results: Vec<TopicResult>, action: &str) -> Vec<(String, Result<(), ClientError>)> {
+    results
+        .into_iter()
+        .map(|t| {
+            let r = match t.error {
+                None => Ok(()),
+                Some(e) => Err(ClientError::broker(format!("{action} {}", t.name), e)),
+            };
+            (t.name, r)
+        })
+        .collect()
+}

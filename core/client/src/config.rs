@@ -1,0 +1,220 @@
+//! Client, producer and consumer settings, with Kafka-like defaults.
+//!
+//! Every bound the client keeps (buffer memory, in-flight requests, fetch sizes,
+//! timeouts) is a field here with a named default; `validate` refuses values that
+//! cannot work, with a message naming the field.
+
+use std::time::Duration;
+
+use rill_proto::Compression;
+use rill_proto::wire::{Acks, DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_RESPONSE_BYTES};
+
+use crate::error::ClientError;
+
+/// Default bound on one request, waiting for the answer included.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default bound on establishing one QUIC connection (handshake included).
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How to reach the cluster.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// Brokers to ask first, `host:port` (UDP). Any one answering is enough.
+    pub bootstrap: Vec<String>,
+    /// Which certificate authority to trust (and client certificate, if any).
+    pub tls: rill_net::ClientTls,
+    /// Names this client in the brokers' logs.
+    pub client_id: String,
+    /// Bound on one request, from sending to the whole answer.
+    pub request_timeout: Duration,
+    /// Bound on connecting to one broker.
+    pub connect_timeout: Duration,
+    /// The largest response frame accepted; bigger ones are refused before allocation.
+    pub max_response_bytes: u32,
+}
+
+impl ClientConfig {
+    /// A config for one bootstrap address that trusts the development CA in the
+    /// Rill home (`$RILL_HOME` or `~/.rill`).
+    pub fn new(bootstrap: impl Into<String>) -> ClientConfig {
+        ClientConfig {
+            bootstrap: vec![bootstrap.into()],
+            tls: rill_net::ClientTls::Dev {
+                home: rill_net::rill_home(),
+            },
+            client_id: format!("rill-client/{}", env!("CARGO_PKG_VERSION")),
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+        }
+    }
+
+    pub(crate) fn validate(&self) -> Result<(), ClientError> {
+        if self.bootstrap.is_empty() {
+            return Err(ClientError::Config(
+                "no bootstrap address: pass --bootstrap HOST:PORT".into(),
+            ));
+        }
+        if self.request_timeout.is_zero() || self.connect_timeout.is_zero() {
+            return Err(ClientError::Config(
+                "request_timeout and connect_timeout must be above zero".into(),
+            ));
+        }
+        if self.max_response_bytes < 1024 {
+            return Err(ClientError::Config(format!(
+                "max_response_bytes {} is too small (at least 1024)",
+                self.max_response_bytes
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// How a [`crate::Producer`] batches and sends.
+#[derive(Debug, Clone)]
+pub struct ProducerConfig {
+    /// How many replicas must have a batch before it counts as delivered.
+    pub acks: Acks,
+    /// How long a batch may wait for more records before it is sent.
+    pub linger: Duration,
+    /// Target size of one batch (uncompressed bytes); a batch is sent once full.
+    pub batch_size: usize,
+    /// Compression of each batch's records.
+    pub compression: Compression,
+    /// Bound on bytes of records waiting to be acknowledged; `send` waits for space.
+    pub buffer_memory: usize,
+    /// Bound on produce requests in flight to one broker (each on its own stream).
+    pub max_in_flight_per_broker: usize,
+    /// How many times a batch is retried after a retriable error.
+    pub retries: u32,
+    /// Pause before a retry.
+    pub retry_backoff: Duration,
+    /// Bound on the time from `send` to the record's acknowledgement or failure.
+    pub delivery_timeout: Duration,
+    /// Bound on one produce request (all its batches); also caps one record.
+    pub max_request_bytes: usize,
+}
+
+impl Default for ProducerConfig {
+    fn default() -> ProducerConfig {
+        ProducerConfig {
+            acks: Acks::All,
+            linger: Duration::from_millis(5),
+            batch_size: 64 * 1024,
+            compression: Compression::None,
+            buffer_memory: 64 * 1024 * 1024,
+            max_in_flight_per_broker: 5,
+            retries: u32::MAX,
+            retry_backoff: Duration::from_millis(100),
+            delivery_timeout: Duration::from_secs(120),
+            max_request_bytes: 8 * 1024 * 1024,
+        }
+    }
+}
+
+impl ProducerConfig {
+    pub(crate) fn validate(&self) -> Result<(), ClientError> {
+        let err = |m: String| Err(ClientError::Config(m));
+        if self.batch_size == 0 {
+            return err("batch_size must be above zero".into());
+        }
+        if self.max_in_flight_per_broker == 0 {
+            return err("max_in_flight_per_broker must be at least 1".into());
+        }
+        if self.max_request_bytes < 1024
+            || self.max_request_bytes > DEFAULT_MAX_REQUEST_BYTES as usize
+        {
+            return err(format!(
+                "max_request_bytes {} must be between 1024 and {DEFAULT_MAX_REQUEST_BYTES}",
+                self.max_request_bytes
+            ));
+        }
+        if self.buffer_memory < 1024 {
+            return err(format!(
+                "buffer_memory {} is too small (at least 1024 bytes)",
+                self.buffer_memory
+            ));
+        }
+        if self.buffer_memory > (u32::MAX as usize) {
+            return err(format!(
+                "buffer_memory {} is too large (at most {} bytes)",
+                self.buffer_memory,
+                u32::MAX
+            ));
+        }
+        if self.delivery_timeout.is_zero() {
+            return err("delivery_timeout must be above zero".into());
+        }
+        Ok(())
+    }
+}
+
+/// Where a consumer starts when it has no valid position for a partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OffsetReset {
+    /// The first offset still kept.
+    #[default]
+    Earliest,
+    /// The log end offset: only records produced from now on.
+    Latest,
+    /// Fail with an error naming the partition and offset.
+    None,
+}
+
+impl std::str::FromStr for OffsetReset {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "earliest" => Ok(OffsetReset::Earliest),
+            "latest" => Ok(OffsetReset::Latest),
+            "none" => Ok(OffsetReset::None),
+            other => Err(format!(
+                "invalid offset reset '{other}' (expected earliest, latest or none)"
+            )),
+        }
+    }
+}
+
+/// How a [`crate::Consumer`] fetches.
+#[derive(Debug, Clone)]
+pub struct ConsumerConfig {
+    /// The broker answers a fetch once it has this many bytes (or `fetch_max_wait` passed).
+    pub fetch_min_bytes: u32,
+    /// Long-poll bound the broker may wait for `fetch_min_bytes`.
+    pub fetch_max_wait: Duration,
+    /// Bound on bytes per partition in one fetch (at least one batch is returned).
+    pub max_partition_fetch_bytes: u32,
+    /// Bound on bytes of one fetch response.
+    pub fetch_max_bytes: u32,
+    /// What to do without a valid position.
+    pub auto_offset_reset: OffsetReset,
+}
+
+impl Default for ConsumerConfig {
+    fn default() -> ConsumerConfig {
+        ConsumerConfig {
+            fetch_min_bytes: 1,
+            fetch_max_wait: Duration::from_millis(500),
+            max_partition_fetch_bytes: 1024 * 1024,
+            fetch_max_bytes: 50 * 1024 * 1024,
+            auto_offset_reset: OffsetReset::Earliest,
+        }
+    }
+}
+
+impl ConsumerConfig {
+    pub(crate) fn validate(&self, max_response_bytes: u32) -> Result<(), ClientError> {
+        if self.max_partition_fetch_bytes == 0 || self.fetch_max_bytes == 0 {
+            return Err(ClientError::Config(
+                "max_partition_fetch_bytes and fetch_max_bytes must be above zero".into(),
+            ));
+        }
+        if self.fetch_max_bytes >= max_response_bytes {
+            return Err(ClientError::Config(format!(
+                "fetch_max_bytes {} must be below the client's max_response_bytes {}",
+                self.fetch_max_bytes, max_response_bytes
+            )));
+        }
+        Ok(())
+    }
+}

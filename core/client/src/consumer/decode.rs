@@ -1,0 +1,311 @@
+//! Decoding fetched batches into [`ConsumerRecord`]s without copying.
+//!
+//! Keys, values and header values are `Bytes` slices of the fetch response (or,
+//! for a compressed batch, of its one decompressed buffer): one allocation per
+//! batch at most, none per record. Batches wholly below the wanted offset are
+//! skipped on their header alone (no CRC pass, no decompression). Every other
+//! batch has its CRC checked before any record is read.
+//!
+//! Record layout: see `rill_proto::batch`.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use rill_proto::batch::{BATCH_HEADER_LEN, BatchHeader, MAX_UNCOMPRESSED_RECORDS_BYTES};
+use rill_proto::compression::{self, Compression};
+use rill_proto::types::TimestampMs;
+use rill_proto::varint::{read_varint, read_varlong};
+use rill_proto::{BatchView, DecodeError, Header, Offset};
+
+/// A record read from a partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerRecord {
+    /// Shared by the records of one partition (cheap to clone).
+    pub topic: Arc<str>,
+    pub partition: u32,
+    pub offset: Offset,
+    pub timestamp_ms: TimestampMs,
+    pub key: Option<Bytes>,
+    /// `None` for a tombstone.
+    pub value: Option<Bytes>,
+    pub headers: Vec<Header>,
+}
+
+/// Why a chunk of fetched data did not decode.
+#[derive(Debug)]
+pub(crate) struct BatchError {
+    /// Base offset of the batch at fault.
+    pub offset: Offset,
+    pub error: DecodeError,
+}
+
+/// What decoding a partition's fetched bytes gave.
+#[derive(Debug, Default)]
+pub(crate) struct Decoded {
+    /// The offset after the last whole batch seen (the next position), if any.
+    pub next_offset: Option<Offset>,
+}
+
+/// The offset after the last whole batch in `data` (header parse only), used to
+/// send the next fetch before this data is decoded. `None` if no whole batch.
+pub(crate) fn next_fetch_offset(data: &[u8]) -> Option<Offset> {
+    let mut buf = data;
+    let mut next = None;
+    while buf.len() >= BATCH_HEADER_LEN {
+        let Ok(h) = BatchHeader::parse(buf) else {
+            break;
+        };
+        let size = h.total_size();
+        if buf.len() < size {
+            break;
+        }
+        next = Some(h.next_offset());
+        buf = &buf[size..];
+    }
+    next
+}
+
+/// Decodes the records at or after `from` in `data` (whole batches, as a fetch
+/// returns them; a trailing partial batch is ignored) and appends them to `out`.
+pub(crate) fn decode_batches(
+    topic: &Arc<str>,
+    partition: u32,
+    data: &Bytes,
+    from: Offset,
+    out: &mut Vec<ConsumerRecord>,
+) -> Result<Decoded, BatchError> {
+    let mut decoded = Decoded::default();
+    let mut at = 0usize;
+    while data.len() - at >= BATCH_HEADER_LEN {
+        let rest = &data[at..];
+        let header = BatchHeader::parse(rest).map_err(|error| BatchError {
+            offset: Offset(i64::from_be_bytes(rest[0..8].try_into().expect("8 bytes"))),
+            error,
+        })?;
+        let size = header.total_size();
+        if rest.len() < size {
+            break; // partial batch at the end of the fetch
+        }
+        let batch = data.slice(at..at + size);
+        at += size;
+        decoded.next_offset = Some(header.next_offset());
+        if header.next_offset() <= from || header.is_control() {
+            continue;
+        }
+        let err = |error| BatchError {
+            offset: header.base_offset,
+            error,
+        };
+        let view = BatchView::new(&batch).map_err(err)?;
+        view.verify_crc().map_err(err)?;
+        let section = match header.compression().map_err(err)? {
+            Compression::None => batch.slice(BATCH_HEADER_LEN..),
+            codec => Bytes::from(
+                compression::decompress(
+                    codec,
+                    view.records_section(),
+                    MAX_UNCOMPRESSED_RECORDS_BYTES,
+                )
+                .map_err(err)?,
+            ),
+        };
+        decode_records(topic, partition, &header, &section, from, out).map_err(err)?;
+    }
+    Ok(decoded)
+}
+
+fn take<'a>(buf: &mut &'a [u8], n: usize, field: &'static str) -> Result<&'a [u8], DecodeError> {
+    if buf.len() < n {
+        return Err(DecodeError::Truncated {
+            field,
+            needed: n,
+            available: buf.len(),
+        });
+    }
+    let (head, rest) = buf.split_at(n);
+    *buf = rest;
+    Ok(head)
+}
+
+fn nullable(
+    section: &Bytes,
+    buf: &mut &[u8],
+    field: &'static str,
+) -> Result<Option<Bytes>, DecodeError> {
+    let len = read_varint(buf, field)?;
+    if len == -1 {
+        return Ok(None);
+    }
+    if len < 0 {
+        return Err(DecodeError::InvalidLength {
+            field,
+            value: len as i64,
+        });
+    }
+    let slice = take(buf, len as usize, field)?;
+    Ok(Some(section.slice_ref(slice)))
+}
+
+fn decode_records(
+    topic: &Arc<str>,
+    partition: u32,
+    header: &BatchHeader,
+    section: &Bytes,
+    from: Offset,
+    out: &mut Vec<ConsumerRecord>,
+) -> Result<(), DecodeError> {
+    let mut buf: &[u8] = section;
+    let mut last_delta: i64 = -1;
+    out.reserve((header.record_count as usize).min(buf.len() / 7 + 1));
+    for _ in 0..header.record_count {
+        let len = read_varint(&mut buf, "record length")?;
+        if len < 0 || len as usize > buf.len() {
+            return Err(DecodeError::InvalidLength {
+                field: "record length",
+                value: len as i64,
+            });
+        }
+        let mut rec = take(&mut buf, len as usize, "record")?;
+        take(&mut rec, 1, "record attributes")?;
+        let ts_delta = read_varlong(&mut rec, "record timestamp delta")?;
+        let offset_delta = read_varint(&mut rec, "record offset delta")? as i64;
+        if offset_delta <= last_delta || offset_delta > header.last_offset_delta as i64 {
+            return Err(DecodeError::InvalidValue {
+                field: "record offset delta",
+                value: offset_delta,
+            });
+        }
+        last_delta = offset_delta;
+        let offset = header.base_offset.plus(offset_delta);
+        if offset < from {
+            continue; // below the wanted offset inside the first batch
+        }
+        let key = nullable(section, &mut rec, "record key")?;
+        let value = nullable(section, &mut rec, "record value")?;
+        let header_count = read_varint(&mut rec, "record header count")?;
+        if header_count < 0 || header_count as usize > rec.len() {
+            return Err(DecodeError::InvalidLength {
+                field: "record header count",
+                value: header_count as i64,
+            });
+        }
+        let mut headers = Vec::with_capacity(header_count as usize);
+        for _ in 0..header_count {
+            let hkey =
+                nullable(section, &mut rec, "header key")?.ok_or(DecodeError::InvalidLength {
+                    field: "header key",
+                    value: -1,
+                })?;
+            let hkey = std::str::from_utf8(&hkey)
+                .map_err(|_| DecodeError::InvalidUtf8 {
+                    field: "header key",
+                })?
+                .to_string();
+            let hvalue = nullable(section, &mut rec, "header value")?.unwrap_or_default();
+            headers.push(Header {
+                key: hkey,
+                value: hvalue,
+            });
+        }
+        if !rec.is_empty() {
+            return Err(DecodeError::InvalidLength {
+                field: "record length",
+                value: len as i64,
+            });
+        }
+        let timestamp_ms = if header.is_log_append_time() {
+            header.max_timestamp
+        } else {
+            header.base_timestamp.wrapping_add(ts_delta)
+        };
+        out.push(ConsumerRecord {
+            topic: topic.clone(),
+            partition,
+            offset,
+            timestamp_ms,
+            key,
+            value,
+            headers,
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rill_proto::batch::set_base_offset;
+    use rill_proto::{BatchBuilder, Record};
+
+    fn batch(base: i64, n: usize, codec: Compression) -> Vec<u8> {
+        let mut b = BatchBuilder::new(codec);
+        for i in 0..n {
+            b.push(&Record {
+                key: Some(Bytes::from(format!("k{}", base + i as i64))),
+                value: if i % 5 == 4 {
+                    None
+                } else {
+                    Some(Bytes::from(format!("v{}", base + i as i64)))
+                },
+                headers: vec![Header {
+                    key: "h".into(),
+                    value: Bytes::from_static(b"x"),
+                }],
+                timestamp_ms: 1000 + i as i64,
+            });
+        }
+        let mut bytes = b.build().to_vec();
+        set_base_offset(&mut bytes, Offset(base));
+        bytes
+    }
+
+    #[test]
+    fn decodes_and_skips_below_from_across_codecs() {
+        for codec in [Compression::None, Compression::Lz4, Compression::Zstd] {
+            let mut data = batch(10, 10, codec);
+            data.extend(batch(20, 5, codec));
+            let data = Bytes::from(data);
+            let topic: Arc<str> = Arc::from("t");
+            let mut out = Vec::new();
+            let d = decode_batches(&topic, 3, &data, Offset(13), &mut out).unwrap();
+            assert_eq!(d.next_offset, Some(Offset(25)));
+            assert_eq!(next_fetch_offset(&data), Some(Offset(25)));
+            let offsets: Vec<i64> = out.iter().map(|r| r.offset.0).collect();
+            assert_eq!(offsets, (13..25).collect::<Vec<_>>());
+            for r in &out {
+                assert_eq!(r.key.as_deref(), Some(format!("k{}", r.offset).as_bytes()));
+                if (r.offset.0 - if r.offset.0 >= 20 { 20 } else { 10 }) % 5 == 4 {
+                    assert!(r.value.is_none());
+                } else {
+                    assert_eq!(
+                        r.value.as_deref(),
+                        Some(format!("v{}", r.offset).as_bytes())
+                    );
+                }
+                assert_eq!(r.headers[0].key, "h");
+                assert_eq!(r.partition, 3);
+            }
+        }
+    }
+
+    #[test]
+    fn partial_trailing_batch_is_ignored_and_corruption_reported() {
+        let mut data = batch(0, 3, Compression::None);
+        let second = batch(3, 3, Compression::None);
+        data.extend_from_slice(&second[..second.len() - 4]);
+        let data = Bytes::from(data);
+        let topic: Arc<str> = Arc::from("t");
+        let mut out = Vec::new();
+        let d = decode_batches(&topic, 0, &data, Offset(0), &mut out).unwrap();
+        assert_eq!(out.len(), 3);
+        assert_eq!(d.next_offset, Some(Offset(3)));
+
+        let mut bad = batch(7, 2, Compression::None);
+        let last = bad.len() - 1;
+        bad[last] ^= 0x55;
+        let err =
+            decode_batches(&topic, 0, &Bytes::from(bad), Offset(0), &mut Vec::new()).unwrap_err();
+        assert_eq!(err.offset, Offset(7));
+        assert!(matches!(err.error, DecodeError::CrcMismatch { .. }));
+    }
+}

@@ -1,0 +1,611 @@
+//! The [`Consumer`]: reads assigned partitions from their leaders, with fetches
+//! pipelined behind the application.
+//!
+//! Positions: each assigned partition has a *position* (the next offset `poll`
+//! returns) and a *fetch offset* (the next offset to ask the broker for). The
+//! fetch offset runs ahead: when a fetch response arrives, the next fetch for the
+//! partition is sent at once (from the batch headers alone), so while the
+//! application handles one response the next is already on its way. Each
+//! partition has at most one fetch in flight and at most
+//! [`BUFFERED_RESPONSES_PER_PARTITION_MAX`] undecoded responses waiting, so memory
+//! is bounded by partitions x `max_partition_fetch_bytes` x that bound.
+//!
+//! Seeks bump the partition's *generation*; responses from an older generation
+//! are dropped, so no stale record is returned after a seek.
+//!
+//! Fetch tasks live in a `JoinSet` owned by the consumer: dropping the consumer
+//! cancels them.
+
+mod decode;
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use rill_proto::Offset;
+use rill_proto::types::TimestampMs;
+use rill_proto::wire::{
+    ErrorCode, FetchPartition, FetchRequest, FetchResponse, ListOffsetsPartition,
+    ListOffsetsRequest, OffsetSpec, split_payload,
+};
+use tokio::task::JoinSet;
+
+use crate::TopicPartition;
+use crate::client::Client;
+use crate::config::{ConsumerConfig, OffsetReset};
+use crate::error::{ClientError, needs_metadata_refresh};
+
+pub use decode::ConsumerRecord;
+
+/// Undecoded fetch responses a partition may have waiting for `poll`.
+pub const BUFFERED_RESPONSES_PER_PARTITION_MAX: usize = 2;
+/// Pause before fetching again from a partition whose fetch failed.
+pub const FETCH_RETRY_BACKOFF: Duration = Duration::from_millis(100);
+
+#[derive(Debug)]
+struct PartitionState {
+    topic: Arc<str>,
+    position: Option<Offset>,
+    fetch_offset: Offset,
+    generation: u64,
+    in_flight: bool,
+    buffered: usize,
+    retry_at: Option<Instant>,
+    high_watermark: Option<Offset>,
+}
+
+#[derive(Debug)]
+struct Chunk {
+    tp: TopicPartition,
+    generation: u64,
+    data: Result<Bytes, ClientError>,
+}
+
+#[derive(Debug)]
+struct FetchOutcome {
+    sent: Vec<(TopicPartition, u64, Offset)>,
+    result: Result<(FetchResponse, Bytes), ClientError>,
+}
+
+/// Reads records from the partitions it is assigned. Get one with
+/// [`Client::consumer`].
+#[derive(Debug)]
+pub struct Consumer {
+    client: Client,
+    config: ConsumerConfig,
+    partitions: HashMap<TopicPartition, PartitionState>,
+    fetches: JoinSet<FetchOutcome>,
+    buffered: VecDeque<Chunk>,
+    refresh_needed: bool,
+    last_refresh: Option<Instant>,
+    next_generation: u64,
+}
+
+impl Consumer {
+    pub(crate) fn new(client: Client, config: ConsumerConfig) -> Result<Consumer, ClientError> {
+        config.validate(client.config().max_response_bytes)?;
+        Ok(Consumer {
+            client,
+            config,
+            partitions: HashMap::new(),
+            fetches: JoinSet::new(),
+            buffered: VecDeque::new(),
+            refresh_needed: false,
+            last_refresh: None,
+            next_generation: 1,
+        })
+    }
+
+    /// Reads exactly these partitions from now on (replacing the assignment).
+    /// Partitions kept from the previous assignment keep their positions.
+    pub fn assign(&mut self, partitions: Vec<TopicPartition>) {
+        let mut next = HashMap::with_capacity(partitions.len());
+        for tp in partitions {
+            let state = match self.partitions.remove(&tp) {
+                Some(s) => s,
+                None => {
+                    self.next_generation += 1;
+                    PartitionState {
+                        topic: Arc::from(tp.topic.as_str()),
+                        position: None,
+                        fetch_offset: Offset(0),
+                        generation: self.next_generation,
+                        in_flight: false,
+                        buffered: 0,
+                        retry_at: None,
+                        high_watermark: None,
+                    }
+                }
+            };
+            next.insert(tp, state);
+        }
+        self.partitions = next;
+    }
+
+    /// Assigns every partition of `topic` (per the metadata); returns them.
+    pub async fn assign_topic(&mut self, topic: &str) -> Result<Vec<TopicPartition>, ClientError> {
+        let meta = self.client.topic(topic).await?;
+        let mut tps: Vec<TopicPartition> = meta
+            .partitions
+            .iter()
+            .map(|p| TopicPartition::new(topic, p.partition))
+            .collect();
+        tps.sort();
+        self.assign(tps.clone());
+        Ok(tps)
+    }
+
+    /// The assigned partitions, sorted.
+    pub fn assignment(&self) -> Vec<TopicPartition> {
+        let mut tps: Vec<TopicPartition> = self.partitions.keys().cloned().collect();
+        tps.sort();
+        tps
+    }
+
+    fn state(&mut self, tp: &TopicPartition) -> Result<&mut PartitionState, ClientError> {
+        self.partitions.get_mut(tp).ok_or_else(|| {
+            ClientError::Config(format!(
+                "{tp} is not assigned to this consumer: assign it first"
+            ))
+        })
+    }
+
+    /// The next `poll` returns records from `offset` on (for `tp`).
+    pub fn seek(&mut self, tp: &TopicPartition, offset: Offset) -> Result<(), ClientError> {
+        self.next_generation += 1;
+        let generation = self.next_generation;
+        let st = self.state(tp)?;
+        st.position = Some(offset);
+        st.fetch_offset = offset;
+        st.generation = generation;
+        st.in_flight = false;
+        st.buffered = 0;
+        st.retry_at = None;
+        Ok(())
+    }
+
+    async fn seek_to_spec(
+        &mut self,
+        tps: &[TopicPartition],
+        spec: OffsetSpec,
+    ) -> Result<(), ClientError> {
+        for tp in tps {
+            self.state(tp)?;
+        }
+        let found = self.client.list_offsets(tps, spec).await?;
+        for (tp, offset) in found {
+            self.seek(&tp, offset)?;
+        }
+        Ok(())
+    }
+
+    /// Seeks to the first offset still kept.
+    pub async fn seek_to_beginning(&mut self, tps: &[TopicPartition]) -> Result<(), ClientError> {
+        self.seek_to_spec(tps, OffsetSpec::Earliest).await
+    }
+
+    /// Seeks to the log end: only records produced from now on.
+    pub async fn seek_to_end(&mut self, tps: &[TopicPartition]) -> Result<(), ClientError> {
+        self.seek_to_spec(tps, OffsetSpec::Latest).await
+    }
+
+    /// Seeks every assigned partition to its first record at or after
+    /// `timestamp_ms` (to the log end where there is none).
+    pub async fn seek_to_timestamp(
+        &mut self,
+        timestamp_ms: TimestampMs,
+    ) -> Result<(), ClientError> {
+        let tps = self.assignment();
+        self.seek_to_spec(&tps, OffsetSpec::Timestamp(timestamp_ms))
+            .await
+    }
+
+    /// The next offset `poll` will return for `tp` (resolving the reset policy if
+    /// the partition has no position yet).
+    pub async fn position(&mut self, tp: &TopicPartition) -> Result<Offset, ClientError> {
+        if let Some(p) = self.state(tp)?.position {
+            return Ok(p);
+        }
+        self.resolve_positions().await?;
+        self.state(tp)?
+            .position
+            .ok_or_else(|| ClientError::Config(format!("no position for {tp} yet: seek first")))
+    }
+
+    /// The high watermark of `tp` as of the last fetch (`None` before one).
+    pub fn high_watermark(&self, tp: &TopicPartition) -> Option<Offset> {
+        self.partitions.get(tp).and_then(|s| s.high_watermark)
+    }
+
+    /// Gives positions to partitions without one, per `auto_offset_reset`.
+    async fn resolve_positions(&mut self) -> Result<(), ClientError> {
+        let missing: Vec<TopicPartition> = self
+            .partitions
+            .iter()
+            .filter(|(_, s)| s.position.is_none())
+            .map(|(tp, _)| tp.clone())
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let spec = match self.config.auto_offset_reset {
+            OffsetReset::Earliest => OffsetSpec::Earliest,
+            OffsetReset::Latest => OffsetSpec::Latest,
+            OffsetReset::None => {
+                return Err(ClientError::Config(format!(
+                    "no position for {}: seek first, or set auto_offset_reset to earliest or latest",
+                    missing[0]
+                )));
+            }
+        };
+        let found = self.client.list_offsets(&missing, spec).await?;
+        for (tp, offset) in found {
+            self.seek(&tp, offset)?;
+        }
+        Ok(())
+    }
+
+    /// Sends a fetch to each leader for its partitions that have room for one.
+    fn start_fetches(&mut self) {
+        let now = Instant::now();
+        let mut by_broker: HashMap<i32, Vec<FetchPartition>> = HashMap::new();
+        let mut sent: HashMap<i32, Vec<(TopicPartition, u64, Offset)>> = HashMap::new();
+        for (tp, st) in &mut self.partitions {
+            if st.in_flight
+                || st.position.is_none()
+                || st.buffered >= BUFFERED_RESPONSES_PER_PARTITION_MAX
+                || st.retry_at.is_some_and(|t| t > now)
+            {
+                continue;
+            }
+            let Some(leader) = self.client.leader(&tp.topic, tp.partition) else {
+                self.refresh_needed = true;
+                continue;
+            };
+            st.in_flight = true;
+            st.retry_at = None;
+            by_broker.entry(leader).or_default().push(FetchPartition {
+                topic: tp.topic.clone(),
+                partition: tp.partition,
+                offset: st.fetch_offset,
+                max_bytes: self.config.max_partition_fetch_bytes,
+                current_leader_epoch: None,
+            });
+            sent.entry(leader)
+                .or_default()
+                .push((tp.clone(), st.generation, st.fetch_offset));
+        }
+        for (broker, partitions) in by_broker {
+            let req = FetchRequest {
+                max_wait_ms: self.config.fetch_max_wait.as_millis().min(u32::MAX as u128) as u32,
+                min_bytes: self.config.fetch_min_bytes,
+                max_bytes: self.config.fetch_max_bytes,
+                replica_id: None,
+                partitions,
+            };
+            let sent = sent.remove(&broker).unwrap_or_default();
+            let client = self.client.clone();
+            self.fetches.spawn(async move {
+                let result = client.call(Some(broker), &req, &[]).await;
+                FetchOutcome { sent, result }
+            });
+        }
+    }
+
+    /// Folds a finished fetch into the partitions' state and the buffer.
+    fn absorb(&mut self, outcome: FetchOutcome) {
+        let now = Instant::now();
+        let (resp, payload) = match outcome.result {
+            Ok(r) => r,
+            Err(e) => {
+                let retriable = e.is_retriable();
+                if retriable {
+                    tracing::debug!(error = %e, "fetch failed; will retry");
+                    self.refresh_needed = true;
+                }
+                let shared = e.into_shared();
+                for (tp, generation, _) in outcome.sent {
+                    if let Some(st) = self.partitions.get_mut(&tp) {
+                        if st.generation != generation {
+                            continue;
+                        }
+                        st.in_flight = false;
+                        st.retry_at = Some(now + FETCH_RETRY_BACKOFF);
+                        if !retriable {
+                            st.buffered += 1;
+                            self.buffered.push_back(Chunk {
+                                tp,
+                                generation,
+                                data: Err(ClientError::Shared(shared.clone())),
+                            });
+                        }
+                    }
+                }
+                return;
+            }
+        };
+        let pieces = match split_payload(&payload, resp.partitions.iter().map(|p| p.bytes_len)) {
+            Ok(p) => p,
+            Err(e) => {
+                let shared = ClientError::decode("fetch response payload", e).into_shared();
+                for (tp, generation, _) in outcome.sent {
+                    if let Some(st) = self.partitions.get_mut(&tp)
+                        && st.generation == generation
+                    {
+                        st.in_flight = false;
+                        st.buffered += 1;
+                        self.buffered.push_back(Chunk {
+                            tp,
+                            generation,
+                            data: Err(ClientError::Shared(shared.clone())),
+                        });
+                    }
+                }
+                return;
+            }
+        };
+        let mut answered = vec![false; outcome.sent.len()];
+        for (part, data) in resp.partitions.into_iter().zip(pieces) {
+            let Some(idx) = outcome
+                .sent
+                .iter()
+                .position(|(tp, _, _)| tp.topic == part.topic && tp.partition == part.partition)
+            else {
+                continue;
+            };
+            answered[idx] = true;
+            let (tp, generation, fetched_at) = outcome.sent[idx].clone();
+            let reset = self.config.auto_offset_reset;
+            let Some(st) = self.partitions.get_mut(&tp) else {
+                continue;
+            };
+            if st.generation != generation {
+                continue;
+            }
+            st.in_flight = false;
+            st.high_watermark = Some(part.high_watermark);
+            match part.error {
+                None => {
+                    if data.is_empty() {
+                        continue;
+                    }
+                    match decode::next_fetch_offset(&data) {
+                        Some(next) => st.fetch_offset = st.fetch_offset.max(next),
+                        None => {
+                            // Nothing whole in the data: the batch at the fetch
+                            // offset is larger than the partition fetch bound.
+                            st.retry_at = Some(now + FETCH_RETRY_BACKOFF);
+                            st.buffered += 1;
+                            self.buffered.push_back(Chunk {
+                                tp: tp.clone(),
+                                generation,
+                                data: Err(ClientError::Config(format!(
+                                    "the batch at offset {fetched_at} of {tp} is larger than max_partition_fetch_bytes ({} bytes): raise it",
+                                    self.config.max_partition_fetch_bytes
+                                ))),
+                            });
+                            continue;
+                        }
+                    }
+                    st.buffered += 1;
+                    self.buffered.push_back(Chunk {
+                        tp,
+                        generation,
+                        data: Ok(data),
+                    });
+                }
+                Some(e) if e.code == ErrorCode::OffsetOutOfRange && reset != OffsetReset::None => {
+                    tracing::info!(%tp, offset = %fetched_at, ?reset, "fetch offset out of range; resetting");
+                    st.position = None;
+                }
+                Some(e) if e.code.is_retriable() => {
+                    if needs_metadata_refresh(e.code) {
+                        self.refresh_needed = true;
+                    }
+                    st.retry_at = Some(now + FETCH_RETRY_BACKOFF);
+                }
+                Some(e) => {
+                    st.retry_at = Some(now + FETCH_RETRY_BACKOFF);
+                    st.buffered += 1;
+                    self.buffered.push_back(Chunk {
+                        tp: tp.clone(),
+                        generation,
+                        data: Err(ClientError::broker(
+                            format!("fetch {tp} at offset {fetched_at}"),
+                            e,
+                        )),
+                    });
+                }
+            }
+        }
+        // Partitions the broker did not answer for: try again after a pause.
+        for (i, (tp, generation, _)) in outcome.sent.into_iter().enumerate() {
+            if answered[i] {
+                continue;
+            }
+            if let Some(st) = self.partitions.get_mut(&tp)
+                && st.generation == generation
+            {
+                st.in_flight = false;
+                st.retry_at = Some(now + FETCH_RETRY_BACKOFF);
+            }
+        }
+    }
+
+    async fn refresh_if_needed(&mut self) {
+        if !self.refresh_needed {
+            return;
+        }
+        if self
+            .last_refresh
+            .is_some_and(|t| t.elapsed() < FETCH_RETRY_BACKOFF)
+        {
+            return;
+        }
+        let since = Instant::now();
+        self.last_refresh = Some(since);
+        self.refresh_needed = false;
+        if let Err(e) = self.client.refresh_metadata(since).await {
+            tracing::debug!(error = %e, "consumer metadata refresh failed");
+            self.refresh_needed = true;
+        }
+    }
+
+    /// Returns the next records (from one partition's fetched batches), waiting
+    /// up to `timeout` for some to arrive. An empty result means none arrived in
+    /// time.
+    pub async fn poll(&mut self, timeout: Duration) -> Result<Vec<ConsumerRecord>, ClientError> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            while let Some(done) = self.fetches.try_join_next() {
+                self.absorb(done.map_err(|_| ClientError::Closed)?);
+            }
+            self.refresh_if_needed().await;
+            self.resolve_positions().await?;
+            self.start_fetches();
+
+            while let Some(chunk) = self.buffered.pop_front() {
+                let Some(st) = self.partitions.get_mut(&chunk.tp) else {
+                    continue;
+                };
+                if st.generation != chunk.generation {
+                    continue;
+                }
+                st.buffered -= 1;
+                let data = chunk.data?;
+                let Some(position) = st.position else {
+                    continue;
+                };
+                let mut out = Vec::new();
+                let decoded = decode::decode_batches(
+                    &st.topic,
+                    chunk.tp.partition,
+                    &data,
+                    position,
+                    &mut out,
+                )
+                .map_err(|e| ClientError::CorruptBatch {
+                    topic: chunk.tp.topic.clone(),
+                    partition: chunk.tp.partition,
+                    offset: e.offset,
+                    source: e.error,
+                })?;
+                if let Some(next) = decoded.next_offset {
+                    st.position = Some(position.max(next));
+                }
+                // Room freed: keep the next fetch in flight while the caller works.
+                self.start_fetches();
+                if !out.is_empty() {
+                    return Ok(out);
+                }
+            }
+
+            if self.fetches.is_empty() {
+                // Nothing in flight: partitions are backing off (or none assigned).
+                let wake = self
+                    .partitions
+                    .values()
+                    .filter_map(|s| s.retry_at)
+                    .min()
+                    .map(tokio::time::Instant::from_std)
+                    .unwrap_or(deadline)
+                    .min(deadline)
+                    .max(tokio::time::Instant::now() + Duration::from_millis(1));
+                tokio::time::sleep_until(wake).await;
+                if tokio::time::Instant::now() >= deadline {
+                    return Ok(Vec::new());
+                }
+                continue;
+            }
+            match tokio::time::timeout_at(deadline, self.fetches.join_next()).await {
+                Err(_) => return Ok(Vec::new()),
+                Ok(None) => {}
+                Ok(Some(done)) => self.absorb(done.map_err(|_| ClientError::Closed)?),
+            }
+        }
+    }
+}
+
+impl Client {
+    /// Looks up an offset of each partition at its leader: the earliest, the
+    /// latest (log end), or the first at or after a timestamp.
+    pub async fn list_offsets(
+        &self,
+        tps: &[TopicPartition],
+        spec: OffsetSpec,
+    ) -> Result<Vec<(TopicPartition, Offset)>, ClientError> {
+        let mut pending: Vec<TopicPartition> = tps.to_vec();
+        let mut out = Vec::with_capacity(tps.len());
+        let mut refreshed = false;
+        loop {
+            let mut by_broker: HashMap<i32, Vec<TopicPartition>> = HashMap::new();
+            let mut leaderless = Vec::new();
+            for tp in pending.drain(..) {
+                match self.leader(&tp.topic, tp.partition) {
+                    Some(b) => by_broker.entry(b).or_default().push(tp),
+                    None => leaderless.push(tp),
+                }
+            }
+            let mut retry = leaderless;
+            let mut last_error = None;
+            for (broker, group) in by_broker {
+                let req = ListOffsetsRequest {
+                    partitions: group
+                        .iter()
+                        .map(|tp| ListOffsetsPartition {
+                            topic: tp.topic.clone(),
+                            partition: tp.partition,
+                            spec,
+                        })
+                        .collect(),
+                };
+                let (resp, _) = self.call(Some(broker), &req, &[]).await?;
+                for tp in group {
+                    let found = resp
+                        .partitions
+                        .iter()
+                        .find(|r| r.topic == tp.topic && r.partition == tp.partition);
+                    match found {
+                        Some(r) => match &r.error {
+                            None => out.push((tp, r.offset)),
+                            Some(e) if needs_metadata_refresh(e.code) && !refreshed => {
+                                retry.push(tp)
+                            }
+                            Some(e) => {
+                                return Err(ClientError::broker(
+                                    format!("list offsets of {tp}"),
+                                    e.clone(),
+                                ));
+                            }
+                        },
+                        None => {
+                            last_error = Some(ClientError::Config(format!(
+                                "broker {broker} did not answer for {tp}"
+                            )));
+                        }
+                    }
+                }
+            }
+            if let Some(e) = last_error {
+                return Err(e);
+            }
+            if retry.is_empty() {
+                return Ok(out);
+            }
+            if refreshed {
+                let tp = &retry[0];
+                if self.inner.metadata.read().topics.contains_key(&tp.topic) {
+                    return Err(ClientError::Config(format!(
+                        "{tp} has no leader (or does not exist): check `rill topic describe {}`",
+                        tp.topic
+                    )));
+                }
+                return Err(ClientError::UnknownTopic(tp.topic.clone()));
+            }
+            refreshed = true;
+            self.refresh_metadata(Instant::now()).await?;
+            pending = retry;
+        }
+    }
+}

@@ -1,0 +1,557 @@
+//! The record accumulator: per-partition batches waiting to be sent.
+//!
+//! Plain synchronous state (no I/O, no runtime; `now` is passed in), shared by
+//! `send` (which appends) and the sender task (which drains ready batches into
+//! produce requests and hands back what must be retried).
+//!
+//! Per partition: at most one *open* batch (being filled), a queue of *closed*
+//! batches (encoded, waiting), and an `in_flight` flag. A batch closes when the
+//! next record would take it past `batch_size`, when it is `linger` old, or on
+//! flush. While a partition has a request in flight it is *muted*: its next
+//! batches wait. So batches of one partition reach the broker in the order they
+//! were closed, retries included (they go back to the front of the queue), even
+//! though requests to one broker travel concurrently on separate QUIC streams.
+//!
+//! Keyless records use a sticky partition per topic, forgotten when the batch on
+//! it closes.
+//!
+//! Invariants: every batch id is in `incomplete` from creation until the sender
+//! reports it done, so flush can wait for exactly the batches that existed when
+//! it began; a request never exceeds `max_request_bytes` unless one batch alone
+//! does (it is then sent alone).
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use rill_proto::{BatchBuilder, Compression, Record};
+
+use super::delivery::BatchCompletion;
+
+/// Bytes a record adds to a batch beyond its key, value and header bytes (an
+/// upper bound on the varint framing and the attributes byte).
+pub(crate) const RECORD_OVERHEAD_BYTES: usize = 21;
+
+/// The encoded-size estimate of a record, used for batch filling and buffer memory.
+pub(crate) fn record_size(record: &Record) -> usize {
+    RECORD_OVERHEAD_BYTES
+        + record.key.as_ref().map_or(0, |k| k.len())
+        + record.value.as_ref().map_or(0, |v| v.len())
+        + record
+            .headers
+            .iter()
+            .map(|h| h.key.len() + h.value.len() + 10)
+            .sum::<usize>()
+}
+
+#[derive(Debug)]
+struct OpenBatch {
+    id: u64,
+    builder: BatchBuilder,
+    created: Instant,
+    reserved: usize,
+    count: u32,
+    completion: Arc<BatchCompletion>,
+}
+
+/// A closed, encoded batch on its way to the broker.
+#[derive(Debug)]
+pub(crate) struct ClosedBatch {
+    pub id: u64,
+    pub topic: Arc<str>,
+    pub partition: u32,
+    pub bytes: Bytes,
+    pub record_count: u32,
+    /// Buffer-memory bytes to give back when the batch completes.
+    pub reserved: usize,
+    pub completion: Arc<BatchCompletion>,
+    pub created: Instant,
+    /// Produce attempts made so far.
+    pub attempts: u32,
+}
+
+#[derive(Debug, Default)]
+struct PartitionQueue {
+    open: Option<OpenBatch>,
+    ready: VecDeque<ClosedBatch>,
+    in_flight: bool,
+    backoff_until: Option<Instant>,
+}
+
+#[derive(Debug)]
+struct TopicQueues {
+    name: Arc<str>,
+    partitions: Vec<PartitionQueue>,
+    sticky: Option<u32>,
+}
+
+/// Where `append` put a record.
+#[derive(Debug)]
+pub(crate) struct Appended {
+    pub completion: Arc<BatchCompletion>,
+    pub index: u32,
+    /// A new batch was started (the sender must arm its linger timer).
+    pub new_batch: bool,
+    /// A batch became ready to send.
+    pub batch_closed: bool,
+}
+
+/// The outcome of one `drain`.
+#[derive(Debug, Default)]
+pub(crate) struct Drained {
+    /// Requests to send: broker id and batches (partitions in the batches are muted).
+    pub requests: Vec<(i32, Vec<ClosedBatch>)>,
+    /// Batches past the delivery timeout, to fail.
+    pub expired: Vec<ClosedBatch>,
+    /// Some ready partition has no known leader: refresh metadata.
+    pub leader_unknown: bool,
+    /// When the next batch becomes ready by linger or backoff.
+    pub next_wake: Option<Instant>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Accumulator {
+    batch_size: usize,
+    compression: Compression,
+    linger: Duration,
+    delivery_timeout: Duration,
+    topics: HashMap<String, TopicQueues>,
+    next_batch_id: u64,
+    incomplete: BTreeSet<u64>,
+    /// While above zero, every open batch is ready regardless of linger.
+    pub flushing: usize,
+}
+
+fn earliest(a: Option<Instant>, b: Instant) -> Option<Instant> {
+    Some(a.map_or(b, |a| a.min(b)))
+}
+
+impl Accumulator {
+    pub fn new(
+        batch_size: usize,
+        compression: Compression,
+        linger: Duration,
+        delivery_timeout: Duration,
+    ) -> Accumulator {
+        Accumulator {
+            batch_size,
+            compression,
+            linger,
+            delivery_timeout,
+            topics: HashMap::new(),
+            next_batch_id: 0,
+            incomplete: BTreeSet::new(),
+            flushing: 0,
+        }
+    }
+
+    fn queue(&mut self, topic: &str, partition: u32) -> (&Arc<str>, &mut PartitionQueue) {
+        if !self.topics.contains_key(topic) {
+            self.topics.insert(
+                topic.to_string(),
+                TopicQueues {
+                    name: Arc::from(topic),
+                    partitions: Vec::new(),
+                    sticky: None,
+                },
+            );
+        }
+        let t = self.topics.get_mut(topic).expect("inserted above");
+        let p = partition as usize;
+        if t.partitions.len() <= p {
+            t.partitions.resize_with(p + 1, PartitionQueue::default);
+        }
+        (&t.name, &mut t.partitions[p])
+    }
+
+    /// The sticky partition of a topic for keyless records, choosing one with
+    /// `choose` when there is none.
+    pub fn sticky_partition(&mut self, topic: &str, choose: impl FnOnce() -> u32) -> u32 {
+        match self.topics.get(topic).and_then(|t| t.sticky) {
+            Some(p) => p,
+            None => {
+                let p = choose();
+                self.queue(topic, p);
+                self.topics.get_mut(topic).expect("queued").sticky = Some(p);
+                p
+            }
+        }
+    }
+
+    fn close(&mut self, topic: &str, partition: u32) {
+        let Some(t) = self.topics.get_mut(topic) else {
+            return;
+        };
+        if t.sticky == Some(partition) {
+            t.sticky = None;
+        }
+        let name = t.name.clone();
+        let q = &mut t.partitions[partition as usize];
+        if let Some(open) = q.open.take() {
+            q.ready.push_back(ClosedBatch {
+                id: open.id,
+                topic: name,
+                partition,
+                bytes: open.builder.build(),
+                record_count: open.count,
+                reserved: open.reserved,
+                completion: open.completion,
+                created: open.created,
+                attempts: 0,
+            });
+        }
+    }
+
+    /// Appends a record to the partition's open batch, closing it first if the
+    /// record would take it past `batch_size`.
+    pub fn append(
+        &mut self,
+        topic: &str,
+        partition: u32,
+        record: &Record,
+        reserved: usize,
+        now: Instant,
+    ) -> Appended {
+        let size = record_size(record);
+        let batch_size = self.batch_size;
+        let mut batch_closed = false;
+        let full = {
+            let (_, q) = self.queue(topic, partition);
+            q.open.as_ref().is_some_and(|o| {
+                !o.builder.is_empty() && o.builder.estimated_size() + size > batch_size
+            })
+        };
+        if full {
+            self.close(topic, partition);
+            batch_closed = true;
+        }
+        let mut new_batch = false;
+        let compression = self.compression;
+        let id = self.next_batch_id;
+        let (name, q) = self.queue(topic, partition);
+        let name = name.clone();
+        let open = q.open.get_or_insert_with(|| {
+            new_batch = true;
+            OpenBatch {
+                id,
+                builder: BatchBuilder::new(compression),
+                created: now,
+                reserved: 0,
+                count: 0,
+                completion: BatchCompletion::new(name, partition),
+            }
+        });
+        open.builder.push(record);
+        open.reserved += reserved;
+        let index = open.count;
+        open.count += 1;
+        let completion = open.completion.clone();
+        let over = open.builder.estimated_size() >= batch_size;
+        if new_batch {
+            self.next_batch_id += 1;
+            self.incomplete.insert(id);
+        }
+        if over {
+            self.close(topic, partition);
+            batch_closed = true;
+        }
+        Appended {
+            completion,
+            index,
+            new_batch,
+            batch_closed,
+        }
+    }
+
+    /// Takes ready batches into requests. `budget(broker)` says how many more
+    /// requests that broker may have in flight; `leader` maps a partition to its
+    /// leader.
+    pub fn drain(
+        &mut self,
+        now: Instant,
+        max_request_bytes: usize,
+        mut leader: impl FnMut(&str, u32) -> Option<i32>,
+        mut budget: impl FnMut(i32) -> usize,
+    ) -> Drained {
+        let mut out = Drained::default();
+        // Per broker: requests being filled, and bytes of the last one.
+        let mut building: HashMap<i32, (Vec<Vec<ClosedBatch>>, usize, usize)> = HashMap::new();
+        let flush_all = self.flushing > 0;
+        let mut to_close = Vec::new();
+        for (tname, t) in &mut self.topics {
+            for (p, q) in t.partitions.iter_mut().enumerate() {
+                if q.in_flight {
+                    continue;
+                }
+                // Expire what waited too long.
+                while q
+                    .ready
+                    .front()
+                    .is_some_and(|b| now.duration_since(b.created) >= self.delivery_timeout)
+                {
+                    out.expired.extend(q.ready.pop_front());
+                }
+                if let Some(open) = &q.open {
+                    if flush_all || now.duration_since(open.created) >= self.linger {
+                        to_close.push((tname.clone(), p as u32));
+                    } else {
+                        out.next_wake = earliest(out.next_wake, open.created + self.linger);
+                    }
+                }
+            }
+        }
+        for (topic, p) in to_close {
+            self.close(&topic, p);
+        }
+        for t in self.topics.values_mut() {
+            for (p, q) in t.partitions.iter_mut().enumerate() {
+                if q.in_flight || q.ready.is_empty() {
+                    continue;
+                }
+                if let Some(until) = q.backoff_until {
+                    if until > now {
+                        out.next_wake = earliest(out.next_wake, until);
+                        continue;
+                    }
+                    q.backoff_until = None;
+                }
+                let Some(broker) = leader(&t.name, p as u32) else {
+                    out.leader_unknown = true;
+                    continue;
+                };
+                let (reqs, last_bytes, allowed) = building
+                    .entry(broker)
+                    .or_insert_with(|| (Vec::new(), 0, budget(broker)));
+                if reqs.is_empty() || *last_bytes + q.ready[0].bytes.len() > max_request_bytes {
+                    if reqs.len() >= *allowed {
+                        continue;
+                    }
+                    reqs.push(Vec::new());
+                    *last_bytes = 0;
+                }
+                let req = reqs.last_mut().expect("pushed above");
+                while let Some(b) = q.ready.front() {
+                    if !req.is_empty() && *last_bytes + b.bytes.len() > max_request_bytes {
+                        break;
+                    }
+                    *last_bytes += b.bytes.len();
+                    req.push(q.ready.pop_front().expect("front exists"));
+                }
+                q.in_flight = true;
+            }
+        }
+        for (broker, (reqs, _, _)) in building {
+            for req in reqs {
+                if !req.is_empty() {
+                    out.requests.push((broker, req));
+                }
+            }
+        }
+        out
+    }
+
+    /// The request carrying a partition's batches finished: unmute it, and put
+    /// `retry` (in their original order) back at the front of its queue, to be
+    /// sent no earlier than `backoff_until`.
+    pub fn finish_in_flight(
+        &mut self,
+        topic: &str,
+        partition: u32,
+        retry: Vec<ClosedBatch>,
+        backoff_until: Option<Instant>,
+    ) {
+        let (_, q) = self.queue(topic, partition);
+        q.in_flight = false;
+        if !retry.is_empty() {
+            q.backoff_until = backoff_until;
+        }
+        for b in retry.into_iter().rev() {
+            q.ready.push_front(b);
+        }
+    }
+
+    /// A batch is done (acknowledged or failed for good).
+    pub fn batch_done(&mut self, id: u64) {
+        self.incomplete.remove(&id);
+    }
+
+    /// The id of the newest batch so far (flush waits for it and all before it).
+    pub fn flush_target(&self) -> Option<u64> {
+        self.next_batch_id.checked_sub(1)
+    }
+
+    /// Whether every batch up to and including `target` is done.
+    pub fn done_through(&self, target: u64) -> bool {
+        self.incomplete.first().is_none_or(|first| *first > target)
+    }
+
+    /// Whether nothing is waiting or in flight.
+    pub fn is_empty(&self) -> bool {
+        self.incomplete.is_empty()
+    }
+
+    /// Closes and takes every batch still held (open or queued).
+    #[cfg(test)]
+    pub fn take_all(&mut self) -> Vec<ClosedBatch> {
+        let keys: Vec<(String, u32)> = self
+            .topics
+            .iter()
+            .flat_map(|(n, t)| (0..t.partitions.len() as u32).map(move |p| (n.clone(), p)))
+            .collect();
+        for (t, p) in &keys {
+            self.close(t, *p);
+        }
+        let mut out = Vec::new();
+        for t in self.topics.values_mut() {
+            for q in &mut t.partitions {
+                out.extend(q.ready.drain(..));
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rill_proto::BatchView;
+
+    fn rec(v: &str) -> Record {
+        Record::from_value(v.to_string(), 1)
+    }
+
+    fn acc(batch_size: usize) -> Accumulator {
+        Accumulator::new(
+            batch_size,
+            Compression::None,
+            Duration::from_millis(5),
+            Duration::from_secs(60),
+        )
+    }
+
+    #[test]
+    fn full_batch_closes_and_linger_closes_the_rest() {
+        let mut a = acc(200);
+        let t0 = Instant::now();
+        let mut closed = 0;
+        for i in 0..10 {
+            let r = a.append("t", 0, &rec(&format!("value-{i:040}")), 10, t0);
+            // A new batch starts its record indexes at zero.
+            assert_eq!(r.new_batch, r.index == 0, "record {i}");
+            closed += r.batch_closed as usize;
+        }
+        assert!(closed >= 2, "10 records of ~60 bytes in 200-byte batches");
+        // Before linger: only the closed batches are drained.
+        let d = a.drain(t0, 1 << 20, |_, _| Some(1), |_| 5);
+        assert_eq!(d.requests.len(), 1);
+        let sent: usize = d.requests[0].1.len();
+        assert_eq!(sent, closed);
+        assert!(d.next_wake.is_some());
+        // The partition is muted while in flight, even after linger.
+        let d2 = a.drain(t0 + Duration::from_secs(1), 1 << 20, |_, _| Some(1), |_| 5);
+        assert!(d2.requests.is_empty());
+        let (batches, _) = (d.requests.into_iter().next().unwrap().1, ());
+        let mut records = 0;
+        for b in &batches {
+            let v = BatchView::new(&b.bytes).unwrap();
+            records += v.records().unwrap().len();
+            a.batch_done(b.id);
+        }
+        a.finish_in_flight("t", 0, Vec::new(), None);
+        let d3 = a.drain(t0 + Duration::from_secs(1), 1 << 20, |_, _| Some(1), |_| 5);
+        assert_eq!(d3.requests.len(), 1);
+        for b in &d3.requests[0].1 {
+            records += BatchView::new(&b.bytes).unwrap().records().unwrap().len();
+            a.batch_done(b.id);
+        }
+        assert_eq!(records, 10);
+        assert!(a.is_empty());
+    }
+
+    #[test]
+    fn requests_respect_size_and_budget() {
+        let mut a = acc(100);
+        let t0 = Instant::now();
+        for p in 0..6 {
+            for i in 0..3 {
+                a.append("t", p, &rec(&format!("{i:080}")), 1, t0);
+            }
+        }
+        // Each batch holds one ~100-byte record; requests at most 450 bytes.
+        let d = a.drain(
+            t0 + Duration::from_secs(1),
+            450,
+            |_, p| Some((p % 2) as i32),
+            |_| 2,
+        );
+        assert!(d.requests.len() <= 4);
+        for (_, req) in &d.requests {
+            let total: usize = req.iter().map(|b| b.bytes.len()).sum();
+            assert!(total <= 450 || req.len() == 1, "request of {total} bytes");
+        }
+        // Partitions that did not fit stay queued, untouched.
+        let queued: usize = a
+            .topics
+            .values()
+            .flat_map(|t| &t.partitions)
+            .map(|q| q.ready.len())
+            .sum();
+        let sent: usize = d.requests.iter().map(|(_, r)| r.len()).sum();
+        assert_eq!(queued + sent, 18);
+    }
+
+    #[test]
+    fn retried_batches_go_back_in_order_after_backoff() {
+        let mut a = acc(70);
+        let t0 = Instant::now();
+        for i in 0..3 {
+            a.append("t", 0, &rec(&format!("{i:050}")), 1, t0);
+        }
+        let mut d = a.drain(t0 + Duration::from_secs(1), 1 << 20, |_, _| Some(1), |_| 1);
+        let batches = d.requests.pop().unwrap().1;
+        let ids: Vec<u64> = batches.iter().map(|b| b.id).collect();
+        let until = t0 + Duration::from_secs(2);
+        a.finish_in_flight("t", 0, batches, Some(until));
+        let d = a.drain(t0 + Duration::from_secs(1), 1 << 20, |_, _| Some(1), |_| 1);
+        assert!(d.requests.is_empty());
+        assert_eq!(d.next_wake, Some(until));
+        let mut d = a.drain(until, 1 << 20, |_, _| Some(1), |_| 1);
+        let again: Vec<u64> = d.requests.pop().unwrap().1.iter().map(|b| b.id).collect();
+        assert_eq!(again, ids);
+    }
+
+    #[test]
+    fn sticky_partition_moves_on_when_its_batch_closes() {
+        let mut a = acc(100);
+        let t0 = Instant::now();
+        let mut next = 0u32;
+        let p1 = a.sticky_partition("t", || {
+            next += 1;
+            next
+        });
+        assert_eq!(p1, a.sticky_partition("t", || 99));
+        let r = a.append("t", p1, &rec(&"x".repeat(200)), 1, t0);
+        assert!(r.batch_closed);
+        assert_eq!(a.sticky_partition("t", || 7), 7);
+    }
+
+    #[test]
+    fn flush_target_tracks_incomplete_batches() {
+        let mut a = acc(1000);
+        let t0 = Instant::now();
+        a.append("t", 0, &rec("a"), 1, t0);
+        a.append("t", 1, &rec("b"), 1, t0);
+        let target = a.flush_target().unwrap();
+        assert!(!a.done_through(target));
+        a.flushing += 1;
+        let d = a.drain(t0, 1 << 20, |_, _| None, |_| 1);
+        assert!(d.leader_unknown, "flush closes batches even before linger");
+        let rest = a.take_all();
+        assert_eq!(rest.len(), 2);
+        for b in rest {
+            a.batch_done(b.id);
+        }
+        assert!(a.done_through(target));
+    }
+}

@@ -1,0 +1,334 @@
+//! The [`Producer`]: batches records per partition and sends them to the
+//! partition leaders from a background sender task.
+//!
+//! Flow: `send` picks the partition (explicit, key hash, or sticky), waits for
+//! buffer memory (the back-pressure bound, `buffer_memory` bytes of records not yet
+//! acknowledged), and appends the record to the partition's open batch in the
+//! [`accumulator`]. The sender task drains ready batches, groups them by leader
+//! broker into produce requests of at most `max_request_bytes`, and sends up to
+//! `max_in_flight_per_broker` requests concurrently to each broker, each on its own
+//! QUIC stream. Responses complete the batches' delivery futures; retriable
+//! errors put the batches back (refreshing metadata on leadership errors) until
+//! `retries` or `delivery_timeout` runs out.
+//!
+//! Ordering: records sent to one partition are appended in `send` order. A
+//! partition has at most one request in flight (it may carry many batches), so
+//! a retry never lets a later batch overtake an earlier one.
+//!
+//! Shutdown: `close` flushes and stops the sender. Dropping every handle without
+//! `close` lets the sender finish what was sent, then stop.
+
+pub(crate) mod accumulator;
+mod delivery;
+mod sender;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use rill_proto::types::{TimestampMs, now_ms};
+use rill_proto::{Header, Record};
+use tokio::sync::{Notify, Semaphore};
+
+use crate::client::Client;
+use crate::config::ProducerConfig;
+use crate::error::ClientError;
+use crate::partitioner::partition_for_key;
+use accumulator::{Accumulator, record_size};
+
+pub use delivery::{DeliveryFuture, RecordMetadata};
+
+/// A record to send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProducerRecord {
+    pub topic: String,
+    /// `None`: by key hash, or sticky for keyless records.
+    pub partition: Option<u32>,
+    pub key: Option<Bytes>,
+    /// `None` is a tombstone (deletes the key in a compacted topic).
+    pub value: Option<Bytes>,
+    pub headers: Vec<Header>,
+    /// `None`: the time of `send`.
+    pub timestamp_ms: Option<TimestampMs>,
+}
+
+impl ProducerRecord {
+    /// A keyless record with a value.
+    pub fn new(topic: impl Into<String>, value: impl Into<Bytes>) -> ProducerRecord {
+        ProducerRecord {
+            topic: topic.into(),
+            partition: None,
+            key: None,
+            value: Some(value.into()),
+            headers: Vec::new(),
+            timestamp_ms: None,
+        }
+    }
+
+    /// A tombstone for `key`.
+    pub fn tombstone(topic: impl Into<String>, key: impl Into<Bytes>) -> ProducerRecord {
+        ProducerRecord {
+            topic: topic.into(),
+            partition: None,
+            key: Some(key.into()),
+            value: None,
+            headers: Vec::new(),
+            timestamp_ms: None,
+        }
+    }
+
+    pub fn key(mut self, key: impl Into<Bytes>) -> ProducerRecord {
+        self.key = Some(key.into());
+        self
+    }
+
+    pub fn partition(mut self, partition: u32) -> ProducerRecord {
+        self.partition = Some(partition);
+        self
+    }
+
+    pub fn header(mut self, key: impl Into<String>, value: impl Into<Bytes>) -> ProducerRecord {
+        self.headers.push(Header {
+            key: key.into(),
+            value: value.into(),
+        });
+        self
+    }
+
+    pub fn timestamp(mut self, timestamp_ms: TimestampMs) -> ProducerRecord {
+        self.timestamp_ms = Some(timestamp_ms);
+        self
+    }
+}
+
+/// State shared by the producer handles, the sender task and request tasks.
+#[derive(Debug)]
+pub(crate) struct ProducerShared {
+    pub client: Client,
+    pub config: ProducerConfig,
+    pub acc: Mutex<Accumulator>,
+    /// Buffer memory, one permit per byte of records not yet acknowledged.
+    pub buffer: Semaphore,
+    /// Wakes the sender task (new batch, batch ready, request done, flush, close).
+    pub wake: Notify,
+    /// Wakes flush waiters when batches complete.
+    pub progress: Notify,
+    /// No more sends; the sender stops once everything is done.
+    pub closing: AtomicBool,
+    /// Per broker: permits for requests in flight.
+    pub in_flight: Mutex<HashMap<i32, Arc<Semaphore>>>,
+    /// The effective bound on the payload of one request.
+    pub request_payload_max: usize,
+}
+
+impl ProducerShared {
+    pub fn broker_permits(&self, broker: i32) -> Arc<Semaphore> {
+        self.in_flight
+            .lock()
+            .entry(broker)
+            .or_insert_with(|| Arc::new(Semaphore::new(self.config.max_in_flight_per_broker)))
+            .clone()
+    }
+}
+
+/// Stops the sender when the last handle goes away.
+#[derive(Debug)]
+struct HandleGuard {
+    shared: Arc<ProducerShared>,
+}
+
+impl Drop for HandleGuard {
+    fn drop(&mut self) {
+        self.shared.closing.store(true, Ordering::SeqCst);
+        self.shared.wake.notify_one();
+    }
+}
+
+/// Ends a flush's "send everything now" mode, also when the flush is cancelled.
+struct FlushingGuard<'a>(&'a ProducerShared);
+
+impl Drop for FlushingGuard<'_> {
+    fn drop(&mut self) {
+        self.0.acc.lock().flushing -= 1;
+    }
+}
+
+/// Sends records. Cheap to clone; clones share batches and the sender task.
+#[derive(Debug, Clone)]
+pub struct Producer {
+    shared: Arc<ProducerShared>,
+    _guard: Arc<HandleGuard>,
+    sender: Arc<Mutex<Option<tokio::task::JoinHandle<()>>>>,
+}
+
+impl Producer {
+    pub(crate) fn new(client: Client, config: ProducerConfig) -> Result<Producer, ClientError> {
+        config.validate()?;
+        let limit = config
+            .max_request_bytes
+            .min(client.max_request_bytes() as usize);
+        // Leave room for the request's message (the partition list) beside the batches.
+        let request_payload_max = limit - limit / 16;
+        let shared = Arc::new(ProducerShared {
+            acc: Mutex::new(Accumulator::new(
+                config.batch_size.min(request_payload_max),
+                config.compression,
+                config.linger,
+                config.delivery_timeout,
+            )),
+            buffer: Semaphore::new(config.buffer_memory),
+            wake: Notify::new(),
+            progress: Notify::new(),
+            closing: AtomicBool::new(false),
+            in_flight: Mutex::new(HashMap::new()),
+            request_payload_max,
+            client,
+            config,
+        });
+        let sender = tokio::spawn(sender::run(shared.clone()));
+        Ok(Producer {
+            _guard: Arc::new(HandleGuard {
+                shared: shared.clone(),
+            }),
+            shared,
+            sender: Arc::new(Mutex::new(Some(sender))),
+        })
+    }
+
+    /// The producer's settings.
+    pub fn config(&self) -> &ProducerConfig {
+        &self.shared.config
+    }
+
+    /// Queues a record for sending; waits while the buffer memory is full.
+    ///
+    /// Returns a future that resolves once the broker acknowledged the record (per
+    /// `acks`) or it failed. Errors here mean the record was not queued: unknown
+    /// topic or partition, record too large, producer closed, or no buffer space
+    /// within `delivery_timeout`.
+    pub async fn send(&self, record: ProducerRecord) -> Result<DeliveryFuture, ClientError> {
+        let shared = &self.shared;
+        if shared.closing.load(Ordering::Relaxed) {
+            return Err(ClientError::Closed);
+        }
+        let topic = shared.client.topic(&record.topic).await?;
+        let count = topic.partitions.len() as u32;
+        if count == 0 {
+            return Err(ClientError::UnknownTopic(record.topic));
+        }
+        let explicit = match (record.partition, &record.key) {
+            (Some(p), _) if p >= count => {
+                return Err(ClientError::Config(format!(
+                    "partition {p} of topic {} does not exist: it has {count} partitions (0..={})",
+                    record.topic,
+                    count - 1
+                )));
+            }
+            (Some(p), _) => Some(p),
+            (None, Some(key)) => Some(partition_for_key(key, count)),
+            (None, None) => None,
+        };
+        let timestamp_ms = record.timestamp_ms.unwrap_or_else(now_ms);
+        let rec = Record {
+            key: record.key,
+            value: record.value,
+            headers: record.headers,
+            timestamp_ms,
+        };
+        let size = record_size(&rec);
+        let (limit, max) = if shared.config.buffer_memory < shared.request_payload_max {
+            ("buffer_memory", shared.config.buffer_memory)
+        } else {
+            ("max_request_bytes", shared.request_payload_max)
+        };
+        if size + rill_proto::batch::BATCH_HEADER_LEN > max {
+            return Err(ClientError::RecordTooLarge {
+                topic: record.topic,
+                size,
+                limit,
+                max,
+            });
+        }
+        match tokio::time::timeout(
+            shared.config.delivery_timeout,
+            shared.buffer.acquire_many(size as u32),
+        )
+        .await
+        {
+            Ok(Ok(permit)) => permit.forget(),
+            Ok(Err(_)) => return Err(ClientError::Closed),
+            Err(_) => {
+                return Err(ClientError::Timeout {
+                    what: format!(
+                        "waiting for producer buffer space for a record to {} (buffer_memory {} bytes is full: is the broker slow or unreachable?)",
+                        record.topic, shared.config.buffer_memory
+                    ),
+                });
+            }
+        }
+        let appended = {
+            let mut acc = shared.acc.lock();
+            let partition = match explicit {
+                Some(p) => p,
+                None => acc.sticky_partition(&record.topic, || rand::random_range(0..count)),
+            };
+            acc.append(&record.topic, partition, &rec, size, Instant::now())
+        };
+        if appended.new_batch || appended.batch_closed {
+            shared.wake.notify_one();
+        }
+        Ok(DeliveryFuture::new(
+            appended.completion,
+            appended.index,
+            timestamp_ms,
+            shared.config.acks,
+        ))
+    }
+
+    /// Sends a record and waits for its acknowledgement.
+    pub async fn send_and_wait(
+        &self,
+        record: ProducerRecord,
+    ) -> Result<RecordMetadata, ClientError> {
+        let delivery = self.send(record).await?;
+        self.shared.wake.notify_one();
+        delivery.await
+    }
+
+    /// Sends everything queued so far without waiting for linger, and waits until
+    /// all of it is acknowledged or failed.
+    pub async fn flush(&self) -> Result<(), ClientError> {
+        let shared = &self.shared;
+        let Some(target) = shared.acc.lock().flush_target() else {
+            return Ok(());
+        };
+        shared.acc.lock().flushing += 1;
+        let _flushing = FlushingGuard(shared);
+        shared.wake.notify_one();
+        loop {
+            let notified = shared.progress.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if shared.acc.lock().done_through(target) {
+                break;
+            }
+            notified.await;
+        }
+        Ok(())
+    }
+
+    /// Flushes, then stops the sender task. Later sends fail with `Closed`.
+    pub async fn close(&self) -> Result<(), ClientError> {
+        self.flush().await?;
+        self.shared.closing.store(true, Ordering::SeqCst);
+        self.shared.wake.notify_one();
+        let handle = self.sender.lock().take();
+        if let Some(handle) = handle {
+            let _ = handle.await;
+        }
+        Ok(())
+    }
+}

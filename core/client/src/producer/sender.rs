@@ -1,0 +1,349 @@
+//! The producer's sender: a background task that drains ready batches into
+//! produce requests, and one short task per request in flight.
+//!
+//! Bounds: requests in flight per broker (`max_in_flight_per_broker`, a semaphore
+//! per broker), bytes per request (`request_payload_max`), attempts per batch
+//! (`retries`) and time per record (`delivery_timeout`).
+//!
+//! A request's outcome is judged per partition: success completes the
+//! partition's batches (offsets `base`, `base + count(b0)`, ...); a retriable error
+//! puts them back at the front of the partition's queue after `retry_backoff`
+//! (refreshing metadata first when leadership moved); any other error fails only
+//! that partition's records, with a message naming the topic-partition.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use rill_proto::Offset;
+use rill_proto::wire::{
+    Acks, ApiRequest, ProducePartition, ProducePartitionResponse, ProduceRequest,
+};
+use tokio::sync::OwnedSemaphorePermit;
+
+use super::ProducerShared;
+use super::accumulator::ClosedBatch;
+use super::delivery::BatchAck;
+use crate::error::{ClientError, needs_metadata_refresh};
+
+/// The sender loop; returns once the producer is closing and nothing is left.
+pub(crate) async fn run(shared: Arc<ProducerShared>) {
+    let mut last_refresh: Option<Instant> = None;
+    loop {
+        let now = Instant::now();
+        let closing = shared.closing.load(Ordering::SeqCst);
+        let drained = {
+            let mut acc = shared.acc.lock();
+            if closing {
+                // Everything still queued goes out now.
+                acc.flushing += 1;
+            }
+            let d = acc.drain(
+                now,
+                shared.request_payload_max,
+                |t, p| shared.client.leader(t, p),
+                |b| shared.broker_permits(b).available_permits(),
+            );
+            if closing {
+                acc.flushing -= 1;
+            }
+            d
+        };
+        for batch in drained.expired {
+            let what = format!(
+                "delivery of {} records to {}-{} (delivery_timeout {:?})",
+                batch.record_count, batch.topic, batch.partition, shared.config.delivery_timeout
+            );
+            fail(&shared, batch, Arc::new(ClientError::Timeout { what }));
+        }
+        let mut next_wake = drained.next_wake;
+        if drained.leader_unknown {
+            // Refresh at most once per backoff; never hold up sending elsewhere.
+            let due = last_refresh.is_none_or(|t| t.elapsed() >= shared.config.retry_backoff);
+            if due {
+                last_refresh = Some(now);
+                let client = shared.client.clone();
+                let wake_shared = shared.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = client.refresh_metadata(now).await {
+                        tracing::debug!(error = %e, "metadata refresh for the producer failed");
+                    }
+                    wake_shared.wake.notify_one();
+                });
+            }
+            let at = now + shared.config.retry_backoff;
+            next_wake = Some(next_wake.map_or(at, |w| w.min(at)));
+        }
+        for (broker, batches) in drained.requests {
+            match shared.broker_permits(broker).try_acquire_owned() {
+                Ok(permit) => {
+                    tokio::spawn(send_request(shared.clone(), broker, batches, permit));
+                }
+                Err(_) => requeue_all(&shared, batches, None),
+            }
+        }
+        if closing && shared.acc.lock().is_empty() {
+            return;
+        }
+        match next_wake {
+            Some(at) => {
+                tokio::select! {
+                    _ = shared.wake.notified() => {}
+                    _ = tokio::time::sleep_until(at.into()) => {}
+                }
+            }
+            None => shared.wake.notified().await,
+        }
+    }
+}
+
+/// Puts every batch back (in order, per partition) and unmutes their partitions.
+fn requeue_all(shared: &ProducerShared, batches: Vec<ClosedBatch>, backoff_until: Option<Instant>) {
+    let mut acc = shared.acc.lock();
+    for group in group_by_partition(batches) {
+        let (topic, partition) = (group[0].topic.clone(), group[0].partition);
+        acc.finish_in_flight(&topic, partition, group, backoff_until);
+    }
+    drop(acc);
+    shared.wake.notify_one();
+}
+
+/// Splits batches into runs of one partition (drain keeps a partition's batches
+/// together and in order).
+fn group_by_partition(batches: Vec<ClosedBatch>) -> Vec<Vec<ClosedBatch>> {
+    let mut groups: Vec<Vec<ClosedBatch>> = Vec::new();
+    for b in batches {
+        match groups.last_mut() {
+            Some(g) if g[0].topic == b.topic && g[0].partition == b.partition => g.push(b),
+            _ => groups.push(vec![b]),
+        }
+    }
+    groups
+}
+
+fn complete(shared: &ProducerShared, batch: ClosedBatch, ack: BatchAck) {
+    batch.completion.complete(Ok(ack));
+    release(shared, &batch);
+}
+
+fn fail(shared: &ProducerShared, batch: ClosedBatch, error: Arc<ClientError>) {
+    batch.completion.complete(Err(error));
+    release(shared, &batch);
+}
+
+fn release(shared: &ProducerShared, batch: &ClosedBatch) {
+    shared.buffer.add_permits(batch.reserved);
+    shared.acc.lock().batch_done(batch.id);
+    shared.progress.notify_waiters();
+}
+
+/// What became of one partition's batches in a request.
+enum Outcome {
+    Acked {
+        base_offset: Offset,
+        log_append_time_ms: Option<i64>,
+    },
+    Failed(ClientError),
+}
+
+async fn send_request(
+    shared: Arc<ProducerShared>,
+    broker: i32,
+    batches: Vec<ClosedBatch>,
+    permit: OwnedSemaphorePermit,
+) {
+    let started = Instant::now();
+    let groups = group_by_partition(batches);
+    let mut partitions = Vec::with_capacity(groups.len());
+    let mut payload: Vec<Bytes> = Vec::with_capacity(groups.iter().map(Vec::len).sum());
+    for g in &groups {
+        let bytes_len: usize = g.iter().map(|b| b.bytes.len()).sum();
+        partitions.push(ProducePartition {
+            topic: g[0].topic.to_string(),
+            partition: g[0].partition,
+            bytes_len: bytes_len as u32,
+        });
+        payload.extend(g.iter().map(|b| b.bytes.clone()));
+    }
+    let timeout_ms = shared
+        .client
+        .config()
+        .request_timeout
+        .as_millis()
+        .min(u32::MAX as u128) as u32;
+    let req = ProduceRequest {
+        acks: shared.config.acks,
+        timeout_ms,
+        partitions,
+    };
+
+    let outcomes: Vec<Outcome> = if shared.config.acks == Acks::None {
+        match send_without_ack(&shared, broker, &req, &payload).await {
+            Ok(()) => groups
+                .iter()
+                .map(|_| Outcome::Acked {
+                    base_offset: Offset(-1),
+                    log_append_time_ms: None,
+                })
+                .collect(),
+            Err(e) => {
+                let e = e.into_shared();
+                groups
+                    .iter()
+                    .map(|_| Outcome::Failed(ClientError::Shared(e.clone())))
+                    .collect()
+            }
+        }
+    } else {
+        match shared.client.call(Some(broker), &req, &payload).await {
+            Ok((resp, _)) => groups
+                .iter()
+                .map(|g| {
+                    let found = resp
+                        .partitions
+                        .iter()
+                        .find(|r| *r.topic == *g[0].topic && r.partition == g[0].partition);
+                    judge(found, &g[0].topic, g[0].partition)
+                })
+                .collect(),
+            Err(e) => {
+                let e = e.into_shared();
+                groups
+                    .iter()
+                    .map(|_| Outcome::Failed(ClientError::Shared(e.clone())))
+                    .collect()
+            }
+        }
+    };
+    drop(permit);
+
+    let mut refresh = false;
+    let mut settled = Vec::with_capacity(groups.len());
+    for (group, outcome) in groups.into_iter().zip(outcomes) {
+        let (topic, partition) = (group[0].topic.clone(), group[0].partition);
+        match outcome {
+            Outcome::Acked {
+                base_offset,
+                log_append_time_ms,
+            } => {
+                let mut base = base_offset;
+                for b in group {
+                    let next = if base.0 >= 0 {
+                        base.plus(b.record_count as i64)
+                    } else {
+                        base
+                    };
+                    complete(
+                        &shared,
+                        b,
+                        BatchAck {
+                            base_offset: base,
+                            log_append_time_ms,
+                        },
+                    );
+                    base = next;
+                }
+                settled.push((topic, partition, Vec::new()));
+            }
+            Outcome::Failed(error) => {
+                let now = Instant::now();
+                let deadline_ok = group.iter().all(|b| {
+                    now + shared.config.retry_backoff < b.created + shared.config.delivery_timeout
+                });
+                let attempts_ok = group.iter().all(|b| b.attempts < shared.config.retries);
+                if error.is_retriable() && deadline_ok && attempts_ok {
+                    tracing::debug!(%topic, partition, %error, "produce will be retried");
+                    if error.code().is_some_and(needs_metadata_refresh)
+                        || matches!(error, ClientError::Shared(ref e) if matches!(**e, ClientError::Net(_)))
+                    {
+                        refresh = true;
+                    }
+                    let retry = group
+                        .into_iter()
+                        .map(|mut b| {
+                            b.attempts += 1;
+                            b
+                        })
+                        .collect();
+                    settled.push((topic, partition, retry));
+                } else {
+                    let error = Arc::new(ClientError::Failed {
+                        context: format!("produce to {topic}-{partition} failed"),
+                        source: error.into_shared(),
+                    });
+                    for b in group {
+                        fail(&shared, b, error.clone());
+                    }
+                    settled.push((topic, partition, Vec::new()));
+                }
+            }
+        }
+    }
+    if refresh && let Err(e) = shared.client.refresh_metadata(started).await {
+        tracing::debug!(error = %e, "metadata refresh after a produce error failed");
+    }
+    let backoff_until = Instant::now() + shared.config.retry_backoff;
+    {
+        let mut acc = shared.acc.lock();
+        for (topic, partition, retry) in settled {
+            acc.finish_in_flight(&topic, partition, retry, Some(backoff_until));
+        }
+    }
+    shared.wake.notify_one();
+}
+
+fn judge(found: Option<&ProducePartitionResponse>, topic: &str, partition: u32) -> Outcome {
+    match found {
+        None => Outcome::Failed(ClientError::Config(format!(
+            "the broker's produce response does not mention {topic}-{partition}: is the broker a compatible version?"
+        ))),
+        Some(r) => match &r.error {
+            None => Outcome::Acked {
+                base_offset: r.base_offset,
+                log_append_time_ms: r.log_append_time_ms,
+            },
+            Some(e) => Outcome::Failed(ClientError::Broker {
+                context: format!("produce to {topic}-{partition}"),
+                error: e.clone(),
+            }),
+        },
+    }
+}
+
+/// acks=0: write the request and finish the stream; the broker sends nothing back.
+async fn send_without_ack(
+    shared: &ProducerShared,
+    broker: i32,
+    req: &ProduceRequest,
+    payload: &[Bytes],
+) -> Result<(), ClientError> {
+    let timeout: Duration = shared.client.config().request_timeout;
+    let (id, sock, conn) = shared.client.connection(Some(broker)).await?;
+    let meta = rill_proto::wire::encode_meta(req);
+    let write = async {
+        let (mut send, _recv) = conn.open_bi().await.map_err(rill_net::NetError::from)?;
+        rill_net::write_frame(
+            &mut send,
+            ProduceRequest::KEY as u16,
+            ProduceRequest::VERSION,
+            &meta,
+            payload,
+        )
+        .await?;
+        let _ = send.finish();
+        Ok::<(), ClientError>(())
+    };
+    match tokio::time::timeout(timeout, write).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => {
+            if conn.close_reason().is_some() {
+                shared.client.drop_connection(id, &conn);
+            }
+            Err(e)
+        }
+        Err(_) => Err(ClientError::Timeout {
+            what: format!("sending a produce request to broker {id} at {sock} (after {timeout:?})"),
+        }),
+    }
+}
