@@ -1,1 +1,335 @@
-//! placeholder
+//! rill-broker: the Rill broker daemon as a library — a QUIC server that owns
+//! partition logs on local disk and answers the wire protocol of
+//! `rill_proto::wire` (ApiVersions, Metadata, CreateTopics, DeleteTopics,
+//! DescribeConfigs, AlterConfigs, Produce, Fetch, ListOffsets).
+//!
+//! What it is not (yet): a cluster member. Today one broker leads every
+//! partition: replicas = ISR = [this broker], the high watermark is the log end
+//! offset, acks=all equals acks=1. `Partition` already carries a leader epoch,
+//! replica and ISR lists and a high watermark so replication can fill them in.
+//! Consumer groups and tiering come later. The `rill` binary (rill-cli) wraps it.
+//!
+//! Invariants:
+//! - Topic metadata is durable (`<data_dir>/__meta/topics.toml`, crash-safe
+//!   replace) before a change is visible; partition logs live in
+//!   `<data_dir>/<topic>-<partition>/`.
+//! - A bad request never panics a task or drops a connection; it is answered with
+//!   an error on its own stream.
+//! - Every task belongs to the broker's shutdown scope; `shutdown` stops
+//!   accepting, lets in-flight requests finish (bounded by
+//!   `shutdown_timeout_ms`), then flushes and closes every log.
+//!
+//! Modules: [`config`] (BrokerConfig, TOML), [`error`], [`metadata`] (topics.toml),
+//! [`partition`] (Partition, Topic), [`topics`] (TopicRegistry), [`handlers`]
+//! (one function per api), `server` (QUIC accept / stream loop), [`metrics`].
+
+pub mod config;
+pub mod error;
+pub mod handlers;
+pub mod metadata;
+pub mod metrics;
+pub mod partition;
+mod server;
+mod state;
+pub mod topics;
+
+pub use config::{BrokerConfig, TlsConfig};
+pub use error::BrokerError;
+pub use server::{CLOSE_SHUTDOWN, CLOSE_TOO_MANY_CONNECTIONS, REQUEST_READ_TIMEOUT};
+
+use crate::metadata::{META_DIR, write_atomic};
+use crate::state::BrokerState;
+use crate::topics::TopicRegistry;
+use rill_net::{ServerTls, TransportLimits};
+use rill_proto::types::now_ms;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+use std::time::Duration;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// File (in the metadata directory) holding the cluster id.
+pub const CLUSTER_ID_FILE: &str = "cluster_id";
+/// Longest wait for connections to drain after they are closed at shutdown.
+pub const ENDPOINT_DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The broker. Start one with [`Broker::start`].
+#[derive(Debug)]
+pub struct Broker;
+
+/// A running broker: its address, and the way to stop it.
+#[derive(Debug)]
+pub struct BrokerHandle {
+    local_addr: SocketAddr,
+    state: Arc<BrokerState>,
+    endpoint: quinn::Endpoint,
+    tracker: TaskTracker,
+}
+
+impl Broker {
+    /// Starts a broker: validates the config, creates the data directory,
+    /// recovers every partition's log, binds the QUIC endpoint, and starts the
+    /// background tasks. Must be called inside a Tokio runtime.
+    pub async fn start(config: BrokerConfig) -> Result<BrokerHandle, BrokerError> {
+        config.validate()?;
+        if let Some(addr) = config.metrics {
+            // Before the partitions register their gauges.
+            metrics::install(addr)?;
+        }
+        let load_config = config.clone();
+        let (registry, cluster_id) = tokio::task::spawn_blocking(move || {
+            let registry = TopicRegistry::load(&load_config)?;
+            let cluster_id = load_or_create_cluster_id(&load_config.data_dir)?;
+            Ok::<_, BrokerError>((registry, cluster_id))
+        })
+        .await
+        .map_err(|e| BrokerError::Task(e.to_string()))??;
+        let registry = Arc::new(registry);
+
+        let tls = server_tls(&config);
+        let limits = TransportLimits {
+            max_concurrent_bidi_streams: config.max_streams_per_connection,
+            ..TransportLimits::default()
+        };
+        let endpoint = match rill_net::server_endpoint(config.listen, &tls, &limits) {
+            Ok(endpoint) => endpoint,
+            Err(e) => {
+                let _ = registry.close_all();
+                return Err(match e {
+                    e @ (rill_net::NetError::AddrInUse { .. }
+                    | rill_net::NetError::Socket { .. }) => BrokerError::Bind {
+                        addr: config.listen,
+                        source: e,
+                    },
+                    other => BrokerError::Tls(other),
+                });
+            }
+        };
+        let local_addr = endpoint.local_addr().map_err(|source| BrokerError::Bind {
+            addr: config.listen,
+            source: rill_net::NetError::Socket {
+                action: "read the bound address of",
+                addr: config.listen,
+                source,
+            },
+        })?;
+
+        let permits = config.max_inflight_produce_bytes.min(u32::MAX as usize) as u32;
+        let tls_mode = match &tls {
+            ServerTls::Files {
+                client_ca: Some(_), ..
+            } => "certificate files, client certificates required",
+            ServerTls::Files { .. } => "certificate files",
+            _ => "development CA",
+        };
+        let state = Arc::new(BrokerState {
+            advertised: config.advertised(local_addr),
+            cluster_id,
+            registry,
+            metrics: crate::metrics::BrokerMetrics::register(),
+            shutdown: CancellationToken::new(),
+            produce_budget: Arc::new(Semaphore::new(permits as usize)),
+            produce_budget_permits: permits,
+            connections: AtomicUsize::new(0),
+            config,
+        });
+        let tracker = TaskTracker::new();
+        tracker.spawn(server::accept_loop(
+            state.clone(),
+            endpoint.clone(),
+            tracker.clone(),
+        ));
+        tracker.spawn(maintenance_loop(state.clone(), Maintenance::Tick));
+        tracker.spawn(maintenance_loop(state.clone(), Maintenance::Clean));
+        tracing::info!(
+            id = state.config.id,
+            listen = %local_addr,
+            advertised = %state.advertised,
+            data_dir = %state.config.data_dir.display(),
+            tls = tls_mode,
+            topics = state.registry.all().len(),
+            "broker started"
+        );
+        Ok(BrokerHandle {
+            local_addr,
+            state,
+            endpoint,
+            tracker,
+        })
+    }
+}
+
+impl BrokerHandle {
+    /// The address the QUIC endpoint is bound to (the real port when `listen`
+    /// asked for port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// The address clients are told to use (`advertised_addr`, else `local_addr`).
+    pub fn advertised_addr(&self) -> &str {
+        &self.state.advertised
+    }
+
+    /// This broker's id.
+    pub fn id(&self) -> i32 {
+        self.state.config.id
+    }
+
+    /// The cluster id (persisted in the data directory).
+    pub fn cluster_id(&self) -> &str {
+        &self.state.cluster_id
+    }
+
+    /// The data directory.
+    pub fn data_dir(&self) -> &Path {
+        &self.state.config.data_dir
+    }
+
+    /// Resolves once the broker has begun shutting down.
+    pub async fn wait_closed(&self) {
+        self.state.shutdown.cancelled().await
+    }
+
+    /// Stops the broker: no new connections or requests; in-flight requests
+    /// finish (up to `shutdown_timeout_ms`); connections are closed; every log is
+    /// flushed and closed.
+    pub async fn shutdown(self) -> Result<(), BrokerError> {
+        tracing::info!(id = self.state.config.id, "broker shutting down");
+        self.state.shutdown.cancel();
+        self.endpoint.set_server_config(None);
+        self.tracker.close();
+        let timeout = Duration::from_millis(self.state.config.shutdown_timeout_ms);
+        if tokio::time::timeout(timeout, self.tracker.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                ?timeout,
+                "in-flight requests did not finish within shutdown_timeout_ms; closing anyway"
+            );
+        }
+        self.endpoint.close(CLOSE_SHUTDOWN, b"broker shutting down");
+        let _ = tokio::time::timeout(ENDPOINT_DRAIN_TIMEOUT, self.endpoint.wait_idle()).await;
+        let registry = self.state.registry.clone();
+        let closed = tokio::task::spawn_blocking(move || registry.close_all())
+            .await
+            .map_err(|e| BrokerError::Task(e.to_string()))?;
+        tracing::info!(id = self.state.config.id, "broker stopped");
+        closed
+    }
+}
+
+fn server_tls(config: &BrokerConfig) -> ServerTls {
+    match (&config.tls.cert, &config.tls.key) {
+        (Some(cert), Some(key)) => ServerTls::Files {
+            cert: cert.clone(),
+            key: key.clone(),
+            client_ca: config.tls.ca.clone(),
+        },
+        _ => {
+            let home = config.rill_home.clone().unwrap_or_else(rill_net::rill_home);
+            match &config.advertised_addr {
+                Some(addr) => {
+                    // The host part of host:port, for the certificate's names.
+                    let host = addr
+                        .rsplit_once(':')
+                        .map_or(addr.as_str(), |(h, _)| h)
+                        .trim_start_matches('[')
+                        .trim_end_matches(']')
+                        .to_string();
+                    ServerTls::DevWithNames {
+                        home,
+                        names: vec![host],
+                    }
+                }
+                None => ServerTls::Dev { home },
+            }
+        }
+    }
+}
+
+/// Reads the cluster id, creating it on first start.
+fn load_or_create_cluster_id(data_dir: &Path) -> Result<String, BrokerError> {
+    let dir: PathBuf = data_dir.join(META_DIR);
+    let path = dir.join(CLUSTER_ID_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(id) if !id.trim().is_empty() => return Ok(id.trim().to_string()),
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(source) => {
+            return Err(BrokerError::DataDir {
+                action: "read the cluster id",
+                path,
+                source,
+            });
+        }
+    }
+    let id = format!("rill-{}", crate::metadata::new_topic_id());
+    write_atomic(&dir, &path, format!("{id}\n").as_bytes()).map_err(|source| {
+        BrokerError::DataDir {
+            action: "write the cluster id",
+            path: path.clone(),
+            source,
+        }
+    })?;
+    Ok(id)
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Maintenance {
+    /// `flush.ms` and `segment.ms`, every `flush_check_interval_ms`.
+    Tick,
+    /// Retention and compaction, every `retention_check_interval_ms`.
+    Clean,
+}
+
+/// Runs one kind of log maintenance on a timer until shutdown. The work itself
+/// runs on the blocking pool, one partition at a time.
+async fn maintenance_loop(state: Arc<BrokerState>, kind: Maintenance) {
+    let every = Duration::from_millis(match kind {
+        Maintenance::Tick => state.config.flush_check_interval_ms,
+        Maintenance::Clean => state.config.retention_check_interval_ms,
+    });
+    let mut timer = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = state.shutdown.cancelled() => return,
+            _ = timer.tick() => {}
+        }
+        let partitions = state.registry.partitions();
+        let shutdown = state.shutdown.clone();
+        let ran = tokio::task::spawn_blocking(move || {
+            for p in partitions {
+                if shutdown.is_cancelled() {
+                    return;
+                }
+                let now = now_ms();
+                match kind {
+                    Maintenance::Tick => {
+                        let _ = p.tick(now);
+                    }
+                    Maintenance::Clean => match p.clean(now) {
+                        Ok((deleted, compacted)) if deleted > 0 || compacted => tracing::info!(
+                            partition = %format!("{}-{}", p.topic(), p.index()),
+                            segments_deleted = deleted,
+                            compacted,
+                            log_start_offset = %p.log_start_offset(),
+                            "log cleaned"
+                        ),
+                        Ok(_) => {}
+                        Err(e) => tracing::debug!(error = %e, "log cleaning skipped"),
+                    },
+                }
+            }
+        })
+        .await;
+        if let Err(e) = ran {
+            tracing::error!(error = %e, ?kind, "log maintenance task failed");
+        }
+    }
+}

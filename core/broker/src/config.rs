@@ -1,0 +1,271 @@
+//! `BrokerConfig`: everything a broker is told at startup, read from a TOML file
+//! (snake_case keys, unknown keys refused) or built in code. See
+//! `core/broker/rill.example.toml` for a commented sample.
+//!
+//! Invariant: a config that passed [`BrokerConfig::validate`] holds only values the
+//! broker can run with; `Broker::start` validates before touching the disk.
+
+use crate::error::BrokerError;
+use rill_log::LogConfig;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+/// Upper bound on partitions per topic (CreateTopics and `num_partitions`).
+pub const PARTITIONS_PER_TOPIC_MAX: u32 = 10_000;
+/// Smallest `max_request_bytes` accepted: a frame must fit a useful request.
+pub const MAX_REQUEST_BYTES_MIN: u32 = 1024;
+/// Default bound on one request frame.
+pub const DEFAULT_MAX_REQUEST_BYTES: u32 = rill_proto::wire::DEFAULT_MAX_REQUEST_BYTES;
+/// Default bound on concurrent request streams per connection.
+pub const DEFAULT_MAX_STREAMS_PER_CONNECTION: u32 = 256;
+/// Default bound on produce bytes being appended at once, per broker.
+pub const DEFAULT_MAX_INFLIGHT_PRODUCE_BYTES: usize = 256 * 1024 * 1024;
+
+/// TLS settings. All `None`: the broker presents a certificate issued by the
+/// development CA in the Rill home (created on first use).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TlsConfig {
+    /// `cert`: PEM certificate chain the broker presents (needs `key`).
+    pub cert: Option<PathBuf>,
+    /// `key`: PEM private key of `cert`.
+    pub key: Option<PathBuf>,
+    /// `ca`: PEM CA certificates; when set, clients must present a certificate
+    /// signed by one of them (mutual TLS).
+    pub ca: Option<PathBuf>,
+}
+
+/// The broker's configuration. TOML keys are the field names (snake_case):
+///
+/// | key | default | meaning |
+/// |---|---|---|
+/// | `id` | 0 | this broker's id |
+/// | `listen` | `"127.0.0.1:9092"` | UDP address of the QUIC endpoint (`:0` picks a port) |
+/// | `advertised_addr` | listen address | `host:port` clients are told to use |
+/// | `data_dir` | `"./rill-data"` | where topic metadata and partition logs live |
+/// | `[tls]` `cert`, `key`, `ca` | none | see [`TlsConfig`] |
+/// | `rill_home` | `$RILL_HOME` or `~/.rill` | where the development CA lives |
+/// | `metrics` | none | `host:port` of a Prometheus endpoint (off when unset) |
+/// | `auto_create_topics` | false | produce/metadata to an unknown topic creates it |
+/// | `num_partitions` | 1 | partitions of a topic created without a count |
+/// | `default_replication_factor` | 1 | replication factor of a topic created without one |
+/// | `max_request_bytes` | 64 MiB | largest request frame accepted |
+/// | `max_connections` | 1024 | connections beyond this are closed with a reason |
+/// | `max_streams_per_connection` | 256 | concurrent requests per connection |
+/// | `max_inflight_produce_bytes` | 256 MiB | produce bytes being appended at once |
+/// | `retention_check_interval_ms` | 300000 | how often retention and compaction run |
+/// | `flush_check_interval_ms` | 1000 | how often time-based flush / roll run |
+/// | `[topic_defaults]` | none | Kafka topic configs for every topic (`"retention.ms" = "3600000"`) |
+/// | `shutdown_timeout_ms` | 10000 | how long shutdown waits for in-flight requests |
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BrokerConfig {
+    pub id: i32,
+    pub listen: SocketAddr,
+    pub advertised_addr: Option<String>,
+    pub data_dir: PathBuf,
+    pub tls: TlsConfig,
+    pub rill_home: Option<PathBuf>,
+    pub metrics: Option<SocketAddr>,
+    pub auto_create_topics: bool,
+    pub num_partitions: u32,
+    pub default_replication_factor: u16,
+    pub max_request_bytes: u32,
+    pub max_connections: usize,
+    pub max_streams_per_connection: u32,
+    pub max_inflight_produce_bytes: usize,
+    pub retention_check_interval_ms: u64,
+    pub flush_check_interval_ms: u64,
+    pub topic_defaults: BTreeMap<String, String>,
+    pub shutdown_timeout_ms: u64,
+}
+
+impl Default for BrokerConfig {
+    fn default() -> Self {
+        BrokerConfig {
+            id: 0,
+            listen: SocketAddr::from(([127, 0, 0, 1], rill_proto::wire::DEFAULT_PORT)),
+            advertised_addr: None,
+            data_dir: PathBuf::from("./rill-data"),
+            tls: TlsConfig::default(),
+            rill_home: None,
+            metrics: None,
+            auto_create_topics: false,
+            num_partitions: 1,
+            default_replication_factor: 1,
+            max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
+            max_connections: 1024,
+            max_streams_per_connection: DEFAULT_MAX_STREAMS_PER_CONNECTION,
+            max_inflight_produce_bytes: DEFAULT_MAX_INFLIGHT_PRODUCE_BYTES,
+            retention_check_interval_ms: 300_000,
+            flush_check_interval_ms: 1000,
+            topic_defaults: BTreeMap::new(),
+            shutdown_timeout_ms: 10_000,
+        }
+    }
+}
+
+impl BrokerConfig {
+    /// Reads and validates a TOML config file. Errors name the file and the key
+    /// at fault (with its line).
+    pub fn from_toml_file(path: impl AsRef<Path>) -> Result<BrokerConfig, BrokerError> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|source| BrokerError::ConfigRead {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let config =
+            BrokerConfig::from_toml_str(&text).map_err(|reason| BrokerError::ConfigParse {
+                path: path.to_path_buf(),
+                reason,
+            })?;
+        config.validate().map_err(|e| match e {
+            BrokerError::ConfigInvalid { key, reason } => BrokerError::ConfigParse {
+                path: path.to_path_buf(),
+                reason: format!("{key}: {reason}"),
+            },
+            other => other,
+        })?;
+        Ok(config)
+    }
+
+    /// Parses TOML text (no validation beyond types and known keys).
+    pub fn from_toml_str(text: &str) -> Result<BrokerConfig, String> {
+        toml::from_str(text).map_err(|e| e.to_string().trim_end().to_string())
+    }
+
+    /// Checks ranges and the topic defaults (each through `LogConfig::set`).
+    pub fn validate(&self) -> Result<(), BrokerError> {
+        let bad = |key: &str, reason: String| BrokerError::ConfigInvalid {
+            key: key.to_string(),
+            reason,
+        };
+        if self.id < 0 {
+            return Err(bad("id", format!("must be >= 0, got {}", self.id)));
+        }
+        if self.num_partitions == 0 || self.num_partitions > PARTITIONS_PER_TOPIC_MAX {
+            return Err(bad(
+                "num_partitions",
+                format!(
+                    "must be in 1..={PARTITIONS_PER_TOPIC_MAX}, got {}",
+                    self.num_partitions
+                ),
+            ));
+        }
+        if self.default_replication_factor == 0 {
+            return Err(bad("default_replication_factor", "must be >= 1".into()));
+        }
+        if self.max_request_bytes < MAX_REQUEST_BYTES_MIN {
+            return Err(bad(
+                "max_request_bytes",
+                format!(
+                    "must be >= {MAX_REQUEST_BYTES_MIN}, got {}",
+                    self.max_request_bytes
+                ),
+            ));
+        }
+        if self.max_connections == 0 {
+            return Err(bad("max_connections", "must be >= 1".into()));
+        }
+        if self.max_streams_per_connection == 0 {
+            return Err(bad("max_streams_per_connection", "must be >= 1".into()));
+        }
+        if self.max_inflight_produce_bytes == 0 {
+            return Err(bad("max_inflight_produce_bytes", "must be >= 1".into()));
+        }
+        for (key, value) in [
+            (
+                "retention_check_interval_ms",
+                self.retention_check_interval_ms,
+            ),
+            ("flush_check_interval_ms", self.flush_check_interval_ms),
+        ] {
+            if value == 0 {
+                return Err(bad(key, "must be >= 1".into()));
+            }
+        }
+        if self.tls.cert.is_some() != self.tls.key.is_some() {
+            return Err(bad(
+                "tls",
+                "set both `cert` and `key`, or neither (to use the development CA)".into(),
+            ));
+        }
+        if self.tls.ca.is_some() && self.tls.cert.is_none() {
+            return Err(bad(
+                "tls.ca",
+                "client certificate verification needs `cert` and `key` too".into(),
+            ));
+        }
+        self.topic_log_defaults()?;
+        Ok(())
+    }
+
+    /// The log config every topic starts from: Kafka's defaults with
+    /// `topic_defaults` applied.
+    pub fn topic_log_defaults(&self) -> Result<LogConfig, BrokerError> {
+        let mut config = LogConfig::default();
+        for (key, value) in &self.topic_defaults {
+            config
+                .set(key, value)
+                .map_err(|e| BrokerError::ConfigInvalid {
+                    key: format!("topic_defaults.\"{key}\""),
+                    reason: e.to_string(),
+                })?;
+        }
+        Ok(config)
+    }
+
+    /// The address clients are told to use.
+    pub fn advertised(&self, bound: SocketAddr) -> String {
+        self.advertised_addr
+            .clone()
+            .unwrap_or_else(|| bound.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_full_file_parse() {
+        let c = BrokerConfig::from_toml_str("").unwrap();
+        assert_eq!(c, BrokerConfig::default());
+        let text = include_str!("../rill.example.toml");
+        let c = BrokerConfig::from_toml_str(text).unwrap();
+        c.validate().unwrap();
+        assert_eq!(
+            c.topic_defaults.get("retention.ms").map(String::as_str),
+            Some("604800000")
+        );
+    }
+
+    #[test]
+    fn unknown_key_and_bad_type_are_named() {
+        let e = BrokerConfig::from_toml_str("lisen = \"127.0.0.1:1\"").unwrap_err();
+        assert!(e.contains("lisen"), "{e}");
+        let e = BrokerConfig::from_toml_str("num_partitions = \"three\"").unwrap_err();
+        assert!(e.contains("num_partitions"), "{e}");
+    }
+
+    #[test]
+    fn file_errors_name_file_and_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rill.toml");
+        std::fs::write(&path, "[topic_defaults]\n\"retention.ms\" = \"soon\"\n").unwrap();
+        let e = BrokerConfig::from_toml_file(&path).unwrap_err().to_string();
+        assert!(e.contains("rill.toml") && e.contains("retention.ms"), "{e}");
+        std::fs::write(&path, "max_conections = 3\n").unwrap();
+        let e = BrokerConfig::from_toml_file(&path).unwrap_err().to_string();
+        assert!(
+            e.contains("rill.toml") && e.contains("max_conections"),
+            "{e}"
+        );
+        let e = BrokerConfig::from_toml_file(dir.path().join("missing.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("missing.toml"), "{e}");
+    }
+}

@@ -1,0 +1,719 @@
+//! Request handlers: one function per api, from a decoded frame to a reply.
+//!
+//! Transport-agnostic: `dispatch` takes the frame's api key, version, meta and
+//! payload and returns the meta and payload of the response (or nothing, for a
+//! produce with acks=None). It never panics on input and never fails the
+//! connection: whatever is wrong with a request becomes an `ErrorInfo`, for the
+//! whole request (malformed, unsupported version) or per topic / partition.
+//!
+//! Invariants:
+//! - Record batches are never re-encoded: produce copies each partition's slice
+//!   once into a buffer the log stamps in place; fetch answers with file bytes.
+//! - Blocking work (metadata fsync, log creation, large file reads) runs on the
+//!   blocking pool, never on the async workers.
+//! - Every wait is bounded: fetch by `max_wait_ms` (capped at [`FETCH_WAIT_MAX`])
+//!   and shutdown, produce's wait for in-flight budget by its `timeout_ms`
+//!   (capped at [`PRODUCE_BUDGET_WAIT_MAX`]).
+
+use crate::partition::Partition;
+use crate::state::BrokerState;
+use crate::topics::TopicSpec;
+use bytes::{Bytes, BytesMut};
+use rill_log::FileSlice;
+use rill_proto::Offset;
+use rill_proto::types::now_ms;
+use rill_proto::wire::*;
+use serde::Serialize;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::Duration;
+
+/// Longest a fetch may wait for data, whatever it asks.
+pub const FETCH_WAIT_MAX: Duration = Duration::from_secs(60);
+/// Longest a produce waits for in-flight budget before RESOURCE_EXHAUSTED.
+pub const PRODUCE_BUDGET_WAIT_MAX: Duration = Duration::from_secs(30);
+/// Fetch responses larger than this are read on the blocking pool.
+pub const FETCH_INLINE_READ_MAX: usize = 64 * 1024;
+/// Software name sent in ApiVersions.
+pub const SOFTWARE: &str = concat!("rill-broker/", env!("CARGO_PKG_VERSION"));
+
+/// What to send back on the stream.
+#[derive(Debug)]
+pub enum Reply {
+    /// One response frame.
+    Frame { meta: Vec<u8>, payload: Vec<Bytes> },
+    /// No response frame (produce with acks=None): just finish the stream.
+    Nothing,
+}
+
+impl Reply {
+    fn meta<T: Serialize>(response: &ResponseMeta<T>) -> Reply {
+        Reply::Frame {
+            meta: encode_meta(response),
+            payload: Vec::new(),
+        }
+    }
+
+    /// A whole-request error (decodes as `ResponseMeta<T>` for any `T`).
+    pub fn error(info: ErrorInfo) -> Reply {
+        Reply::meta::<()>(&Err(info))
+    }
+}
+
+/// Decodes a request's meta, or the INVALID_REQUEST error naming the message.
+fn decode<T: ApiRequest>(meta: &[u8]) -> Result<T, ErrorInfo> {
+    decode_meta::<T>(meta).map_err(|e| ErrorInfo::new(ErrorCode::InvalidRequest, e.to_string()))
+}
+
+fn no_payload(api: ApiKey, payload: &Bytes) -> Result<(), ErrorInfo> {
+    if payload.is_empty() {
+        Ok(())
+    } else {
+        Err(ErrorInfo::new(
+            ErrorCode::InvalidRequest,
+            format!(
+                "{} requests carry no payload, but this one has {} bytes",
+                api.name(),
+                payload.len()
+            ),
+        ))
+    }
+}
+
+/// Handles one request. `Err` is a whole-request error.
+pub async fn dispatch(
+    state: &Arc<BrokerState>,
+    api: ApiKey,
+    version: u16,
+    meta: Bytes,
+    payload: Bytes,
+) -> Result<Reply, ErrorInfo> {
+    // Every api is at version 0 today; a new layout adds a version here.
+    if version != 0 {
+        return Err(ErrorInfo::new(
+            ErrorCode::UnsupportedVersion,
+            format!(
+                "{} (api key {}) version {version} is not supported: this broker speaks version 0 only",
+                api.name(),
+                api as u16
+            ),
+        ));
+    }
+    if api != ApiKey::Produce {
+        no_payload(api, &payload)?;
+    }
+    match api {
+        ApiKey::ApiVersions => {
+            let _req: ApiVersionsRequest = decode(&meta)?;
+            Ok(Reply::meta(&Ok(api_versions(state))))
+        }
+        ApiKey::Metadata => {
+            let req: MetadataRequest = decode(&meta)?;
+            Ok(Reply::meta(&Ok(metadata(state, req))))
+        }
+        ApiKey::CreateTopics => {
+            let req: CreateTopicsRequest = decode(&meta)?;
+            Ok(Reply::meta(&Ok(create_topics(state, req).await?)))
+        }
+        ApiKey::DeleteTopics => {
+            let req: DeleteTopicsRequest = decode(&meta)?;
+            Ok(Reply::meta(&Ok(delete_topics(state, req).await?)))
+        }
+        ApiKey::DescribeConfigs => {
+            let req: DescribeConfigsRequest = decode(&meta)?;
+            Ok(Reply::meta(&Ok(describe_configs(state, req))))
+        }
+        ApiKey::AlterConfigs => {
+            let req: AlterConfigsRequest = decode(&meta)?;
+            Ok(Reply::meta(&Ok(alter_configs(state, req).await?)))
+        }
+        ApiKey::Produce => {
+            let req: ProduceRequest = decode(&meta)?;
+            produce(state, req, payload).await
+        }
+        ApiKey::Fetch => {
+            let req: FetchRequest = decode(&meta)?;
+            fetch(state, req).await
+        }
+        ApiKey::ListOffsets => {
+            let req: ListOffsetsRequest = decode(&meta)?;
+            Ok(Reply::meta(&Ok(list_offsets(state, req))))
+        }
+    }
+}
+
+/// Runs blocking registry work on the blocking pool.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, ErrorInfo> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| {
+        tracing::error!(error = %e, "blocking task failed");
+        ErrorInfo::new(
+            ErrorCode::InternalError,
+            format!("the broker failed while handling the request: {e}; see its log"),
+        )
+    })
+}
+
+// ---------------------------------------------------------------- api versions
+
+fn api_versions(state: &BrokerState) -> ApiVersionsResponse {
+    ApiVersionsResponse {
+        broker_id: state.config.id,
+        cluster_id: state.cluster_id.clone(),
+        software: SOFTWARE.to_string(),
+        apis: ApiKey::ALL
+            .iter()
+            .map(|k| ApiVersionRange {
+                api_key: *k as u16,
+                min_version: 0,
+                max_version: 0,
+            })
+            .collect(),
+        max_request_bytes: state.config.max_request_bytes,
+    }
+}
+
+// ---------------------------------------------------------------- metadata
+
+fn partition_metadata(p: &Partition) -> PartitionMetadata {
+    PartitionMetadata {
+        partition: p.index(),
+        error: None,
+        leader: Some(p.replicas()[0]),
+        leader_epoch: p.leader_epoch(),
+        replicas: p.replicas().to_vec(),
+        isr: p.isr(),
+        log_start_offset: p.log_start_offset(),
+        high_watermark: p.high_watermark(),
+        log_end_offset: p.log_end_offset(),
+    }
+}
+
+fn metadata(state: &BrokerState, req: MetadataRequest) -> MetadataResponse {
+    let registry = &state.registry;
+    let topics = match req.topics {
+        None => registry
+            .all()
+            .into_iter()
+            .map(|t| TopicMetadata {
+                name: t.name.to_string(),
+                error: None,
+                internal: t.internal,
+                partitions: t.partitions.iter().map(|p| partition_metadata(p)).collect(),
+            })
+            .collect(),
+        Some(names) => names
+            .into_iter()
+            .map(|name| match registry.topic(&name) {
+                Some(t) => TopicMetadata {
+                    name,
+                    error: None,
+                    internal: t.internal,
+                    partitions: t.partitions.iter().map(|p| partition_metadata(p)).collect(),
+                },
+                None => TopicMetadata {
+                    error: Some(ErrorInfo::new(
+                        ErrorCode::UnknownTopicOrPartition,
+                        format!("topic {name:?} does not exist"),
+                    )),
+                    name,
+                    internal: false,
+                    partitions: Vec::new(),
+                },
+            })
+            .collect(),
+    };
+    MetadataResponse {
+        cluster_id: state.cluster_id.clone(),
+        controller_id: Some(state.config.id),
+        brokers: vec![BrokerInfo {
+            id: state.config.id,
+            addr: state.advertised.clone(),
+            rack: None,
+            alive: true,
+        }],
+        topics,
+    }
+}
+
+// ---------------------------------------------------------------- topics
+
+fn topic_spec(state: &BrokerState, t: NewTopic) -> TopicSpec {
+    TopicSpec {
+        partitions: t.partitions.unwrap_or(state.config.num_partitions),
+        replication_factor: t
+            .replication_factor
+            .unwrap_or(state.config.default_replication_factor),
+        configs: t.configs,
+        name: t.name,
+        internal: false,
+    }
+}
+
+async fn create_topics(
+    state: &Arc<BrokerState>,
+    req: CreateTopicsRequest,
+) -> Result<CreateTopicsResponse, ErrorInfo> {
+    let specs: Vec<TopicSpec> = req
+        .topics
+        .into_iter()
+        .map(|t| topic_spec(state, t))
+        .collect();
+    let registry = state.registry.clone();
+    let validate_only = req.validate_only;
+    let results = blocking(move || {
+        specs
+            .iter()
+            .map(|spec| TopicResult {
+                name: spec.name.clone(),
+                error: registry.create(spec, validate_only).err(),
+            })
+            .collect::<Vec<_>>()
+    })
+    .await?;
+    for r in &results {
+        if let Some(e) = &r.error {
+            state.metrics.error(ApiKey::CreateTopics.name(), e.code);
+        }
+    }
+    Ok(CreateTopicsResponse { results })
+}
+
+async fn delete_topics(
+    state: &Arc<BrokerState>,
+    req: DeleteTopicsRequest,
+) -> Result<DeleteTopicsResponse, ErrorInfo> {
+    let registry = state.registry.clone();
+    let results = blocking(move || {
+        req.names
+            .into_iter()
+            .map(|name| TopicResult {
+                error: registry.delete(&name).err(),
+                name,
+            })
+            .collect::<Vec<_>>()
+    })
+    .await?;
+    for r in &results {
+        if let Some(e) = &r.error {
+            state.metrics.error(ApiKey::DeleteTopics.name(), e.code);
+        }
+    }
+    Ok(DeleteTopicsResponse { results })
+}
+
+// ---------------------------------------------------------------- configs
+
+fn describe_configs(state: &BrokerState, req: DescribeConfigsRequest) -> DescribeConfigsResponse {
+    DescribeConfigsResponse {
+        topics: req
+            .topics
+            .into_iter()
+            .map(|name| match state.registry.describe_configs(&name) {
+                Ok(configs) => TopicConfigs {
+                    name,
+                    error: None,
+                    configs,
+                },
+                Err(e) => {
+                    state.metrics.error(ApiKey::DescribeConfigs.name(), e.code);
+                    TopicConfigs {
+                        name,
+                        error: Some(e),
+                        configs: Vec::new(),
+                    }
+                }
+            })
+            .collect(),
+    }
+}
+
+async fn alter_configs(
+    state: &Arc<BrokerState>,
+    req: AlterConfigsRequest,
+) -> Result<AlterConfigsResponse, ErrorInfo> {
+    let registry = state.registry.clone();
+    let error = blocking(move || {
+        registry
+            .alter_configs(&req.topic, &req.set, &req.delete, req.validate_only)
+            .err()
+    })
+    .await?;
+    if let Some(e) = &error {
+        state.metrics.error(ApiKey::AlterConfigs.name(), e.code);
+    }
+    Ok(AlterConfigsResponse { error })
+}
+
+// ---------------------------------------------------------------- produce
+
+/// Finds the partition, creating the topic first when auto-creation is on.
+async fn produce_partition(
+    state: &Arc<BrokerState>,
+    topic: &str,
+    partition: u32,
+) -> Result<Arc<Partition>, ErrorInfo> {
+    match state.registry.partition(topic, partition) {
+        Ok(p) => Ok(p),
+        Err(e) if state.config.auto_create_topics && state.registry.topic(topic).is_none() => {
+            let spec = TopicSpec {
+                name: topic.to_string(),
+                partitions: state.config.num_partitions,
+                replication_factor: state.config.default_replication_factor,
+                configs: Vec::new(),
+                internal: false,
+            };
+            let registry = state.registry.clone();
+            let created = blocking(move || registry.create(&spec, false)).await?;
+            match created {
+                Ok(()) => tracing::info!(topic, "auto-created topic on produce"),
+                Err(c) if c.code == ErrorCode::TopicAlreadyExists => {}
+                Err(c) if c.code == ErrorCode::InvalidTopic => return Err(c),
+                Err(_) => return Err(e),
+            }
+            state.registry.partition(topic, partition)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+async fn produce(
+    state: &Arc<BrokerState>,
+    req: ProduceRequest,
+    payload: Bytes,
+) -> Result<Reply, ErrorInfo> {
+    let parts =
+        split_payload(&payload, req.partitions.iter().map(|p| p.bytes_len)).map_err(|e| {
+            ErrorInfo::new(
+                ErrorCode::InvalidRequest,
+                format!(
+                    "malformed ProduceRequest: partition byte lengths do not match the payload: {e}"
+                ),
+            )
+        })?;
+
+    // Bound the bytes being appended at once, broker-wide.
+    let wanted = payload.len().min(state.produce_budget_permits as usize) as u32;
+    let _budget = if wanted > 0 {
+        let wait = Duration::from_millis(req.timeout_ms as u64).min(PRODUCE_BUDGET_WAIT_MAX);
+        match tokio::time::timeout(
+            wait,
+            state.produce_budget.clone().acquire_many_owned(wanted),
+        )
+        .await
+        {
+            Ok(Ok(permit)) => Some(permit),
+            Ok(Err(_)) | Err(_) => {
+                return Err(ErrorInfo::new(
+                    ErrorCode::ResourceExhausted,
+                    format!(
+                        "the broker is appending {} bytes of produce requests already \
+                         (max_inflight_produce_bytes); this request waited {wait:?}; retry later",
+                        state.config.max_inflight_produce_bytes
+                    ),
+                ));
+            }
+        }
+    } else {
+        None
+    };
+
+    let now = now_ms();
+    let mut responses = Vec::with_capacity(req.partitions.len());
+    let mut bytes_in = 0u64;
+    for (pp, bytes) in req.partitions.into_iter().zip(parts) {
+        let result = match produce_partition(state, &pp.topic, pp.partition).await {
+            Err(e) => Err(e),
+            Ok(_) if bytes.is_empty() => Err(ErrorInfo::new(
+                ErrorCode::CorruptRecord,
+                format!(
+                    "partition {}-{}: the produce request carries no record batch for it",
+                    pp.topic, pp.partition
+                ),
+            )),
+            Ok(p) => {
+                // The one copy: the log stamps offsets and epoch into these bytes.
+                let mut buf = BytesMut::from(&bytes[..]);
+                p.append(&mut buf, now)
+                    .map(|info| (info, p.log_start_offset()))
+            }
+        };
+        responses.push(match result {
+            Ok((info, log_start_offset)) => {
+                bytes_in += bytes.len() as u64;
+                ProducePartitionResponse {
+                    topic: pp.topic,
+                    partition: pp.partition,
+                    error: None,
+                    base_offset: info.first_offset,
+                    log_start_offset,
+                    log_append_time_ms: None,
+                }
+            }
+            Err(e) => {
+                state.metrics.error(ApiKey::Produce.name(), e.code);
+                ProducePartitionResponse {
+                    topic: pp.topic,
+                    partition: pp.partition,
+                    error: Some(e),
+                    base_offset: Offset(-1),
+                    log_start_offset: Offset(-1),
+                    log_append_time_ms: None,
+                }
+            }
+        });
+    }
+    state.metrics.bytes_in.increment(bytes_in);
+    // acks=All equals acks=Leader on one broker: the ISR is this broker.
+    if req.acks == Acks::None {
+        return Ok(Reply::Nothing);
+    }
+    Ok(Reply::meta(&Ok(ProduceResponse {
+        partitions: responses,
+    })))
+}
+
+// ---------------------------------------------------------------- fetch
+
+/// What one fetch pass found for one requested partition.
+struct FetchPlan {
+    error: Option<ErrorInfo>,
+    high_watermark: Offset,
+    log_start_offset: Offset,
+    slice: Option<FileSlice>,
+}
+
+fn check_epoch(p: &Partition, fp: &FetchPartition) -> Result<(), ErrorInfo> {
+    let Some(asked) = fp.current_leader_epoch else {
+        return Ok(());
+    };
+    let ours = p.leader_epoch();
+    if asked < ours {
+        Err(ErrorInfo::new(
+            ErrorCode::FencedLeaderEpoch,
+            format!(
+                "partition {}-{}: leader epoch {asked} is older than the current {ours}: refresh metadata",
+                fp.topic, fp.partition
+            ),
+        ))
+    } else if asked > ours {
+        Err(ErrorInfo::new(
+            ErrorCode::UnknownLeaderEpoch,
+            format!(
+                "partition {}-{}: leader epoch {asked} is newer than this broker's {ours}: retry shortly",
+                fp.topic, fp.partition
+            ),
+        ))
+    } else {
+        Ok(())
+    }
+}
+
+/// One pass over the requested partitions: finds what could be returned now,
+/// within the per-partition and per-response byte bounds.
+fn fetch_pass(
+    req: &FetchRequest,
+    partitions: &[Result<Arc<Partition>, ErrorInfo>],
+) -> (Vec<FetchPlan>, usize) {
+    let mut remaining = req.max_bytes as usize;
+    let mut first = true;
+    let mut total = 0usize;
+    let mut plans = Vec::with_capacity(partitions.len());
+    for (fp, p) in req.partitions.iter().zip(partitions) {
+        let p = match p {
+            Ok(p) => p,
+            Err(e) => {
+                plans.push(FetchPlan {
+                    error: Some(e.clone()),
+                    high_watermark: Offset(-1),
+                    log_start_offset: Offset(-1),
+                    slice: None,
+                });
+                continue;
+            }
+        };
+        let mut plan = FetchPlan {
+            error: None,
+            high_watermark: p.high_watermark(),
+            log_start_offset: p.log_start_offset(),
+            slice: None,
+        };
+        if let Err(e) = check_epoch(p, fp) {
+            plan.error = Some(e);
+        } else if first || remaining > 0 {
+            let max = (fp.max_bytes as usize).min(remaining);
+            match p.read(fp.offset, max) {
+                Ok(Some(slice)) => {
+                    let len = slice.len as usize;
+                    // Only the first partition with data may exceed the bounds
+                    // (by one batch), so a consumer always makes progress.
+                    if first || len <= remaining {
+                        first = false;
+                        remaining = remaining.saturating_sub(len);
+                        total += len;
+                        plan.slice = Some(slice);
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => plan.error = Some(e),
+            }
+        }
+        plans.push(plan);
+    }
+    (plans, total)
+}
+
+/// Completes when any of `waits` does.
+async fn any_notified(waits: &mut [Pin<Box<tokio::sync::futures::Notified<'_>>>]) {
+    std::future::poll_fn(|cx| {
+        for w in waits.iter_mut() {
+            if w.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(());
+            }
+        }
+        Poll::Pending
+    })
+    .await
+}
+
+async fn fetch(state: &Arc<BrokerState>, req: FetchRequest) -> Result<Reply, ErrorInfo> {
+    let partitions: Vec<Result<Arc<Partition>, ErrorInfo>> = req
+        .partitions
+        .iter()
+        .map(|fp| state.registry.partition(&fp.topic, fp.partition))
+        .collect();
+    let wait = Duration::from_millis(req.max_wait_ms as u64).min(FETCH_WAIT_MAX);
+    let deadline = tokio::time::Instant::now() + wait;
+    let plans = loop {
+        // Register for wake-ups before looking, so no append is missed between.
+        let mut waits: Vec<_> = partitions
+            .iter()
+            .flatten()
+            .map(|p| Box::pin(p.data_arrived()))
+            .collect();
+        for w in &mut waits {
+            w.as_mut().enable();
+        }
+        let (plans, total) = fetch_pass(&req, &partitions);
+        let has_error = plans.iter().any(|p| p.error.is_some());
+        if has_error
+            || total >= req.min_bytes as usize
+            || tokio::time::Instant::now() >= deadline
+            || state.shutdown.is_cancelled()
+            || waits.is_empty()
+        {
+            break plans;
+        }
+        tokio::select! {
+            _ = any_notified(&mut waits) => {}
+            _ = tokio::time::sleep_until(deadline) => {}
+            _ = state.shutdown.cancelled() => {}
+        }
+    };
+
+    // Read the file bytes outside every lock; large reads on the blocking pool.
+    let total: usize = plans
+        .iter()
+        .filter_map(|p| p.slice.as_ref())
+        .map(|s| s.len as usize)
+        .sum();
+    let slices: Vec<Option<FileSlice>> = plans.iter().map(|p| p.slice.clone()).collect();
+    let read_all = move || -> Vec<Option<std::io::Result<Bytes>>> {
+        slices
+            .iter()
+            .map(|s| s.as_ref().map(|s| s.read()))
+            .collect()
+    };
+    let datas = if total > FETCH_INLINE_READ_MAX {
+        blocking(read_all).await?
+    } else {
+        read_all()
+    };
+
+    let mut out = Vec::with_capacity(plans.len());
+    let mut payload = Vec::with_capacity(plans.len());
+    let mut bytes_out = 0u64;
+    for ((fp, plan), data) in req.partitions.into_iter().zip(plans).zip(datas) {
+        let mut error = plan.error;
+        let mut bytes_len = 0u32;
+        match data {
+            Some(Ok(bytes)) => {
+                bytes_len = bytes.len() as u32;
+                bytes_out += bytes.len() as u64;
+                payload.push(bytes);
+            }
+            Some(Err(e)) => {
+                tracing::error!(partition = %format!("{}-{}", fp.topic, fp.partition), error = %e, "could not read the log");
+                error = Some(ErrorInfo::new(
+                    ErrorCode::StorageError,
+                    format!(
+                        "partition {}-{}: could not read the log at offset {}: {e}",
+                        fp.topic, fp.partition, fp.offset
+                    ),
+                ));
+            }
+            None => {}
+        }
+        if let Some(e) = &error {
+            state.metrics.error(ApiKey::Fetch.name(), e.code);
+        }
+        out.push(FetchPartitionResponse {
+            topic: fp.topic,
+            partition: fp.partition,
+            error,
+            high_watermark: plan.high_watermark,
+            log_start_offset: plan.log_start_offset,
+            bytes_len,
+        });
+    }
+    state.metrics.bytes_out.increment(bytes_out);
+    Ok(Reply::Frame {
+        meta: encode_meta(&ResponseMeta::Ok(FetchResponse { partitions: out })),
+        payload,
+    })
+}
+
+// ---------------------------------------------------------------- list offsets
+
+fn list_offsets(state: &BrokerState, req: ListOffsetsRequest) -> ListOffsetsResponse {
+    let partitions = req
+        .partitions
+        .into_iter()
+        .map(|lp| {
+            let found = state
+                .registry
+                .partition(&lp.topic, lp.partition)
+                .and_then(|p| match lp.spec {
+                    OffsetSpec::Earliest => Ok((p.log_start_offset(), None)),
+                    OffsetSpec::Latest => Ok((p.high_watermark(), None)),
+                    OffsetSpec::Timestamp(ts) => Ok(match p.offset_for_timestamp(ts)? {
+                        Some((offset, ts)) => (offset, Some(ts)),
+                        None => (p.log_end_offset(), None),
+                    }),
+                });
+            match found {
+                Ok((offset, timestamp_ms)) => ListOffsetsPartitionResponse {
+                    topic: lp.topic,
+                    partition: lp.partition,
+                    error: None,
+                    offset,
+                    timestamp_ms,
+                },
+                Err(e) => {
+                    state.metrics.error(ApiKey::ListOffsets.name(), e.code);
+                    ListOffsetsPartitionResponse {
+                        topic: lp.topic,
+                        partition: lp.partition,
+                        error: Some(e),
+                        offset: Offset(-1),
+                        timestamp_ms: None,
+                    }
+                }
+            }
+        })
+        .collect();
+    ListOffsetsResponse { partitions }
+}

@@ -1,0 +1,30 @@
+//! `BrokerState`: what every request handler and background task shares.
+//!
+//! Invariant: immutable after start except through its own synchronised parts
+//! (the topic registry, the produce budget, the connection count).
+
+use crate::config::BrokerConfig;
+use crate::metrics::BrokerMetrics;
+use crate::topics::TopicRegistry;
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Debug)]
+pub struct BrokerState {
+    pub config: BrokerConfig,
+    pub cluster_id: String,
+    /// The address clients are told to use.
+    pub advertised: String,
+    pub registry: Arc<TopicRegistry>,
+    pub metrics: BrokerMetrics,
+    /// Cancelled when the broker starts shutting down.
+    pub shutdown: CancellationToken,
+    /// One permit per byte of produce payload being appended.
+    pub produce_budget: Arc<Semaphore>,
+    /// The budget's size (permits), at most `u32::MAX`.
+    pub produce_budget_permits: u32,
+    /// Open connections.
+    pub connections: AtomicUsize,
+}

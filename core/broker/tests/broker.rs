@@ -1,0 +1,679 @@
+//! End-to-end tests of rill-broker over loopback QUIC: a broker on 127.0.0.1:0
+//! with temp data and Rill-home directories, spoken to with rill-net frames.
+
+use bytes::Bytes;
+use rill_broker::{Broker, BrokerConfig, BrokerHandle};
+use rill_net::{ClientTls, TransportLimits};
+use rill_proto::batch::batches;
+use rill_proto::wire::*;
+use rill_proto::{BatchBuilder, Compression, Offset, Record, StoredRecord};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+/// Bound on every test step, so a hang fails instead of blocking CI.
+const STEP: Duration = Duration::from_secs(30);
+
+fn config(data: &Path, home: &Path) -> BrokerConfig {
+    BrokerConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        data_dir: data.to_path_buf(),
+        rill_home: Some(home.to_path_buf()),
+        retention_check_interval_ms: 100,
+        flush_check_interval_ms: 100,
+        shutdown_timeout_ms: 5000,
+        ..BrokerConfig::default()
+    }
+}
+
+struct Env {
+    data: tempfile::TempDir,
+    home: tempfile::TempDir,
+}
+
+impl Env {
+    fn new() -> Env {
+        Env {
+            data: tempfile::tempdir().unwrap(),
+            home: tempfile::tempdir().unwrap(),
+        }
+    }
+    fn config(&self) -> BrokerConfig {
+        config(self.data.path(), self.home.path())
+    }
+    async fn start(&self) -> BrokerHandle {
+        self.start_with(self.config()).await
+    }
+    async fn start_with(&self, config: BrokerConfig) -> BrokerHandle {
+        tokio::time::timeout(STEP, Broker::start(config))
+            .await
+            .unwrap()
+            .unwrap()
+    }
+    async fn client(&self, addr: SocketAddr) -> Client {
+        let tls = ClientTls::Dev {
+            home: self.home.path().to_path_buf(),
+        };
+        let endpoint = rill_net::client_endpoint(&tls, &TransportLimits::default()).unwrap();
+        let conn = rill_net::connect(&endpoint, addr).await.unwrap();
+        Client {
+            _endpoint: endpoint,
+            conn,
+        }
+    }
+}
+
+struct Client {
+    _endpoint: quinn::Endpoint,
+    conn: quinn::Connection,
+}
+
+impl Client {
+    async fn call<R: ApiRequest>(
+        &self,
+        req: &R,
+        payload: &[Bytes],
+    ) -> (ResponseMeta<R::Response>, Bytes) {
+        self.call_raw(R::KEY as u16, R::VERSION, &encode_meta(req), payload)
+            .await
+    }
+
+    async fn call_raw<T: serde::de::DeserializeOwned>(
+        &self,
+        key: u16,
+        version: u16,
+        meta: &[u8],
+        payload: &[Bytes],
+    ) -> (ResponseMeta<T>, Bytes) {
+        let frame = tokio::time::timeout(
+            STEP,
+            rill_net::call(
+                &self.conn,
+                key,
+                version,
+                meta,
+                payload,
+                DEFAULT_MAX_RESPONSE_BYTES,
+            ),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+        assert_eq!((frame.api_key, frame.api_version), (key, version));
+        (decode_meta(&frame.meta).unwrap(), frame.payload)
+    }
+
+    async fn ok<R: ApiRequest>(&self, req: &R, payload: &[Bytes]) -> (R::Response, Bytes) {
+        let (resp, payload) = self.call(req, payload).await;
+        (
+            resp.unwrap_or_else(|e| panic!("request failed: {e}")),
+            payload,
+        )
+    }
+
+    async fn create(
+        &self,
+        name: &str,
+        partitions: u32,
+        configs: &[(&str, &str)],
+    ) -> Option<ErrorInfo> {
+        let req = CreateTopicsRequest {
+            topics: vec![NewTopic {
+                name: name.into(),
+                partitions: Some(partitions),
+                replication_factor: None,
+                configs: configs
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            }],
+            validate_only: false,
+        };
+        let (resp, _) = self.ok(&req, &[]).await;
+        assert_eq!(resp.results.len(), 1);
+        resp.results.into_iter().next().unwrap().error
+    }
+
+    async fn produce(&self, topic: &str, partition: u32, batch: Bytes) -> ProducePartitionResponse {
+        let req = ProduceRequest {
+            acks: Acks::All,
+            timeout_ms: 10_000,
+            partitions: vec![ProducePartition {
+                topic: topic.into(),
+                partition,
+                bytes_len: batch.len() as u32,
+            }],
+        };
+        let (resp, _) = self.ok(&req, &[batch]).await;
+        resp.partitions.into_iter().next().unwrap()
+    }
+
+    async fn fetch(
+        &self,
+        topic: &str,
+        partition: u32,
+        offset: i64,
+        max_wait_ms: u32,
+    ) -> (FetchPartitionResponse, Vec<StoredRecord>) {
+        let req = FetchRequest {
+            max_wait_ms,
+            min_bytes: 1,
+            max_bytes: 1 << 20,
+            replica_id: None,
+            partitions: vec![FetchPartition {
+                topic: topic.into(),
+                partition,
+                offset: Offset(offset),
+                max_bytes: 1 << 20,
+                current_leader_epoch: None,
+            }],
+        };
+        let (resp, payload) = self.ok(&req, &[]).await;
+        let p = resp.partitions.into_iter().next().unwrap();
+        assert_eq!(p.bytes_len as usize, payload.len());
+        (p, decode_records(&payload))
+    }
+
+    async fn list_offset(&self, topic: &str, spec: OffsetSpec) -> ListOffsetsPartitionResponse {
+        let req = ListOffsetsRequest {
+            partitions: vec![ListOffsetsPartition {
+                topic: topic.into(),
+                partition: 0,
+                spec,
+            }],
+        };
+        self.ok(&req, &[])
+            .await
+            .0
+            .partitions
+            .into_iter()
+            .next()
+            .unwrap()
+    }
+}
+
+fn batch(values: &[&str], timestamp_ms: i64) -> Bytes {
+    let mut b = BatchBuilder::new(Compression::None);
+    for v in values {
+        b.push(&Record::from_value(
+            Bytes::copy_from_slice(v.as_bytes()),
+            timestamp_ms,
+        ));
+    }
+    b.build()
+}
+
+fn decode_records(payload: &[u8]) -> Vec<StoredRecord> {
+    batches(payload)
+        .flat_map(|b| b.unwrap().records().unwrap())
+        .collect()
+}
+
+fn values(records: &[StoredRecord]) -> Vec<String> {
+    records
+        .iter()
+        .map(|r| String::from_utf8(r.value.clone().unwrap().to_vec()).unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn create_produce_fetch_round_trip() {
+    let env = Env::new();
+    let broker = env.start().await;
+    let client = env.client(broker.local_addr()).await;
+
+    let (versions, _) = client
+        .ok(
+            &ApiVersionsRequest {
+                client_software: "test".into(),
+            },
+            &[],
+        )
+        .await;
+    assert_eq!(versions.broker_id, 0);
+    assert_eq!(versions.apis.len(), ApiKey::ALL.len());
+
+    assert_eq!(client.create("orders", 2, &[]).await, None);
+    let p = client
+        .produce("orders", 1, batch(&["a", "b", "c"], 1000))
+        .await;
+    assert_eq!(p.error, None);
+    assert_eq!(p.base_offset, Offset(0));
+    let p = client.produce("orders", 1, batch(&["d"], 1001)).await;
+    assert_eq!(p.base_offset, Offset(3));
+
+    let (f, records) = client.fetch("orders", 1, 0, 0).await;
+    assert_eq!(f.error, None);
+    assert_eq!(f.high_watermark, Offset(4));
+    assert_eq!(values(&records), ["a", "b", "c", "d"]);
+    assert_eq!(
+        records.iter().map(|r| r.offset.0).collect::<Vec<_>>(),
+        [0, 1, 2, 3]
+    );
+    let (_, records) = client.fetch("orders", 1, 3, 0).await;
+    assert_eq!(values(&records), ["d"]);
+
+    let (md, _) = client.ok(&MetadataRequest { topics: None }, &[]).await;
+    assert_eq!(md.controller_id, Some(0));
+    assert_eq!(md.brokers.len(), 1);
+    assert_eq!(md.brokers[0].addr, broker.local_addr().to_string());
+    let t = &md.topics[0];
+    assert_eq!((t.name.as_str(), t.partitions.len()), ("orders", 2));
+    let p1 = &t.partitions[1];
+    assert_eq!(
+        (p1.leader, p1.replicas.clone(), p1.isr.clone()),
+        (Some(0), vec![0], vec![0])
+    );
+    assert_eq!(
+        (p1.log_start_offset, p1.high_watermark, p1.log_end_offset),
+        (Offset(0), Offset(4), Offset(4))
+    );
+    assert_eq!(t.partitions[0].log_end_offset, Offset(0));
+
+    // Out of range names the log's range.
+    let (f, records) = client.fetch("orders", 1, 99, 0).await;
+    let e = f.error.unwrap();
+    assert_eq!(e.code, ErrorCode::OffsetOutOfRange);
+    assert!(e.message.contains("[0, 4)"), "{e}");
+    assert!(records.is_empty());
+
+    broker.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn unknown_topics_and_partitions_are_errors() {
+    let env = Env::new();
+    let broker = env.start().await;
+    let client = env.client(broker.local_addr()).await;
+    let p = client.produce("nope", 0, batch(&["x"], 1)).await;
+    assert_eq!(p.error.unwrap().code, ErrorCode::UnknownTopicOrPartition);
+    let (f, _) = client.fetch("nope", 0, 0, 0).await;
+    assert_eq!(f.error.unwrap().code, ErrorCode::UnknownTopicOrPartition);
+    client.create("one", 1, &[]).await;
+    let p = client.produce("one", 5, batch(&["x"], 1)).await;
+    let e = p.error.unwrap();
+    assert_eq!(e.code, ErrorCode::UnknownTopicOrPartition);
+    assert!(e.message.contains("partition 5"), "{e}");
+    let (md, _) = client
+        .ok(
+            &MetadataRequest {
+                topics: Some(vec!["nope".into()]),
+            },
+            &[],
+        )
+        .await;
+    assert_eq!(
+        md.topics[0].error.as_ref().unwrap().code,
+        ErrorCode::UnknownTopicOrPartition
+    );
+    broker.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn auto_create_on_produce() {
+    let env = Env::new();
+    let broker = env
+        .start_with(BrokerConfig {
+            auto_create_topics: true,
+            num_partitions: 3,
+            ..env.config()
+        })
+        .await;
+    let client = env.client(broker.local_addr()).await;
+    let p = client.produce("fresh", 2, batch(&["x"], 1)).await;
+    assert_eq!(p.error, None);
+    let (md, _) = client
+        .ok(
+            &MetadataRequest {
+                topics: Some(vec!["fresh".into()]),
+            },
+            &[],
+        )
+        .await;
+    assert_eq!(md.topics[0].partitions.len(), 3);
+    broker.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn create_topics_validates() {
+    let env = Env::new();
+    let broker = env.start().await;
+    let client = env.client(broker.local_addr()).await;
+
+    let e = client
+        .create("t", 1, &[("retention.ms", "soon")])
+        .await
+        .unwrap();
+    assert_eq!(e.code, ErrorCode::InvalidConfig);
+    assert!(e.message.contains("retention.ms"), "{e}");
+    let e = client
+        .create("t", 1, &[("no.such.key", "1")])
+        .await
+        .unwrap();
+    assert_eq!(e.code, ErrorCode::InvalidConfig);
+    assert!(e.message.contains("no.such.key"), "{e}");
+    let e = client.create("bad name", 1, &[]).await.unwrap();
+    assert_eq!(e.code, ErrorCode::InvalidTopic);
+    let e = client.create("__x", 1, &[]).await.unwrap();
+    assert_eq!(e.code, ErrorCode::InvalidTopic);
+    let e = client.create("t", 0, &[]).await.unwrap();
+    assert_eq!(e.code, ErrorCode::InvalidPartitions);
+
+    let req = CreateTopicsRequest {
+        topics: vec![NewTopic {
+            name: "t".into(),
+            partitions: Some(1),
+            replication_factor: Some(3),
+            configs: vec![],
+        }],
+        validate_only: false,
+    };
+    let e = client.ok(&req, &[]).await.0.results[0]
+        .error
+        .clone()
+        .unwrap();
+    assert_eq!(e.code, ErrorCode::InvalidReplicationFactor);
+    assert!(
+        e.message
+            .contains("replication factor 3 is larger than the 1 live broker(s)"),
+        "{e}"
+    );
+
+    // validate_only creates nothing.
+    let req = CreateTopicsRequest {
+        topics: vec![NewTopic {
+            name: "t".into(),
+            partitions: Some(1),
+            replication_factor: None,
+            configs: vec![],
+        }],
+        validate_only: true,
+    };
+    assert_eq!(client.ok(&req, &[]).await.0.results[0].error, None);
+    let (md, _) = client.ok(&MetadataRequest { topics: None }, &[]).await;
+    assert!(md.topics.is_empty(), "{md:?}");
+
+    assert_eq!(client.create("t", 1, &[]).await, None);
+    let e = client.create("t", 1, &[]).await.unwrap();
+    assert_eq!(e.code, ErrorCode::TopicAlreadyExists);
+    broker.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn bad_requests_get_errors_on_their_stream_only() {
+    let env = Env::new();
+    let broker = env
+        .start_with(BrokerConfig {
+            max_request_bytes: 4096,
+            ..env.config()
+        })
+        .await;
+    let client = env.client(broker.local_addr()).await;
+    client.create("t", 1, &[]).await;
+
+    // Oversized frame: REQUEST_TOO_LARGE naming both sizes, on that stream.
+    let big = Bytes::from(vec![0u8; 10_000]);
+    let req = ProduceRequest {
+        acks: Acks::All,
+        timeout_ms: 1000,
+        partitions: vec![ProducePartition {
+            topic: "t".into(),
+            partition: 0,
+            bytes_len: big.len() as u32,
+        }],
+    };
+    let (resp, _) = client.call(&req, &[big]).await;
+    let e = resp.unwrap_err();
+    assert_eq!(e.code, ErrorCode::RequestTooLarge);
+    assert!(e.message.contains("max_request_bytes=4096"), "{e}");
+
+    // Garbage meta: INVALID_REQUEST naming the message.
+    let (resp, _) = client
+        .call_raw::<ProduceResponse>(ApiKey::Produce as u16, 0, &[0xff, 0xff, 0xff, 0xff], &[])
+        .await;
+    let e = resp.unwrap_err();
+    assert_eq!(e.code, ErrorCode::InvalidRequest);
+    assert!(e.message.contains("ProduceRequest"), "{e}");
+
+    // Unsupported version and unknown api key.
+    let (resp, _) = client
+        .call_raw::<MetadataResponse>(
+            ApiKey::Metadata as u16,
+            7,
+            &encode_meta(&MetadataRequest { topics: None }),
+            &[],
+        )
+        .await;
+    let e = resp.unwrap_err();
+    assert_eq!(e.code, ErrorCode::UnsupportedVersion);
+    assert!(
+        e.message.contains("metadata") && e.message.contains("version 7"),
+        "{e}"
+    );
+    let (resp, _) = client.call_raw::<MetadataResponse>(999, 0, &[], &[]).await;
+    assert_eq!(resp.unwrap_err().code, ErrorCode::UnsupportedVersion);
+
+    // A batch with a broken CRC: CORRUPT_RECORD for that partition.
+    let mut bad = batch(&["x"], 1).to_vec();
+    let last = bad.len() - 1;
+    bad[last] ^= 0xff;
+    let p = client.produce("t", 0, Bytes::from(bad)).await;
+    assert_eq!(p.error.unwrap().code, ErrorCode::CorruptRecord);
+
+    // The same connection still works.
+    let p = client.produce("t", 0, batch(&["ok"], 1)).await;
+    assert_eq!(p.error, None);
+    let (_, records) = client.fetch("t", 0, 0, 0).await;
+    assert_eq!(values(&records), ["ok"]);
+    broker.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn fetch_long_poll_returns_when_data_arrives() {
+    let env = Env::new();
+    let broker = env.start().await;
+    let client = env.client(broker.local_addr()).await;
+    client.create("t", 1, &[]).await;
+
+    let addr = broker.local_addr();
+    let producer_client = env.client(addr).await;
+    let producer = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        producer_client.produce("t", 0, batch(&["late"], 5)).await
+    });
+    // max_wait far above the test bound: only the arriving data can end it.
+    let (f, records) = client.fetch("t", 0, 0, 120_000).await;
+    assert_eq!(f.error, None);
+    assert_eq!(values(&records), ["late"]);
+    assert_eq!(producer.await.unwrap().error, None);
+    broker.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn acks_none_sends_no_response_but_appends() {
+    let env = Env::new();
+    let broker = env.start().await;
+    let client = env.client(broker.local_addr()).await;
+    client.create("t", 1, &[]).await;
+    let b = batch(&["fire", "forget"], 1);
+    let req = ProduceRequest {
+        acks: Acks::None,
+        timeout_ms: 1000,
+        partitions: vec![ProducePartition {
+            topic: "t".into(),
+            partition: 0,
+            bytes_len: b.len() as u32,
+        }],
+    };
+    let result = tokio::time::timeout(
+        STEP,
+        rill_net::call(
+            &client.conn,
+            ApiKey::Produce as u16,
+            0,
+            &encode_meta(&req),
+            &[b],
+            1 << 20,
+        ),
+    )
+    .await
+    .unwrap();
+    assert!(
+        matches!(result, Err(rill_net::NetError::NoFrame)),
+        "{result:?}"
+    );
+    let (_, records) = client.fetch("t", 0, 0, 10_000).await;
+    assert_eq!(values(&records), ["fire", "forget"]);
+    broker.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn restart_keeps_topics_data_and_configs() {
+    let env = Env::new();
+    let broker = env.start().await;
+    let client = env.client(broker.local_addr()).await;
+    client
+        .create("keep", 2, &[("retention.ms", "86400000")])
+        .await;
+    client.produce("keep", 0, batch(&["one", "two"], 10)).await;
+    let req = AlterConfigsRequest {
+        topic: "keep".into(),
+        set: vec![("cleanup.policy".into(), "compact".into())],
+        delete: vec!["retention.ms".into()],
+        validate_only: false,
+    };
+    assert_eq!(client.ok(&req, &[]).await.0.error, None);
+    let bad = AlterConfigsRequest {
+        topic: "keep".into(),
+        set: vec![("segment.bytes".into(), "-1".into())],
+        delete: vec![],
+        validate_only: false,
+    };
+    let e = client.ok(&bad, &[]).await.0.error.unwrap();
+    assert_eq!(e.code, ErrorCode::InvalidConfig);
+    assert!(e.message.contains("segment.bytes"), "{e}");
+    drop(client);
+    broker.shutdown().await.unwrap();
+
+    let broker = env.start().await;
+    let client = env.client(broker.local_addr()).await;
+    let (md, _) = client.ok(&MetadataRequest { topics: None }, &[]).await;
+    assert_eq!(md.topics.len(), 1);
+    assert_eq!(md.topics[0].partitions.len(), 2);
+    let (_, records) = client.fetch("keep", 0, 0, 0).await;
+    assert_eq!(values(&records), ["one", "two"]);
+    let p = client.produce("keep", 0, batch(&["three"], 11)).await;
+    assert_eq!(p.base_offset, Offset(2));
+
+    let (resp, _) = client
+        .ok(
+            &DescribeConfigsRequest {
+                topics: vec!["keep".into()],
+            },
+            &[],
+        )
+        .await;
+    let configs = &resp.topics[0].configs;
+    let get = |k: &str| configs.iter().find(|c| c.name == k).unwrap().clone();
+    assert_eq!(get("cleanup.policy").value, "compact");
+    assert!(!get("cleanup.policy").is_default);
+    assert!(get("retention.ms").is_default);
+    assert_eq!(get("retention.ms").value, "604800000");
+    broker.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn delete_topic_then_recreate_is_empty() {
+    let env = Env::new();
+    let broker = env.start().await;
+    let client = env.client(broker.local_addr()).await;
+    client.create("gone", 1, &[]).await;
+    client.produce("gone", 0, batch(&["x"], 1)).await;
+    let (resp, _) = client
+        .ok(
+            &DeleteTopicsRequest {
+                names: vec!["gone".into(), "never".into()],
+            },
+            &[],
+        )
+        .await;
+    assert_eq!(resp.results[0].error, None);
+    assert_eq!(
+        resp.results[1].error.as_ref().unwrap().code,
+        ErrorCode::UnknownTopicOrPartition
+    );
+    assert!(!env.data.path().join("gone-0").exists());
+    let (f, _) = client.fetch("gone", 0, 0, 0).await;
+    assert_eq!(f.error.unwrap().code, ErrorCode::UnknownTopicOrPartition);
+    client.create("gone", 1, &[]).await;
+    let (f, records) = client.fetch("gone", 0, 0, 0).await;
+    assert_eq!((f.error, records.len()), (None, 0));
+    broker.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn list_offsets_by_spec() {
+    let env = Env::new();
+    let broker = env.start().await;
+    let client = env.client(broker.local_addr()).await;
+    client.create("t", 1, &[]).await;
+    client.produce("t", 0, batch(&["a", "b"], 1_000)).await;
+    client.produce("t", 0, batch(&["c"], 2_000)).await;
+    client.produce("t", 0, batch(&["d"], 3_000)).await;
+    assert_eq!(
+        client.list_offset("t", OffsetSpec::Earliest).await.offset,
+        Offset(0)
+    );
+    assert_eq!(
+        client.list_offset("t", OffsetSpec::Latest).await.offset,
+        Offset(4)
+    );
+    let r = client.list_offset("t", OffsetSpec::Timestamp(1_500)).await;
+    assert_eq!((r.offset, r.timestamp_ms), (Offset(2), Some(2_000)));
+    let r = client.list_offset("t", OffsetSpec::Timestamp(9_000)).await;
+    assert_eq!(r.offset, Offset(4));
+    broker.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn too_many_connections_are_closed_with_a_reason() {
+    let env = Env::new();
+    let broker = env
+        .start_with(BrokerConfig {
+            max_connections: 1,
+            ..env.config()
+        })
+        .await;
+    let first = env.client(broker.local_addr()).await;
+    first.ok(&MetadataRequest { topics: None }, &[]).await;
+    let second = env.client(broker.local_addr()).await;
+    let reason = tokio::time::timeout(STEP, second.conn.closed())
+        .await
+        .unwrap();
+    assert!(
+        reason.to_string().contains("too many connections"),
+        "{reason}"
+    );
+    first.ok(&MetadataRequest { topics: None }, &[]).await;
+    broker.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn bind_failure_and_bad_config_are_clear() {
+    let env = Env::new();
+    let broker = env.start().await;
+    let taken = BrokerConfig {
+        listen: broker.local_addr(),
+        data_dir: env.data.path().join("other"),
+        ..env.config()
+    };
+    let e = Broker::start(taken).await.unwrap_err().to_string();
+    assert!(e.contains(&broker.local_addr().to_string()), "{e}");
+    let bad = BrokerConfig {
+        topic_defaults: [("retention.ms".to_string(), "x".to_string())].into(),
+        ..env.config()
+    };
+    let e = Broker::start(bad).await.unwrap_err().to_string();
+    assert!(e.contains("retention.ms"), "{e}");
+    broker.shutdown().await.unwrap();
+}
