@@ -1,0 +1,510 @@
+//! End-to-end tests of rill-client against an embedded rill-broker on loopback
+//! (127.0.0.1:0, temp data dir, temp Rill home). Every step is bounded by `STEP`.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::time::Duration;
+
+use bytes::Bytes;
+use rill_broker::{Broker, BrokerConfig, BrokerHandle};
+use rill_client::partitioner::partition_for_key;
+use rill_client::{
+    Acks, Client, ClientConfig, ClientError, Compression, ConsumerConfig, ConsumerRecord,
+    ErrorCode, NewTopic, Offset, ProducerConfig, ProducerRecord, TopicPartition,
+};
+
+/// Bound on every test step, so a hang fails instead of blocking.
+const STEP: Duration = Duration::from_secs(60);
+
+async fn step<T>(what: &str, fut: impl Future<Output = T>) -> T {
+    tokio::time::timeout(STEP, fut)
+        .await
+        .unwrap_or_else(|_| panic!("{what} did not finish within {STEP:?}"))
+}
+
+struct Env {
+    _data: tempfile::TempDir,
+    home: tempfile::TempDir,
+    broker: Option<BrokerHandle>,
+}
+
+impl Env {
+    async fn start() -> Env {
+        let data = tempfile::tempdir().unwrap();
+        let home = tempfile::tempdir().unwrap();
+        let config = BrokerConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            data_dir: data.path().to_path_buf(),
+            rill_home: Some(home.path().to_path_buf()),
+            shutdown_timeout_ms: 5000,
+            ..BrokerConfig::default()
+        };
+        let broker = step("broker start", Broker::start(config)).await.unwrap();
+        Env {
+            _data: data,
+            home,
+            broker: Some(broker),
+        }
+    }
+
+    fn config(&self) -> ClientConfig {
+        let addr = self.broker.as_ref().unwrap().local_addr();
+        let mut c = ClientConfig::new(addr.to_string());
+        c.tls = rill_net::ClientTls::Dev {
+            home: self.home.path().to_path_buf(),
+        };
+        c
+    }
+
+    async fn client(&self) -> Client {
+        step("client connect", Client::connect(self.config()))
+            .await
+            .unwrap()
+    }
+
+    async fn shutdown(mut self) {
+        if let Some(b) = self.broker.take() {
+            step("broker shutdown", b.shutdown()).await.unwrap();
+        }
+    }
+}
+
+fn topic(name: &str, partitions: u32) -> NewTopic {
+    NewTopic {
+        name: name.into(),
+        partitions: Some(partitions),
+        replication_factor: None,
+        configs: vec![],
+    }
+}
+
+/// Polls until `n` records arrived (or fails after STEP).
+async fn consume_n(consumer: &mut rill_client::Consumer, n: usize) -> Vec<ConsumerRecord> {
+    let mut out = Vec::with_capacity(n);
+    step("consume", async {
+        while out.len() < n {
+            out.extend(consumer.poll(Duration::from_millis(200)).await.unwrap());
+        }
+    })
+    .await;
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keyed_records_round_trip_in_partition_order() {
+    let env = Env::start().await;
+    let client = env.client().await;
+    step("create", client.admin().create_topic(topic("keyed", 3)))
+        .await
+        .unwrap();
+    let producer = client.producer(ProducerConfig::default()).unwrap();
+    const N: usize = 3000;
+    let mut deliveries = Vec::with_capacity(N);
+    for i in 0..N {
+        let rec = ProducerRecord::new("keyed", format!("value-{i}"))
+            .key(format!("key-{}", i % 37))
+            .header("seq", i.to_string());
+        deliveries.push(step("send", producer.send(rec)).await.unwrap());
+    }
+    step("flush", producer.flush()).await.unwrap();
+    let mut sent_partition = HashMap::new();
+    for (i, d) in deliveries.into_iter().enumerate() {
+        let meta = step("delivery", d).await.unwrap();
+        let key = format!("key-{}", i % 37);
+        // Stable: the same key always lands in the same partition, Kafka's way.
+        assert_eq!(meta.partition, partition_for_key(key.as_bytes(), 3));
+        assert_eq!(
+            *sent_partition.entry(key).or_insert(meta.partition),
+            meta.partition
+        );
+        assert!(meta.offset.0 >= 0);
+    }
+    producer.close().await.unwrap();
+
+    let mut consumer = client.consumer(ConsumerConfig::default()).unwrap();
+    let tps = step("assign", consumer.assign_topic("keyed"))
+        .await
+        .unwrap();
+    assert_eq!(tps.len(), 3);
+    let records = consume_n(&mut consumer, N).await;
+    assert_eq!(records.len(), N);
+    let mut last_seq: HashMap<u32, (i64, usize)> = HashMap::new();
+    for r in &records {
+        let seq: usize = std::str::from_utf8(&r.headers[0].value)
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert_eq!(r.headers[0].key, "seq");
+        assert_eq!(r.value.as_deref(), Some(format!("value-{seq}").as_bytes()));
+        assert_eq!(
+            r.key.as_deref(),
+            Some(format!("key-{}", seq % 37).as_bytes())
+        );
+        assert_eq!(&*r.topic, "keyed");
+        if let Some((off, prev)) = last_seq.get(&r.partition) {
+            assert_eq!(
+                r.offset.0,
+                off + 1,
+                "offsets are consecutive in {}",
+                r.partition
+            );
+            assert!(
+                seq > *prev,
+                "send order kept within partition {}",
+                r.partition
+            );
+        } else {
+            assert_eq!(r.offset, Offset(0));
+        }
+        last_seq.insert(r.partition, (r.offset.0, seq));
+    }
+    env.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_acks_level_delivers() {
+    let env = Env::start().await;
+    let client = env.client().await;
+    step("create", client.admin().create_topic(topic("acks", 2)))
+        .await
+        .unwrap();
+    for acks in [Acks::None, Acks::Leader, Acks::All] {
+        let producer = client
+            .producer(ProducerConfig {
+                acks,
+                ..ProducerConfig::default()
+            })
+            .unwrap();
+        let mut ds = Vec::new();
+        for i in 0..200 {
+            ds.push(
+                producer
+                    .send(ProducerRecord::new("acks", format!("{acks:?}-{i}")))
+                    .await
+                    .unwrap(),
+            );
+        }
+        for d in ds {
+            let meta = step("delivery", d).await.unwrap();
+            if acks == Acks::None {
+                assert_eq!(meta.offset, Offset(-1));
+            } else {
+                assert!(meta.offset.0 >= 0);
+            }
+        }
+        step("close", producer.close()).await.unwrap();
+    }
+    let mut consumer = client.consumer(ConsumerConfig::default()).unwrap();
+    consumer.assign_topic("acks").await.unwrap();
+    let records = consume_n(&mut consumer, 600).await;
+    for level in ["None", "Leader", "All"] {
+        let n = records
+            .iter()
+            .filter(|r| r.value.as_ref().unwrap().starts_with(level.as_bytes()))
+            .count();
+        assert_eq!(n, 200, "records sent with acks {level}");
+    }
+    env.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consumer_seeks_to_offset_timestamp_and_end() {
+    let env = Env::start().await;
+    let client = env.client().await;
+    step("create", client.admin().create_topic(topic("seek", 1)))
+        .await
+        .unwrap();
+    let producer = client
+        .producer(ProducerConfig {
+            batch_size: 512, // many batches, so seeks land inside batches
+            ..ProducerConfig::default()
+        })
+        .unwrap();
+    for i in 0..100i64 {
+        let _ = producer
+            .send(ProducerRecord::new("seek", format!("v{i}")).timestamp(1_000_000 + i * 10))
+            .await
+            .unwrap();
+    }
+    producer.flush().await.unwrap();
+    let tp = TopicPartition::new("seek", 0);
+    let mut consumer = client.consumer(ConsumerConfig::default()).unwrap();
+    consumer.assign(vec![tp.clone()]);
+
+    consumer.seek(&tp, Offset(57)).unwrap();
+    let got = step("poll", consumer.poll(Duration::from_secs(5)))
+        .await
+        .unwrap();
+    assert_eq!(
+        got[0].offset,
+        Offset(57),
+        "records below the seek offset are skipped"
+    );
+    assert_eq!(got[0].value.as_deref(), Some(&b"v57"[..]));
+
+    step(
+        "seek ts",
+        consumer.seek_to_timestamp(1_000_000 + 70 * 10 - 5),
+    )
+    .await
+    .unwrap();
+    assert_eq!(consumer.position(&tp).await.unwrap(), Offset(70));
+    let got = step("poll", consumer.poll(Duration::from_secs(5)))
+        .await
+        .unwrap();
+    assert_eq!(got[0].offset, Offset(70));
+    assert_eq!(got[0].timestamp_ms, 1_000_700);
+
+    step("seek end", consumer.seek_to_end(std::slice::from_ref(&tp)))
+        .await
+        .unwrap();
+    assert_eq!(consumer.position(&tp).await.unwrap(), Offset(100));
+    let got = step("poll", consumer.poll(Duration::from_millis(300)))
+        .await
+        .unwrap();
+    assert!(got.is_empty(), "nothing after the end yet: {got:?}");
+    producer
+        .send_and_wait(ProducerRecord::new("seek", "after-end"))
+        .await
+        .unwrap();
+    let got = consume_n(&mut consumer, 1).await;
+    assert_eq!(got[0].offset, Offset(100));
+    assert_eq!(got[0].value.as_deref(), Some(&b"after-end"[..]));
+
+    step(
+        "seek beginning",
+        consumer.seek_to_beginning(std::slice::from_ref(&tp)),
+    )
+    .await
+    .unwrap();
+    let all = consume_n(&mut consumer, 101).await;
+    let offsets: Vec<i64> = all.iter().map(|r| r.offset.0).collect();
+    assert_eq!(offsets, (0..101).collect::<Vec<_>>());
+    env.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tiny_buffer_memory_still_delivers_everything() {
+    let env = Env::start().await;
+    let client = env.client().await;
+    step("create", client.admin().create_topic(topic("pressure", 2)))
+        .await
+        .unwrap();
+    let producer = client
+        .producer(ProducerConfig {
+            buffer_memory: 4096,
+            batch_size: 1024,
+            ..ProducerConfig::default()
+        })
+        .unwrap();
+    const N: usize = 2000;
+    let value = Bytes::from(vec![b'x'; 100]);
+    let mut ds = Vec::with_capacity(N);
+    for _ in 0..N {
+        // Each send waits for space: at most ~4 KiB is ever buffered.
+        ds.push(
+            step(
+                "send",
+                producer.send(ProducerRecord::new("pressure", value.clone())),
+            )
+            .await
+            .unwrap(),
+        );
+    }
+    for d in ds {
+        step("delivery", d).await.unwrap();
+    }
+    producer.close().await.unwrap();
+    let mut consumer = client.consumer(ConsumerConfig::default()).unwrap();
+    consumer.assign_topic("pressure").await.unwrap();
+    let records = consume_n(&mut consumer, N).await;
+    assert_eq!(records.len(), N);
+    env.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_are_clear() {
+    let env = Env::start().await;
+    let client = env.client().await;
+    let producer = client.producer(ProducerConfig::default()).unwrap();
+
+    // Unknown topic: refused at send, naming the topic and what to do.
+    let err = producer
+        .send(ProducerRecord::new("no-such-topic", "x"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ClientError::UnknownTopic(_)), "{err:?}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("no-such-topic") && msg.contains("rill topic create"),
+        "{msg}"
+    );
+
+    // Creating twice: TOPIC_ALREADY_EXISTS with the topic in the context.
+    let admin = client.admin();
+    step("create", admin.create_topic(topic("dup", 1)))
+        .await
+        .unwrap();
+    let err = admin.create_topic(topic("dup", 1)).await.unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::TopicAlreadyExists));
+    assert!(
+        err.to_string()
+            .starts_with("create topic dup: TOPIC_ALREADY_EXISTS"),
+        "{err}"
+    );
+
+    // A partition that does not exist.
+    let err = producer
+        .send(ProducerRecord::new("dup", "x").partition(5))
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("partition 5 of topic dup"),
+        "{err}"
+    );
+
+    // A record over the topic's max.message.bytes fails only its own batch.
+    step(
+        "create small",
+        admin.create_topic(NewTopic {
+            configs: vec![("max.message.bytes".into(), "1000".into())],
+            ..topic("small", 1)
+        }),
+    )
+    .await
+    .unwrap();
+    let big = producer
+        .send(ProducerRecord::new("small", vec![b'b'; 5000]))
+        .await
+        .unwrap();
+    let err = step("big delivery", big).await.unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::RecordTooLarge), "{err}");
+    assert!(
+        err.to_string().starts_with("produce to small-0 failed"),
+        "{err}"
+    );
+    let ok = producer
+        .send_and_wait(ProducerRecord::new("small", "fits"))
+        .await
+        .unwrap();
+    assert_eq!(ok.offset, Offset(0));
+    producer.close().await.unwrap();
+    // Closed producers refuse.
+    let err = producer
+        .send(ProducerRecord::new("small", "late"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ClientError::Closed), "{err:?}");
+    env.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_broker_says_what_to_do() {
+    let home = tempfile::tempdir().unwrap();
+    // A broker creates the dev CA; start and stop one so the CA exists.
+    let env = Env::start().await;
+    let mut config = env.config();
+    config.tls = rill_net::ClientTls::Dev {
+        home: env.home.path().to_path_buf(),
+    };
+    // A UDP port nobody listens on.
+    let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let addr = sock.local_addr().unwrap();
+    drop(sock);
+    config.bootstrap = vec![addr.to_string()];
+    config.connect_timeout = Duration::from_millis(500);
+    let err = step("connect", Client::connect(config)).await.unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.contains(&addr.to_string()) && msg.contains("rill broker"),
+        "{msg}"
+    );
+    drop(home);
+    env.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compressed_batches_round_trip() {
+    let env = Env::start().await;
+    let client = env.client().await;
+    for (name, codec) in [("lz4", Compression::Lz4), ("zstd", Compression::Zstd)] {
+        step("create", client.admin().create_topic(topic(name, 1)))
+            .await
+            .unwrap();
+        let producer = client
+            .producer(ProducerConfig {
+                compression: codec,
+                ..ProducerConfig::default()
+            })
+            .unwrap();
+        for i in 0..500 {
+            let _ = producer
+                .send(
+                    ProducerRecord::new(
+                        name,
+                        format!("compressible value {i} {}", "z".repeat(100)),
+                    )
+                    .key(format!("k{i}")),
+                )
+                .await
+                .unwrap();
+        }
+        producer.close().await.unwrap();
+        let mut consumer = client.consumer(ConsumerConfig::default()).unwrap();
+        consumer.assign_topic(name).await.unwrap();
+        let records = consume_n(&mut consumer, 500).await;
+        for (i, r) in records.iter().enumerate() {
+            assert_eq!(r.offset, Offset(i as i64));
+            assert_eq!(r.key.as_deref(), Some(format!("k{i}").as_bytes()));
+            assert!(
+                r.value
+                    .as_ref()
+                    .unwrap()
+                    .starts_with(format!("compressible value {i} ").as_bytes())
+            );
+        }
+    }
+    env.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_describes_and_alters() {
+    let env = Env::start().await;
+    let client = env.client().await;
+    let admin = client.admin();
+    step("create", admin.create_topic(topic("adm", 4)))
+        .await
+        .unwrap();
+    assert!(
+        admin
+            .list_topics()
+            .await
+            .unwrap()
+            .contains(&"adm".to_string())
+    );
+    let d = admin.describe_topic("adm").await.unwrap();
+    assert_eq!(d.partitions.len(), 4);
+    assert_eq!(d.replication_factor, 1);
+    admin
+        .alter_configs("adm", vec![("retention.ms".into(), "12345".into())], vec![])
+        .await
+        .unwrap();
+    let configs = admin.describe_configs("adm").await.unwrap();
+    let retention = configs.iter().find(|c| c.name == "retention.ms").unwrap();
+    assert_eq!(retention.value, "12345");
+    assert!(!retention.is_default);
+    let cluster = admin.cluster().await.unwrap();
+    assert_eq!(cluster.brokers.len(), 1);
+    assert!(!cluster.cluster_id.is_empty());
+    admin.delete_topic("adm").await.unwrap();
+    assert!(
+        !admin
+            .list_topics()
+            .await
+            .unwrap()
+            .contains(&"adm".to_string())
+    );
+    let err = admin.describe_topic("adm").await.unwrap_err();
+    assert!(matches!(err, ClientError::UnknownTopic(_)), "{err:?}");
+    env.shutdown().await;
+}
