@@ -20,12 +20,27 @@
 //!
 //! # Example
 //!
-//! ```no_run
+//! ```
 //! use rill_client::{Client, ClientConfig, ConsumerConfig, NewTopic, ProducerConfig, ProducerRecord};
 //! use std::time::Duration;
 //!
-//! # async fn demo() -> Result<(), rill_client::ClientError> {
-//! let client = Client::connect(ClientConfig::new("127.0.0.1:9092")).await?;
+//! # use rill_broker::{Broker, BrokerConfig};
+//! # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # // An embedded broker on a free port, with throw-away data and Rill home.
+//! # let data = tempfile::tempdir()?;
+//! # let home = tempfile::tempdir()?;
+//! # let broker = Broker::start(BrokerConfig {
+//! #     listen: "127.0.0.1:0".parse()?,
+//! #     data_dir: data.path().to_path_buf(),
+//! #     rill_home: Some(home.path().to_path_buf()),
+//! #     ..BrokerConfig::default()
+//! # }).await?;
+//! # let bootstrap = broker.local_addr().to_string();
+//! // `bootstrap` is "HOST:PORT" of any broker, e.g. "127.0.0.1:9092".
+//! let mut config = ClientConfig::new(bootstrap);
+//! # config.tls = rill_net::ClientTls::Dev { home: home.path().to_path_buf() };
+//! let client = Client::connect(config).await?;
 //! client.admin().create_topic(NewTopic {
 //!     name: "events".into(),
 //!     partitions: Some(3),
@@ -35,15 +50,16 @@
 //!
 //! let producer = client.producer(ProducerConfig::default())?;
 //! let delivery = producer.send(ProducerRecord::new("events", "hello").key("user-1")).await?;
-//! let meta = delivery.await?;
-//! println!("written to {}-{} at offset {}", meta.topic, meta.partition, meta.offset);
+//! let written = delivery.await?;
+//! println!("written to {}-{} at offset {}", written.topic, written.partition, written.offset);
 //! producer.close().await?;
 //!
 //! let mut consumer = client.consumer(ConsumerConfig::default())?;
 //! consumer.assign_topic("events").await?;
-//! for record in consumer.poll(Duration::from_secs(1)).await? {
-//!     println!("{}-{}@{}: {:?}", record.topic, record.partition, record.offset, record.value);
-//! }
+//! let records = consumer.poll(Duration::from_secs(5)).await?;
+//! assert_eq!(records[0].value.as_deref(), Some(&b"hello"[..]));
+//! assert_eq!(records[0].offset, written.offset);
+//! # broker.shutdown().await?;
 //! # Ok(())
 //! # }
 //! ```

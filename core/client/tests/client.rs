@@ -221,10 +221,12 @@ async fn consumer_seeks_to_offset_timestamp_and_end() {
         })
         .unwrap();
     for i in 0..100i64 {
-        let _ = producer
-            .send(ProducerRecord::new("seek", format!("v{i}")).timestamp(1_000_000 + i * 10))
-            .await
-            .unwrap();
+        drop(
+            producer
+                .send(ProducerRecord::new("seek", format!("v{i}")).timestamp(1_000_000 + i * 10))
+                .await
+                .unwrap(),
+        );
     }
     producer.flush().await.unwrap();
     let tp = TopicPartition::new("seek", 0);
@@ -438,7 +440,7 @@ async fn compressed_batches_round_trip() {
             })
             .unwrap();
         for i in 0..500 {
-            let _ = producer
+            let delivery = producer
                 .send(
                     ProducerRecord::new(
                         name,
@@ -448,6 +450,7 @@ async fn compressed_batches_round_trip() {
                 )
                 .await
                 .unwrap();
+            drop(delivery);
         }
         producer.close().await.unwrap();
         let mut consumer = client.consumer(ConsumerConfig::default()).unwrap();
