@@ -677,3 +677,153 @@ async fn bind_failure_and_bad_config_are_clear() {
     assert!(e.contains("retention.ms"), "{e}");
     broker.shutdown().await.unwrap();
 }
+
+#[tokio::test]
+async fn fetch_respects_byte_bounds_but_always_returns_one_batch() {
+    let env = Env::new();
+    let broker = env.start().await;
+    let client = env.client(broker.local_addr()).await;
+    client.create("t", 2, &[]).await;
+    // 100 KiB value: larger than the fetch bounds below, and read off-thread.
+    let big = "x".repeat(100 * 1024);
+    client.produce("t", 0, batch(&[&big], 1)).await;
+    client.produce("t", 1, batch(&["small"], 1)).await;
+    let req = FetchRequest {
+        max_wait_ms: 0,
+        min_bytes: 1,
+        max_bytes: 1000,
+        replica_id: None,
+        partitions: (0..2)
+            .map(|p| FetchPartition {
+                topic: "t".into(),
+                partition: p,
+                offset: Offset(0),
+                max_bytes: 1000,
+                current_leader_epoch: None,
+            })
+            .collect(),
+    };
+    let (resp, payload) = client.ok(&req, &[]).await;
+    let lens: Vec<u32> = resp.partitions.iter().map(|p| p.bytes_len).collect();
+    assert!(lens[0] as usize > big.len(), "{lens:?}");
+    assert_eq!(lens[1], 0, "the response is full after the first partition");
+    let parts = split_payload(&payload, lens).unwrap();
+    assert_eq!(values(&decode_records(&parts[0])), [big]);
+    // Fetching partition 1 on its own returns its batch.
+    let (_, records) = client.fetch("t", 1, 0, 0).await;
+    assert_eq!(values(&records), ["small"]);
+    broker.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn shutdown_ends_a_waiting_fetch() {
+    let env = Env::new();
+    let broker = env.start().await;
+    let client = env.client(broker.local_addr()).await;
+    client.create("t", 1, &[]).await;
+    let req = FetchRequest {
+        max_wait_ms: 120_000,
+        min_bytes: 1,
+        max_bytes: 1 << 20,
+        replica_id: None,
+        partitions: vec![FetchPartition {
+            topic: "t".into(),
+            partition: 0,
+            offset: Offset(0),
+            max_bytes: 1 << 20,
+            current_leader_epoch: None,
+        }],
+    };
+    let conn = client.conn.clone();
+    let waiting = tokio::spawn(async move {
+        rill_net::call(
+            &conn,
+            ApiKey::Fetch as u16,
+            0,
+            &encode_meta(&req),
+            &[],
+            1 << 20,
+        )
+        .await
+    });
+    // Let the fetch reach the broker and start waiting.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    tokio::time::timeout(STEP, broker.shutdown())
+        .await
+        .unwrap()
+        .unwrap();
+    // The fetch ends (answered empty, or its connection closed) instead of
+    // waiting out its two minutes.
+    let ended = tokio::time::timeout(STEP, waiting).await.unwrap().unwrap();
+    if let Ok(frame) = ended {
+        let resp: ResponseMeta<FetchResponse> = decode_meta(&frame.meta).unwrap();
+        assert_eq!(resp.unwrap().partitions[0].bytes_len, 0);
+    }
+}
+
+#[tokio::test]
+async fn retention_deletes_old_segments() {
+    let env = Env::new();
+    let broker = env.start().await;
+    let client = env.client(broker.local_addr()).await;
+    // Tiny segments (one batch each) and a retention every record is past.
+    client
+        .create(
+            "old",
+            1,
+            &[("segment.bytes", "100"), ("retention.ms", "60000")],
+        )
+        .await;
+    for i in 0..5 {
+        let p = client
+            .produce("old", 0, batch(&["old-record"], 1_000 + i))
+            .await;
+        assert_eq!(p.error, None);
+    }
+    // The retention timer runs every 100 ms; wait (bounded) for it.
+    let mut start = Offset(0);
+    for _ in 0..200 {
+        start = client.list_offset("old", OffsetSpec::Earliest).await.offset;
+        if start > Offset(0) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(start > Offset(0), "retention never ran");
+    let (f, records) = client.fetch("old", 0, start.0, 0).await;
+    assert_eq!(f.error, None);
+    assert_eq!(f.log_start_offset, start);
+    assert!(records.iter().all(|r| r.offset >= start));
+    let (f, _) = client.fetch("old", 0, 0, 0).await;
+    assert_eq!(f.error.unwrap().code, ErrorCode::OffsetOutOfRange);
+    broker.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn unreadable_partition_is_named_at_startup_and_leftovers_are_removed() {
+    let env = Env::new();
+    let broker = env.start().await;
+    let client = env.client(broker.local_addr()).await;
+    client.create("t", 1, &[]).await;
+    drop(client);
+    broker.shutdown().await.unwrap();
+
+    // Leftovers of an interrupted delete are removed at startup.
+    std::fs::create_dir(env.data.path().join("gone-0.deleted")).unwrap();
+    std::fs::create_dir(env.data.path().join("gone-0")).unwrap();
+    let broker = env.start().await;
+    assert!(!env.data.path().join("gone-0.deleted").exists());
+    assert!(!env.data.path().join("gone-0").exists());
+    assert!(env.data.path().join("t-0").exists());
+    broker.shutdown().await.unwrap();
+
+    // A partition directory that is not a directory: the error names it.
+    let dir = env.data.path().join("t-0");
+    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::write(&dir, b"not a directory").unwrap();
+    let e = Broker::start(env.config()).await.unwrap_err().to_string();
+    assert!(
+        e.contains("partition t-0") && e.contains("move the directory aside"),
+        "{e}"
+    );
+}
