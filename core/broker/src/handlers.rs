@@ -20,9 +20,9 @@ use crate::state::BrokerState;
 use crate::topics::TopicSpec;
 use bytes::{Bytes, BytesMut};
 use rill_log::FileSlice;
-use rill_proto::Offset;
 use rill_proto::types::now_ms;
 use rill_proto::wire::*;
+use rill_proto::{Offset, TimestampMs};
 use serde::Serialize;
 use std::future::Future;
 use std::pin::Pin;
@@ -34,6 +34,9 @@ use std::time::Duration;
 pub const FETCH_WAIT_MAX: Duration = Duration::from_secs(60);
 /// Longest a produce waits for in-flight budget before RESOURCE_EXHAUSTED.
 pub const PRODUCE_BUDGET_WAIT_MAX: Duration = Duration::from_secs(30);
+/// Produce payloads (per partition) larger than this are appended on the
+/// blocking pool, as are appends to logs that fsync on append.
+pub const APPEND_INLINE_MAX: usize = 1024 * 1024;
 /// Fetch responses larger than this are read on the blocking pool.
 pub const FETCH_INLINE_READ_MAX: usize = 64 * 1024;
 /// Software name sent in ApiVersions.
@@ -380,6 +383,18 @@ async fn produce_partition(
     }
 }
 
+/// Appends one partition's batches: the one copy of the bytes (the log stamps
+/// offsets and the leader epoch into it in place), then the append.
+fn append(
+    p: &Partition,
+    bytes: &Bytes,
+    now: TimestampMs,
+) -> Result<(rill_log::AppendInfo, Offset), ErrorInfo> {
+    let mut buf = BytesMut::from(&bytes[..]);
+    p.append(&mut buf, now)
+        .map(|info| (info, p.log_start_offset()))
+}
+
 async fn produce(
     state: &Arc<BrokerState>,
     req: ProduceRequest,
@@ -434,12 +449,13 @@ async fn produce(
                     pp.topic, pp.partition
                 ),
             )),
-            Ok(p) => {
-                // The one copy: the log stamps offsets and epoch into these bytes.
-                let mut buf = BytesMut::from(&bytes[..]);
-                p.append(&mut buf, now)
-                    .map(|info| (info, p.log_start_offset()))
+            Ok(p) if p.syncs_on_append() || bytes.len() > APPEND_INLINE_MAX => {
+                let data = bytes.clone();
+                blocking(move || append(&p, &data, now))
+                    .await
+                    .and_then(|r| r)
             }
+            Ok(p) => append(&p, &bytes, now),
         };
         responses.push(match result {
             Ok((info, log_start_offset)) => {

@@ -223,6 +223,18 @@ impl BrokerHandle {
     }
 }
 
+impl Drop for BrokerHandle {
+    /// A handle dropped without `shutdown` still stops the broker's tasks and
+    /// endpoint (logs are then closed without a final flush when the last request
+    /// lets go of them; prefer `shutdown`).
+    fn drop(&mut self) {
+        if !self.state.shutdown.is_cancelled() {
+            self.state.shutdown.cancel();
+            self.endpoint.close(CLOSE_SHUTDOWN, b"broker stopped");
+        }
+    }
+}
+
 fn server_tls(config: &BrokerConfig) -> ServerTls {
     match (&config.tls.cert, &config.tls.key) {
         (Some(cert), Some(key)) => ServerTls::Files {

@@ -54,6 +54,8 @@ pub struct Partition {
     high_watermark: AtomicI64,
     log_end_offset: AtomicI64,
     deleted: AtomicBool,
+    /// The log fsyncs on appends (`flush.messages` set): append off the async workers.
+    syncs_on_append: AtomicBool,
     data_arrived: Notify,
     gauges: PartitionGauges,
 }
@@ -69,6 +71,7 @@ impl Partition {
         broker_id: i32,
         now_ms: TimestampMs,
     ) -> Result<Partition, LogError> {
+        let syncs_on_append = config.flush_messages.is_some();
         let log = Log::open(dir, config, now_ms)?;
         let start = log.log_start_offset();
         let end = log.log_end_offset();
@@ -95,6 +98,7 @@ impl Partition {
             high_watermark: AtomicI64::new(end.0),
             log_end_offset: AtomicI64::new(end.0),
             deleted: AtomicBool::new(false),
+            syncs_on_append: AtomicBool::new(syncs_on_append),
             data_arrived: Notify::new(),
             gauges,
         })
@@ -219,7 +223,14 @@ impl Partition {
         self.with_log(LogOp::Read, |log| log.offset_for_timestamp(ts))
     }
 
+    /// Whether appends may fsync (then the caller should append on a blocking thread).
+    pub fn syncs_on_append(&self) -> bool {
+        self.syncs_on_append.load(Ordering::Relaxed)
+    }
+
     pub fn set_config(&self, config: LogConfig) {
+        self.syncs_on_append
+            .store(config.flush_messages.is_some(), Ordering::Relaxed);
         if let Some(log) = self.log.lock().as_mut() {
             log.set_config(config);
         }

@@ -827,3 +827,40 @@ async fn unreadable_partition_is_named_at_startup_and_leftovers_are_removed() {
         "{e}"
     );
 }
+
+#[tokio::test]
+async fn fsyncing_and_large_appends_run_off_the_async_workers() {
+    let env = Env::new();
+    let broker = env.start().await;
+    let client = env.client(broker.local_addr()).await;
+    client.create("synced", 1, &[("flush.messages", "1")]).await;
+    client
+        .create("big", 1, &[("max.message.bytes", "4000000")])
+        .await;
+    assert_eq!(
+        client.produce("synced", 0, batch(&["s"], 1)).await.error,
+        None
+    );
+    let (_, records) = client.fetch("synced", 0, 0, 0).await;
+    assert_eq!(values(&records), ["s"]);
+
+    let big = "y".repeat(1536 * 1024);
+    assert_eq!(
+        client.produce("big", 0, batch(&[&big], 1)).await.error,
+        None
+    );
+    let (_, records) = client.fetch("big", 0, 0, 0).await;
+    assert_eq!(values(&records), [big]);
+    // Over max.message.bytes: RECORD_TOO_LARGE naming the limit.
+    client
+        .create("small", 1, &[("max.message.bytes", "1000")])
+        .await;
+    let e = client
+        .produce("small", 0, batch(&[&"z".repeat(5000)], 1))
+        .await
+        .error
+        .unwrap();
+    assert_eq!(e.code, ErrorCode::RecordTooLarge);
+    assert!(e.message.contains("max.message.bytes=1000"), "{e}");
+    broker.shutdown().await.unwrap();
+}
