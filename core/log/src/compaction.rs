@@ -18,6 +18,7 @@
 //! * records without a key are kept (Kafka rejects them at produce time for
 //!   compacted topics; the log does not police that);
 //! * control and transactional batches are kept whole;
+//! * a segment from which nothing is dropped keeps its files (the copy is discarded);
 //! * a batch whose records all stay is copied byte for byte; a partly kept batch is
 //!   re-encoded with `BatchBuilder::push_with_offset_delta` + `build_spanning`, so
 //!   its base and last offsets, epoch, producer fields and compression stay; an
@@ -153,7 +154,16 @@ impl Log {
         let mut old_iter = old.into_iter();
         for (i, seg) in old_iter.by_ref().enumerate() {
             match clean_segment(&dir, &seg, &map, tombstone_horizon, interval, now_ms) {
-                Ok(cleaned) => {
+                Ok((mut cleaned, false)) => {
+                    // Nothing to drop: keep the old files, discard the copy.
+                    let dropped = cleaned.delete_files();
+                    kept_segments.push(seg);
+                    if let Err(e) = dropped {
+                        result = Err(e);
+                        break;
+                    }
+                }
+                Ok((cleaned, true)) => {
                     let mut seg = seg;
                     match swap_in(&dir, &mut seg, cleaned, i == 0) {
                         Ok(Some(s)) => kept_segments.push(s),
@@ -183,7 +193,8 @@ impl Log {
     }
 }
 
-/// Writes the cleaned copy of `seg` as `<base>.*.cleaned`, fsynced.
+/// Writes the cleaned copy of `seg` as `<base>.*.cleaned`, fsynced; also says
+/// whether anything was dropped.
 fn clean_segment(
     dir: &Path,
     seg: &Segment,
@@ -191,7 +202,8 @@ fn clean_segment(
     tombstone_horizon: TimestampMs,
     interval: u32,
     now_ms: TimestampMs,
-) -> Result<Segment, LogError> {
+) -> Result<(Segment, bool), LogError> {
+    let mut changed = false;
     let mut out = Segment::create_with_suffix(dir, seg.base_offset, CLEANED_SUFFIX, now_ms)?;
     let mut buf: Vec<u8> = Vec::with_capacity(CLEANER_WRITE_CHUNK_BYTES);
     let mut headers: Vec<(BatchHeader, u64)> = Vec::new();
@@ -225,6 +237,7 @@ fn clean_segment(
         if kept.len() == records.len() {
             return push(&mut out, bytes, *h, false);
         }
+        changed = true;
         if kept.is_empty() {
             return Ok(());
         }
@@ -261,7 +274,7 @@ fn clean_segment(
         push(&mut out, &[], h, true)?;
     }
     out.flush_sealed()?;
-    Ok(out)
+    Ok((out, changed))
 }
 
 fn remove_if_exists(p: &Path) -> Result<(), LogError> {
