@@ -288,7 +288,12 @@ impl Log {
         let last = checked.last().expect("at least one batch").0.last_offset();
         self.maybe_roll(bytes.len() as u64, first, last, now_ms)?;
         let interval = self.config.index_interval_bytes;
-        self.active_mut().append(bytes, checked, interval)?;
+        let active = self.active_mut();
+        if active.is_empty() {
+            // segment.ms counts from the first append, not from when the file was made.
+            active.created_ms = now_ms;
+        }
+        active.append(bytes, checked, interval)?;
         let record_count: u64 = checked.iter().map(|(h, _)| h.record_count as u64).sum();
         let max_timestamp = checked
             .iter()

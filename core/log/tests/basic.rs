@@ -254,3 +254,24 @@ fn flush_policies_and_segment_ms() {
     );
     assert_eq!(log.segment_base_offsets(), vec![o(0), o(9)]);
 }
+
+#[test]
+fn segment_ms_counts_from_the_first_append() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = small_config();
+    cfg.segment_bytes = 1 << 20;
+    cfg.segment_ms = 1000;
+    let mut log = Log::open(dir.path(), cfg, NOW).unwrap();
+    let mut b = batch("m", 1, NOW);
+    log.append(&mut b, E1, NOW).unwrap();
+    log.tick(NOW + 1000).unwrap();
+    assert_eq!(log.segment_count(), 2);
+    // The new segment stays empty for a long time; its clock starts at its first append.
+    let mut b = batch("m", 1, NOW);
+    log.append(&mut b, E1, NOW + 50_000).unwrap();
+    assert_eq!(log.segment_count(), 2);
+    log.tick(NOW + 50_999).unwrap();
+    assert_eq!(log.segment_count(), 2);
+    log.tick(NOW + 51_000).unwrap();
+    assert_eq!(log.segment_count(), 3);
+}
