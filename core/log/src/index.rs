@@ -96,13 +96,24 @@ impl IndexEntry for TimeEntry {
 pub const INDEX_ENTRIES_MAX: usize = 1 << 24;
 
 /// A sparse index held in memory and mirrored to a file.
-#[derive(Debug)]
 pub struct SparseIndex<E: IndexEntry> {
     path: PathBuf,
     entries: Vec<E>,
     /// Entries already in the file.
     written: usize,
     file: Option<File>,
+}
+
+// Debug shows the size, not every entry (a segment may hold millions).
+impl<E: IndexEntry> std::fmt::Debug for SparseIndex<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SparseIndex")
+            .field("path", &self.path)
+            .field("entries", &self.entries.len())
+            .field("written", &self.written)
+            .field("last", &self.entries.last())
+            .finish()
+    }
 }
 
 pub type OffsetIndex = SparseIndex<OffsetEntry>;
