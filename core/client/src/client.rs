@@ -326,6 +326,8 @@ impl Client {
     /// Returns the response and the response payload (record batches for fetch).
     /// A whole-request error from the broker is [`ClientError::Broker`];
     /// per-partition errors are inside the response, for the caller to judge.
+    /// Not for produce requests with acks=0 (the broker sends no response; use a
+    /// [`crate::Producer`]).
     pub async fn call<R: ApiRequest>(
         &self,
         broker: Option<i32>,

@@ -14,7 +14,7 @@ use crate::error::ClientError;
 /// Default bound on one request, waiting for the answer included.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default bound on establishing one QUIC connection (handshake included).
-pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = rill_net::CONNECT_TIMEOUT;
 
 /// How to reach the cluster.
 #[derive(Debug, Clone)]

@@ -23,7 +23,7 @@ async fn step<T>(what: &str, fut: impl Future<Output = T>) -> T {
 }
 
 struct Env {
-    _data: tempfile::TempDir,
+    data: tempfile::TempDir,
     home: tempfile::TempDir,
     broker: Option<BrokerHandle>,
 }
@@ -41,7 +41,7 @@ impl Env {
         };
         let broker = step("broker start", Broker::start(config)).await.unwrap();
         Env {
-            _data: data,
+            data,
             home,
             broker: Some(broker),
         }
@@ -60,6 +60,21 @@ impl Env {
         step("client connect", Client::connect(self.config()))
             .await
             .unwrap()
+    }
+
+    /// Stops the broker and starts a new one on the same address and data.
+    async fn restart(&mut self) {
+        let old = self.broker.take().unwrap();
+        let addr = old.local_addr();
+        step("broker shutdown", old.shutdown()).await.unwrap();
+        let config = BrokerConfig {
+            listen: addr,
+            data_dir: self.data.path().to_path_buf(),
+            rill_home: Some(self.home.path().to_path_buf()),
+            shutdown_timeout_ms: 5000,
+            ..BrokerConfig::default()
+        };
+        self.broker = Some(step("broker restart", Broker::start(config)).await.unwrap());
     }
 
     async fn shutdown(mut self) {
@@ -509,5 +524,52 @@ async fn admin_describes_and_alters() {
     );
     let err = admin.describe_topic("adm").await.unwrap_err();
     assert!(matches!(err, ClientError::UnknownTopic(_)), "{err:?}");
+    env.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn producer_and_consumer_survive_a_broker_restart() {
+    let mut env = Env::start().await;
+    let client = env.client().await;
+    step("create", client.admin().create_topic(topic("restart", 2)))
+        .await
+        .unwrap();
+    let producer = client.producer(ProducerConfig::default()).unwrap();
+    for i in 0..300 {
+        drop(
+            producer
+                .send(ProducerRecord::new("restart", format!("a{i}")))
+                .await
+                .unwrap(),
+        );
+    }
+    step("flush", producer.flush()).await.unwrap();
+    let mut consumer = client.consumer(ConsumerConfig::default()).unwrap();
+    consumer.assign_topic("restart").await.unwrap();
+    let before = consume_n(&mut consumer, 300).await;
+    assert_eq!(before.len(), 300);
+
+    env.restart().await;
+
+    // The old connection is gone: requests fail, are retried, and reconnect.
+    let mut ds = Vec::new();
+    for i in 0..300 {
+        ds.push(
+            producer
+                .send(ProducerRecord::new("restart", format!("b{i}")))
+                .await
+                .unwrap(),
+        );
+    }
+    for d in ds {
+        step("delivery after restart", d).await.unwrap();
+    }
+    let after = consume_n(&mut consumer, 300).await;
+    assert!(
+        after
+            .iter()
+            .all(|r| r.value.as_ref().unwrap().starts_with(b"b"))
+    );
+    producer.close().await.unwrap();
     env.shutdown().await;
 }
