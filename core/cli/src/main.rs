@@ -1,1 +1,96 @@
-fn main() {}
+//! `rill`: the command-line entry point — a thin clap dispatcher.
+//!
+//! Owns: argument parsing (clap derive; options read their `RILL_*` environment
+//! variable where one exists), logging setup, the tokio runtime, and turning any
+//! failure into ONE line on stderr (`error: <what failed>: <why>. <what to do>`)
+//! with exit code 1. Each subcommand lives in its own module under `cmd/` and
+//! exposes `run(args) -> anyhow::Result<()>`; adding a command (e.g. `bench`) is one
+//! enum variant here plus one module there.
+//!
+//! Invariants: stdout carries only command output (records, listings, the broker's
+//! `listening on` line); logs and errors go to stderr.
+
+mod client_args;
+mod cmd;
+mod report;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Rill: a distributed commit log (Kafka model) over QUIC.
+#[derive(Debug, Parser)]
+#[command(name = "rill", version, about, propagate_version = true)]
+struct Cli {
+    /// Log level for stderr (error, warn, info, debug, trace, or a RUST_LOG filter);
+    /// overrides RUST_LOG. Default: info for `broker`, warn for client commands.
+    #[arg(long, global = true, value_name = "LEVEL")]
+    log_level: Option<String>,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a broker until SIGTERM or Ctrl-C.
+    Broker(cmd::broker::BrokerArgs),
+    /// Create, list, describe, alter and delete topics.
+    #[command(subcommand)]
+    Topic(cmd::topic::TopicCommand),
+    /// Write each line of stdin as one record.
+    Produce(cmd::produce::ProduceArgs),
+    /// Print records of a topic, one per line.
+    Consume(cmd::consume::ConsumeArgs),
+    /// Show the cluster: brokers and cluster id.
+    #[command(subcommand)]
+    Cluster(cmd::cluster::ClusterCommand),
+}
+
+impl Command {
+    /// The default log level when neither --log-level nor RUST_LOG is given.
+    fn default_log_level(&self) -> &'static str {
+        match self {
+            Command::Broker(_) => "info",
+            _ => "warn",
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    report::init_logging(cli.log_level.as_deref(), cli.command.default_log_level());
+
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("rill")
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            report::print_error(&anyhow::Error::new(e).context("cannot start the async runtime"));
+            return ExitCode::FAILURE;
+        }
+    };
+
+    let result = runtime.block_on(async move {
+        match cli.command {
+            Command::Broker(args) => cmd::broker::run(args).await,
+            Command::Topic(c) => cmd::topic::run(c).await,
+            Command::Produce(args) => cmd::produce::run(args).await,
+            Command::Consume(args) => cmd::consume::run(args).await,
+            Command::Cluster(c) => cmd::cluster::run(c).await,
+        }
+    });
+    // Do not wait for stray background tasks (e.g. a client's connection driver)
+    // once the command has its answer.
+    runtime.shutdown_timeout(report::RUNTIME_SHUTDOWN_WAIT);
+
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            report::print_error(&e);
+            ExitCode::FAILURE
+        }
+    }
+}

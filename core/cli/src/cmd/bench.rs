@@ -1,0 +1,631 @@
+//! `rill bench produce|consume|e2e`: load generators that measure a running broker.
+//!
+//! Owns: the three workloads, their latency histograms (hdrhistogram, microseconds),
+//! the progress bar (indicatif, stderr, only on a terminal), the summary, and the
+//! optional latency chart (`--plot FILE`, SVG).
+//!
+//! Output contract: human-readable lines first, then ONE last line of `key=value`
+//! pairs for scripts: `records= records_per_s= mb_per_s= p50_ms= p99_ms= p999_ms= max_ms=`.
+//!
+//! What each latency means:
+//! - produce: from `send` returning to the record's acknowledgement, awaited in send
+//!   order per producer (so a record is never counted as acknowledged before an
+//!   earlier one of the same producer: an upper bound when partitions answer out of order).
+//! - consume: the duration of each `poll` call that returned records.
+//! - e2e: from the moment the producer handed the record to `send` to the moment the
+//!   consumer received it (both in this process, one monotonic clock; the send time
+//!   travels in the record's first 8 bytes).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use bytes::Bytes;
+use clap::{Args, Subcommand};
+use hdrhistogram::Histogram;
+use indicatif::{ProgressBar, ProgressStyle};
+use rill_client::{
+    Acks, Client, ClientError, Compression, ConsumerConfig, DeliveryFuture, NewTopic, OffsetReset,
+    ProducerConfig, ProducerRecord, TopicPartition,
+};
+use tokio::sync::mpsc;
+
+use crate::client_args::{ClientArgs, client_error};
+
+/// Bound on acknowledgements waiting to be timed, per producer (the producer's own
+/// buffer_memory bounds them first in practice).
+const PENDING_ACKS_MAX: usize = 1 << 20;
+/// Bound on one consume bench's wait for data that is not coming.
+const CONSUME_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Highest latency the histograms track (one hour, in microseconds).
+const LATENCY_MAX_US: u64 = 3_600_000_000;
+
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Produce records as fast as the broker takes them.
+    Produce(ProduceBench),
+    /// Consume records from the beginning of a topic as fast as possible.
+    Consume(ConsumeBench),
+    /// Produce at a fixed rate while consuming; measures produce-to-consume latency.
+    E2e(E2eBench),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct Common {
+    #[command(flatten)]
+    pub client: ClientArgs,
+    /// The topic to use; created (with --partitions) if it does not exist.
+    #[arg(long, default_value = "rill-bench")]
+    pub topic: String,
+    /// Partitions for the topic when the bench creates it.
+    #[arg(long, default_value_t = 2)]
+    pub partitions: u32,
+    /// How many records in all.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub records: u64,
+    /// Write a latency chart (SVG) to this file.
+    #[arg(long, value_name = "FILE")]
+    pub plot: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ProducerArgs {
+    /// Bytes of each record's value.
+    #[arg(long, default_value_t = 100)]
+    pub record_size: usize,
+    /// 0, 1 or all.
+    #[arg(long, default_value = "1")]
+    pub acks: Acks,
+    #[arg(long, default_value = "none")]
+    pub compression: Compression,
+    /// Target batch size in bytes.
+    #[arg(long, default_value_t = 64 * 1024)]
+    pub batch_size: usize,
+    /// How long a batch waits for more records, in milliseconds.
+    #[arg(long)]
+    pub linger_ms: Option<u64>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ProduceBench {
+    #[command(flatten)]
+    pub common: Common,
+    #[command(flatten)]
+    pub producer: ProducerArgs,
+    /// Concurrent producers, each with its own connection.
+    #[arg(long, default_value_t = 2)]
+    pub producers: usize,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ConsumeBench {
+    #[command(flatten)]
+    pub common: Common,
+    /// Concurrent consumers, each with its own connection and a share of the partitions.
+    #[arg(long, default_value_t = 2)]
+    pub consumers: usize,
+    /// Bytes per partition per fetch.
+    #[arg(long, default_value_t = 4 * 1024 * 1024)]
+    pub max_partition_fetch_bytes: u32,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct E2eBench {
+    #[command(flatten)]
+    pub common: Common,
+    #[command(flatten)]
+    pub producer: ProducerArgs,
+    /// Records per second the producer offers.
+    #[arg(long, default_value_t = 50_000)]
+    pub rate: u64,
+}
+
+pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
+    match cmd {
+        BenchCommand::Produce(b) => bench_produce(b).await,
+        BenchCommand::Consume(b) => bench_consume(b).await,
+        BenchCommand::E2e(b) => bench_e2e(b).await,
+    }
+}
+
+fn new_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, LATENCY_MAX_US, 3).expect("valid histogram bounds")
+}
+
+fn record_latency(h: &mut Histogram<u64>, d: Duration) {
+    h.saturating_record((d.as_micros() as u64).max(1));
+}
+
+async fn ensure_topic(client: &Client, common: &Common) -> anyhow::Result<()> {
+    let admin = client.admin();
+    let topics = admin
+        .list_topics()
+        .await
+        .map_err(|e| client_error("cannot list topics", e))?;
+    if topics.iter().any(|t| t == &common.topic) {
+        return Ok(());
+    }
+    let created = admin
+        .create_topic(NewTopic {
+            name: common.topic.clone(),
+            partitions: Some(common.partitions),
+            replication_factor: None,
+            configs: Vec::new(),
+        })
+        .await;
+    match created {
+        Ok(()) => Ok(()),
+        // Another bench process created it meanwhile.
+        Err(ClientError::Broker { error, .. })
+            if error.code == rill_client::ErrorCode::TopicAlreadyExists =>
+        {
+            Ok(())
+        }
+        Err(e) => Err(client_error(format!("cannot create topic {}", common.topic), e)),
+    }
+}
+
+fn producer_config(args: &ProducerArgs, default_linger: Duration) -> ProducerConfig {
+    ProducerConfig {
+        acks: args.acks,
+        compression: args.compression,
+        batch_size: args.batch_size,
+        linger: args.linger_ms.map(Duration::from_millis).unwrap_or(default_linger),
+        ..ProducerConfig::default()
+    }
+}
+
+/// A value of `size` bytes that does not compress to nothing (a fixed pseudo-random
+/// pattern), shared by every record.
+fn payload(size: usize) -> Bytes {
+    let mut x: u32 = 0x9E37_79B9;
+    (0..size)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            b'a' + (x % 26) as u8
+        })
+        .collect::<Vec<u8>>()
+        .into()
+}
+
+fn progress_bar(total: u64, what: &str) -> ProgressBar {
+    let bar = ProgressBar::new(total);
+    bar.set_style(
+        ProgressStyle::with_template(&format!(
+            "{what} {{bar:40}} {{pos}}/{{len}} records  {{per_sec}}  eta {{eta}}"
+        ))
+        .expect("valid progress template"),
+    );
+    bar
+}
+
+/// Ticks the bar from a shared counter until `done` reaches `total` or the task is dropped.
+fn drive_progress(bar: ProgressBar, done: Arc<AtomicU64>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        loop {
+            tick.tick().await;
+            let n = done.load(Ordering::Relaxed);
+            bar.set_position(n);
+            if bar.length().is_some_and(|len| n >= len) {
+                break;
+            }
+        }
+    })
+}
+
+struct Summary {
+    label: &'static str,
+    records: u64,
+    bytes: u64,
+    elapsed: Duration,
+    latency: Histogram<u64>,
+}
+
+impl Summary {
+    fn print(&self) {
+        let secs = self.elapsed.as_secs_f64().max(1e-9);
+        let rps = self.records as f64 / secs;
+        let mbps = self.bytes as f64 / secs / 1_000_000.0;
+        let ms = |q: f64| self.latency.value_at_quantile(q) as f64 / 1000.0;
+        let max_ms = self.latency.max() as f64 / 1000.0;
+        println!(
+            "{}: {} records, {:.1} MB in {:.2} s: {:.0} records/s, {:.1} MB/s",
+            self.label,
+            self.records,
+            self.bytes as f64 / 1_000_000.0,
+            secs,
+            rps,
+            mbps
+        );
+        println!(
+            "latency ({} samples): p50 {:.3} ms, p99 {:.3} ms, p99.9 {:.3} ms, max {:.3} ms",
+            self.latency.len(),
+            ms(0.5),
+            ms(0.99),
+            ms(0.999),
+            max_ms
+        );
+        println!(
+            "records={} records_per_s={:.0} mb_per_s={:.1} p50_ms={:.3} p99_ms={:.3} p999_ms={:.3} max_ms={:.3}",
+            self.records,
+            rps,
+            mbps,
+            ms(0.5),
+            ms(0.99),
+            ms(0.999),
+            max_ms
+        );
+    }
+}
+
+async fn bench_produce(b: ProduceBench) -> anyhow::Result<()> {
+    if b.producers == 0 {
+        bail!("--producers must be at least 1");
+    }
+    let admin_client = b.common.client.connect().await?;
+    ensure_topic(&admin_client, &b.common).await?;
+    let value = payload(b.producer.record_size);
+    let done = Arc::new(AtomicU64::new(0));
+    let bar = progress_bar(b.common.records, "produce");
+    let ticker = drive_progress(bar.clone(), done.clone());
+
+    // Connect every producer before the clock starts.
+    let mut clients = Vec::with_capacity(b.producers);
+    for _ in 0..b.producers {
+        clients.push(b.common.client.connect().await?);
+    }
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for (i, client) in clients.into_iter().enumerate() {
+        let share = b.common.records / b.producers as u64
+            + u64::from((i as u64) < b.common.records % b.producers as u64);
+        let config = producer_config(&b.producer, Duration::from_millis(5));
+        let topic = b.common.topic.clone();
+        let value = value.clone();
+        let done = done.clone();
+        tasks.push(tokio::spawn(async move {
+            produce_share(client, config, topic, value, share, done).await
+        }));
+    }
+    let mut latency = new_histogram();
+    for t in tasks {
+        let h = t.await.context("a producer task panicked")??;
+        latency.add(&h).expect("histograms with equal bounds add");
+    }
+    let elapsed = start.elapsed();
+    ticker.abort();
+    bar.finish_and_clear();
+    let summary = Summary {
+        label: "produce",
+        records: b.common.records,
+        bytes: b.common.records * b.producer.record_size as u64,
+        elapsed,
+        latency,
+    };
+    summary.print();
+    if let Some(path) = &b.common.plot {
+        write_plot(path, "rill bench produce: send-to-ack latency", &summary)?;
+    }
+    Ok(())
+}
+
+/// One producer's share: sends `count` records and times each acknowledgement.
+async fn produce_share(
+    client: Client,
+    config: ProducerConfig,
+    topic: String,
+    value: Bytes,
+    count: u64,
+    done: Arc<AtomicU64>,
+) -> anyhow::Result<Histogram<u64>> {
+    let acks_none = config.acks == Acks::None;
+    let producer = client.producer(config).map_err(|e| client_error("cannot start a producer", e))?;
+    let (tx, mut rx) = mpsc::channel::<(Instant, DeliveryFuture)>(PENDING_ACKS_MAX);
+    let done_c = done.clone();
+    let collector = tokio::spawn(async move {
+        let mut h = new_histogram();
+        while let Some((sent, fut)) = rx.recv().await {
+            fut.await.map_err(|e| client_error("a record was not delivered", e))?;
+            record_latency(&mut h, sent.elapsed());
+            done_c.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok::<_, anyhow::Error>(h)
+    });
+    for _ in 0..count {
+        let record = ProducerRecord::new(topic.as_str(), value.clone());
+        let sent = Instant::now();
+        let fut = producer
+            .send(record)
+            .await
+            .map_err(|e| client_error(format!("cannot send to {topic}"), e))?;
+        if tx.send((sent, fut)).await.is_err() {
+            break; // the collector stopped on an error; it reports it below
+        }
+    }
+    drop(tx);
+    producer.flush().await.map_err(|e| client_error("cannot flush the producer", e))?;
+    let h = collector.await.context("the acknowledgement collector panicked")??;
+    producer.close().await.map_err(|e| client_error("cannot close the producer", e))?;
+    if acks_none {
+        tracing::info!("acks=0: latencies are send-to-handoff, not acknowledgements");
+    }
+    Ok(h)
+}
+
+async fn bench_consume(b: ConsumeBench) -> anyhow::Result<()> {
+    if b.consumers == 0 {
+        bail!("--consumers must be at least 1");
+    }
+    let client = b.common.client.connect().await?;
+    let partitions = client
+        .partition_count(&b.common.topic)
+        .await
+        .map_err(|e| client_error(format!("cannot read topic {}", b.common.topic), e))?;
+    // Split the partitions round-robin over the consumers.
+    let mut shares: Vec<Vec<TopicPartition>> = vec![Vec::new(); b.consumers];
+    for p in 0..partitions {
+        shares[p as usize % b.consumers].push(TopicPartition::new(b.common.topic.clone(), p));
+    }
+    let shares: Vec<_> = shares.into_iter().filter(|s| !s.is_empty()).collect();
+    let done = Arc::new(AtomicU64::new(0));
+    let bytes = Arc::new(AtomicU64::new(0));
+    let bar = progress_bar(b.common.records, "consume");
+    let ticker = drive_progress(bar.clone(), done.clone());
+    let mut clients = Vec::new();
+    for _ in &shares {
+        clients.push(b.common.client.connect().await?);
+    }
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for (client, share) in clients.into_iter().zip(shares) {
+        let config = ConsumerConfig {
+            max_partition_fetch_bytes: b.max_partition_fetch_bytes,
+            auto_offset_reset: OffsetReset::Earliest,
+            ..ConsumerConfig::default()
+        };
+        let (done, bytes, target) = (done.clone(), bytes.clone(), b.common.records);
+        tasks.push(tokio::spawn(async move {
+            consume_share(client, config, share, target, done, bytes).await
+        }));
+    }
+    let mut latency = new_histogram();
+    for t in tasks {
+        let h = t.await.context("a consumer task panicked")??;
+        latency.add(&h).expect("histograms with equal bounds add");
+    }
+    let elapsed = start.elapsed();
+    ticker.abort();
+    bar.finish_and_clear();
+    let records = done.load(Ordering::Relaxed);
+    if records < b.common.records {
+        eprintln!(
+            "note: the topic held only {records} of the {} records asked for",
+            b.common.records
+        );
+    }
+    let summary = Summary {
+        label: "consume",
+        records,
+        bytes: bytes.load(Ordering::Relaxed),
+        elapsed,
+        latency,
+    };
+    summary.print();
+    if let Some(path) = &b.common.plot {
+        write_plot(path, "rill bench consume: poll latency", &summary)?;
+    }
+    Ok(())
+}
+
+/// One consumer's share: reads its partitions from the beginning until the total
+/// reaches `target`, or until its partitions are drained.
+async fn consume_share(
+    client: Client,
+    config: ConsumerConfig,
+    share: Vec<TopicPartition>,
+    target: u64,
+    done: Arc<AtomicU64>,
+    bytes: Arc<AtomicU64>,
+) -> anyhow::Result<Histogram<u64>> {
+    let mut consumer =
+        client.consumer(config).map_err(|e| client_error("cannot start a consumer", e))?;
+    consumer.assign(share.clone());
+    consumer
+        .seek_to_beginning(&share)
+        .await
+        .map_err(|e| client_error("cannot seek to the beginning", e))?;
+    let mut h = new_histogram();
+    let mut idle_since = Instant::now();
+    while done.load(Ordering::Relaxed) < target {
+        let t = Instant::now();
+        let records = consumer
+            .poll(Duration::from_millis(500))
+            .await
+            .map_err(|e| client_error("cannot poll", e))?;
+        if records.is_empty() {
+            if idle_since.elapsed() > CONSUME_IDLE_TIMEOUT {
+                break;
+            }
+            continue;
+        }
+        record_latency(&mut h, t.elapsed());
+        idle_since = Instant::now();
+        let n: u64 = records
+            .iter()
+            .map(|r| (r.value.as_ref().map_or(0, |v| v.len()) + r.key.as_ref().map_or(0, |k| k.len())) as u64)
+            .sum();
+        bytes.fetch_add(n, Ordering::Relaxed);
+        done.fetch_add(records.len() as u64, Ordering::Relaxed);
+    }
+    Ok(h)
+}
+
+async fn bench_e2e(b: E2eBench) -> anyhow::Result<()> {
+    if b.rate == 0 {
+        bail!("--rate must be above zero");
+    }
+    if b.producer.record_size < 8 {
+        bail!("--record-size must be at least 8 for e2e (the send time travels in the record)");
+    }
+    let client = b.common.client.connect().await?;
+    ensure_topic(&client, &b.common).await?;
+    let partitions = client
+        .partition_count(&b.common.topic)
+        .await
+        .map_err(|e| client_error(format!("cannot read topic {}", b.common.topic), e))?;
+    let tps: Vec<_> = (0..partitions).map(|p| TopicPartition::new(b.common.topic.clone(), p)).collect();
+
+    let consumer_client = b.common.client.connect().await?;
+    let mut consumer = consumer_client
+        .consumer(ConsumerConfig { fetch_max_wait: Duration::from_millis(100), ..Default::default() })
+        .map_err(|e| client_error("cannot start a consumer", e))?;
+    consumer.assign(tps.clone());
+    consumer.seek_to_end(&tps).await.map_err(|e| client_error("cannot seek to the end", e))?;
+
+    let producer = client
+        .producer(producer_config(&b.producer, Duration::ZERO))
+        .map_err(|e| client_error("cannot start a producer", e))?;
+    let epoch = Instant::now();
+    let total = b.common.records;
+    let done = Arc::new(AtomicU64::new(0));
+    let bar = progress_bar(total, "e2e");
+    let ticker = drive_progress(bar.clone(), done.clone());
+
+    let record_size = b.producer.record_size;
+    let topic = b.common.topic.clone();
+    let rate = b.rate;
+    let sender = tokio::spawn(async move {
+        let filler = payload(record_size);
+        // Pace in 1 ms slots: by slot k, k * rate / 1000 records have been offered.
+        let mut tick = tokio::time::interval(Duration::from_millis(1));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+        let mut sent: u64 = 0;
+        let mut pending = Vec::new();
+        let start = Instant::now();
+        while sent < total {
+            tick.tick().await;
+            let due = ((start.elapsed().as_micros() as u64 * rate) / 1_000_000 + 1).min(total);
+            while sent < due {
+                let mut v = Vec::with_capacity(record_size);
+                v.extend_from_slice(&(epoch.elapsed().as_nanos() as u64).to_be_bytes());
+                v.extend_from_slice(&filler[8..]);
+                let fut = producer
+                    .send(ProducerRecord::new(topic.as_str(), v))
+                    .await
+                    .map_err(|e| client_error(format!("cannot send to {topic}"), e))?;
+                pending.push(fut);
+                sent += 1;
+            }
+            // Check acknowledgements now and then so failures surface early.
+            if pending.len() >= 10_000 {
+                for f in pending.drain(..) {
+                    f.await.map_err(|e| client_error("a record was not delivered", e))?;
+                }
+            }
+        }
+        for f in pending {
+            f.await.map_err(|e| client_error("a record was not delivered", e))?;
+        }
+        producer.close().await.map_err(|e| client_error("cannot close the producer", e))?;
+        Ok::<_, anyhow::Error>(())
+    });
+
+    let mut latency = new_histogram();
+    let mut received: u64 = 0;
+    let mut idle_since = Instant::now();
+    while received < total {
+        let records = consumer.poll(Duration::from_millis(200)).await.map_err(|e| client_error("cannot poll", e))?;
+        let now = epoch.elapsed().as_nanos() as u64;
+        if records.is_empty() {
+            if sender.is_finished() && idle_since.elapsed() > CONSUME_IDLE_TIMEOUT {
+                break;
+            }
+            continue;
+        }
+        idle_since = Instant::now();
+        for r in &records {
+            let Some(v) = r.value.as_ref().filter(|v| v.len() >= 8) else { continue };
+            let sent_ns = u64::from_be_bytes(v[..8].try_into().expect("8 bytes"));
+            record_latency(&mut latency, Duration::from_nanos(now.saturating_sub(sent_ns)));
+        }
+        received += records.len() as u64;
+        done.store(received, Ordering::Relaxed);
+    }
+    let elapsed = epoch.elapsed();
+    sender.await.context("the producer task panicked")??;
+    ticker.abort();
+    bar.finish_and_clear();
+    if received < total {
+        bail!("the consumer received {received} of {total} records within the idle timeout");
+    }
+    println!("offered rate: {rate} records/s");
+    let summary = Summary {
+        label: "e2e",
+        records: received,
+        bytes: received * record_size as u64,
+        elapsed,
+        latency,
+    };
+    summary.print();
+    if let Some(path) = &b.common.plot {
+        write_plot(path, "rill bench e2e: produce-to-consume latency", &summary)?;
+    }
+    Ok(())
+}
+
+/// Writes the latency distribution as an SVG line chart: latency (ms) against
+/// percentile, the percentile axis spread by "nines" (90, 99, 99.9, ...).
+fn write_plot(path: &std::path::Path, title: &str, summary: &Summary) -> anyhow::Result<()> {
+    use plotters::prelude::*;
+    if path.extension().and_then(|e| e.to_str()).map(|e| e.to_ascii_lowercase()) != Some("svg".into()) {
+        bail!("--plot {}: only SVG charts are supported; name the file *.svg", path.display());
+    }
+    let h = &summary.latency;
+    if h.is_empty() {
+        bail!("--plot {}: no latency samples to plot", path.display());
+    }
+    // x = number of nines: 0 -> p0, 1 -> p90, 2 -> p99, 3 -> p99.9 ...
+    let max_nines = ((h.len() as f64).log10()).clamp(1.0, 5.0);
+    let steps = 200;
+    let points: Vec<(f64, f64)> = (0..=steps)
+        .map(|i| {
+            let nines = max_nines * i as f64 / steps as f64;
+            let q = 1.0 - 10f64.powf(-nines);
+            (nines, h.value_at_quantile(q) as f64 / 1000.0)
+        })
+        .collect();
+    let y_max = (h.max() as f64 / 1000.0 * 1.1).max(0.01);
+    let root = SVGBackend::new(path, (900, 500)).into_drawing_area();
+    root.fill(&WHITE).context("cannot draw the chart")?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 22))
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0f64..max_nines, 0f64..y_max)
+        .context("cannot lay out the chart")?;
+    chart
+        .configure_mesh()
+        .x_desc("percentile")
+        .y_desc("latency (ms)")
+        .x_label_formatter(&|n| format!("p{}", format_percentile(1.0 - 10f64.powf(-*n))))
+        .draw()
+        .context("cannot draw the chart axes")?;
+    chart
+        .draw_series(LineSeries::new(points, &BLUE))
+        .context("cannot draw the latency line")?;
+    root.present().with_context(|| format!("cannot write {}", path.display()))?;
+    eprintln!("latency chart written to {}", path.display());
+    Ok(())
+}
+
+fn format_percentile(q: f64) -> String {
+    let p = q * 100.0;
+    let s = format!("{p:.4}");
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
+}

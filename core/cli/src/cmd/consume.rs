@@ -1,0 +1,202 @@
+//! `rill consume TOPIC`: print records, one value per line.
+//!
+//! Start position: the end of each partition (only new records), like Kafka's
+//! console consumer, unless `--from-beginning` or `--offset N`. Output per record:
+//! `[offset<S>][key<S>]value\n` where `<S>` is `--key-separator` (default tab),
+//! the offset printed as `P:O` (partition:offset) with `--print-offset`, and a null
+//! key printed as `null` with `--print-key`.
+//!
+//! Stops after `--max-messages` records, or when no new record arrived for
+//! `--timeout-ms` (without it: runs until interrupted). stdout is buffered and
+//! flushed on exit; a closed pipe (`| head`) ends the command quietly with exit 0.
+
+use std::io::{BufWriter, ErrorKind, Write};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::Args;
+use rill_client::{ConsumerConfig, Offset, OffsetReset, TopicPartition};
+use tokio::signal::unix::{SignalKind, signal};
+
+use crate::client_args::{ClientArgs, client_error};
+
+/// Longest single poll when no --timeout-ms is given (the loop just polls again).
+const POLL_WAIT_MAX: Duration = Duration::from_secs(1);
+/// stdout buffer; flushed after every batch of records and on exit.
+const STDOUT_BUFFER_BYTES: usize = 64 * 1024;
+
+#[derive(Debug, Args)]
+pub struct ConsumeArgs {
+    /// Topic to read.
+    pub topic: String,
+    /// Start at the earliest offset kept instead of the end.
+    #[arg(long, conflicts_with = "offset")]
+    pub from_beginning: bool,
+    /// Start at this offset (in every partition read).
+    #[arg(long, value_name = "N")]
+    pub offset: Option<i64>,
+    /// Read only this partition (default: all).
+    #[arg(long, value_name = "N")]
+    pub partition: Option<u32>,
+    /// Exit after printing this many records.
+    #[arg(long, value_name = "N")]
+    pub max_messages: Option<u64>,
+    /// Exit when no new record arrived for this long.
+    #[arg(long, value_name = "MS")]
+    pub timeout_ms: Option<u64>,
+    /// Print each record's key before its value.
+    #[arg(long)]
+    pub print_key: bool,
+    /// Print each record's partition:offset before it.
+    #[arg(long)]
+    pub print_offset: bool,
+    /// Separator between offset, key and value.
+    #[arg(long, value_name = "S", default_value = "\t")]
+    pub key_separator: String,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
+    let topic = args.topic.clone();
+    let what = format!("cannot consume from topic {topic}");
+    let client = args.client.connect().await?;
+    let config = ConsumerConfig {
+        auto_offset_reset: if args.from_beginning {
+            OffsetReset::Earliest
+        } else {
+            OffsetReset::Latest
+        },
+        ..ConsumerConfig::default()
+    };
+    let mut consumer = client
+        .consumer(config)
+        .map_err(|e| client_error(&what, e))?;
+
+    let tps = match args.partition {
+        None => consumer
+            .assign_topic(&topic)
+            .await
+            .map_err(|e| client_error(&what, e))?,
+        Some(p) => {
+            let count = client
+                .partition_count(&topic)
+                .await
+                .map_err(|e| client_error(&what, e))?;
+            anyhow::ensure!(
+                p < count,
+                "{what}: partition {p} does not exist: the topic has {count} partition(s), 0..={}. Pass a valid --partition",
+                count.saturating_sub(1)
+            );
+            let tps = vec![TopicPartition::new(topic.clone(), p)];
+            consumer.assign(tps.clone());
+            tps
+        }
+    };
+    match (args.from_beginning, args.offset) {
+        (true, _) => consumer.seek_to_beginning(&tps).await,
+        (false, Some(offset)) => {
+            anyhow::ensure!(
+                offset >= 0,
+                "{what}: --offset {offset} is negative. Pass an offset >= 0"
+            );
+            tps.iter()
+                .try_for_each(|tp| consumer.seek(tp, Offset(offset)))
+        }
+        (false, None) => consumer.seek_to_end(&tps).await,
+    }
+    .map_err(|e| client_error(format!("{what}: cannot find the start offset"), e))?;
+    for tp in &tps {
+        let position = consumer.position(tp).await.map_err(|e| {
+            client_error(format!("{what}: cannot find the start offset of {tp}"), e)
+        })?;
+        tracing::info!("consuming from {tp} at offset {}", position.0);
+    }
+
+    let mut interrupt =
+        signal(SignalKind::interrupt()).context("cannot install the Ctrl-C handler")?;
+    let mut terminate =
+        signal(SignalKind::terminate()).context("cannot install the SIGTERM handler")?;
+    let mut out = BufWriter::with_capacity(STDOUT_BUFFER_BYTES, std::io::stdout().lock());
+    let idle_timeout = args.timeout_ms.map(Duration::from_millis);
+    let mut last_record = Instant::now();
+    let mut printed = 0u64;
+    let mut line = Vec::new();
+
+    let result: anyhow::Result<()> = async {
+        loop {
+            if args.max_messages.is_some_and(|max| printed >= max) {
+                return Ok(());
+            }
+            let wait = match idle_timeout {
+                Some(t) => match t.checked_sub(last_record.elapsed()) {
+                    Some(left) if !left.is_zero() => left,
+                    _ => return Ok(()),
+                },
+                None => POLL_WAIT_MAX,
+            };
+            let records = tokio::select! {
+                r = consumer.poll(wait) => r.map_err(|e| client_error(&what, e))?,
+                _ = interrupt.recv() => return Ok(()),
+                _ = terminate.recv() => return Ok(()),
+            };
+            if records.is_empty() {
+                continue;
+            }
+            last_record = Instant::now();
+            for r in &records {
+                line.clear();
+                format_record(
+                    &mut line,
+                    &args,
+                    r.partition,
+                    r.offset.0,
+                    r.key.as_deref(),
+                    r.value.as_deref(),
+                );
+                out.write_all(&line)?;
+                printed += 1;
+                if args.max_messages.is_some_and(|max| printed >= max) {
+                    break;
+                }
+            }
+            out.flush()?;
+        }
+    }
+    .await;
+    let result = result.and_then(|()| out.flush().map_err(anyhow::Error::from));
+    match result {
+        Err(e) if is_broken_pipe(&e) => Ok(()),
+        Err(e) if e.downcast_ref::<std::io::Error>().is_some() => {
+            Err(e.context("cannot write records to stdout"))
+        }
+        other => other,
+    }
+}
+
+fn is_broken_pipe(err: &anyhow::Error) -> bool {
+    err.downcast_ref::<std::io::Error>()
+        .is_some_and(|e| e.kind() == ErrorKind::BrokenPipe)
+}
+
+/// Formats one record line (with trailing newline) into `out`.
+pub fn format_record(
+    out: &mut Vec<u8>,
+    args: &ConsumeArgs,
+    partition: u32,
+    offset: i64,
+    key: Option<&[u8]>,
+    value: Option<&[u8]>,
+) {
+    let sep = args.key_separator.as_bytes();
+    if args.print_offset {
+        out.extend_from_slice(format!("{partition}:{offset}").as_bytes());
+        out.extend_from_slice(sep);
+    }
+    if args.print_key {
+        out.extend_from_slice(key.unwrap_or(b"null"));
+        out.extend_from_slice(sep);
+    }
+    out.extend_from_slice(value.unwrap_or(b"null"));
+    out.push(b'\n');
+}

@@ -1,0 +1,8 @@
+//! One module per `rill` subcommand; each exposes its clap arguments and
+//! `async fn run(args) -> anyhow::Result<()>`.
+
+pub mod broker;
+pub mod cluster;
+pub mod consume;
+pub mod produce;
+pub mod topic;

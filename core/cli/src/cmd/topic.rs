@@ -1,0 +1,276 @@
+//! `rill topic create|list|describe|delete|alter`: topic administration.
+//!
+//! `describe` prints Kafka's `kafka-topics.sh --describe` layout exactly
+//! (tab-separated; tests and scripts parse it):
+//!
+//! ```text
+//! Topic:NAME<TAB>PartitionCount:N<TAB>ReplicationFactor:R<TAB>Configs:k=v,k=v
+//! <TAB>Topic: NAME<TAB>Partition: P<TAB>Leader: L<TAB>Replicas: a,b<TAB>Isr: a,b
+//! ```
+//!
+//! `Configs` lists only the topic's non-default configs, sorted by key; a partition
+//! without a leader prints `Leader: none`.
+
+use std::io::Write;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use rill_proto::wire::NewTopic;
+
+use crate::client_args::{ClientArgs, client_error};
+
+#[derive(Debug, Subcommand)]
+pub enum TopicCommand {
+    /// Create a topic.
+    Create(CreateArgs),
+    /// List topic names, one per line.
+    List(ListArgs),
+    /// Describe a topic: partitions, leaders, replicas, non-default configs.
+    Describe(NameArgs),
+    /// Delete a topic and all its data.
+    Delete(NameArgs),
+    /// Set or remove per-topic configs.
+    Alter(AlterArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CreateArgs {
+    /// Topic name.
+    pub name: String,
+    /// Number of partitions (default: the broker's num.partitions).
+    #[arg(long)]
+    pub partitions: Option<u32>,
+    /// Copies of each partition (default: the broker's default.replication.factor).
+    #[arg(long)]
+    pub replication_factor: Option<u16>,
+    /// A topic config, KEY=VALUE (repeatable), e.g. retention.ms=60000.
+    #[arg(long = "config", value_name = "KEY=VALUE", value_parser = parse_key_value)]
+    pub configs: Vec<(String, String)>,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct NameArgs {
+    /// Topic name.
+    pub name: String,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct AlterArgs {
+    /// Topic name.
+    pub name: String,
+    /// A topic config to set, KEY=VALUE (repeatable).
+    #[arg(long = "config", value_name = "KEY=VALUE", value_parser = parse_key_value)]
+    pub configs: Vec<(String, String)>,
+    /// A topic config to remove, back to the broker default (repeatable).
+    #[arg(long = "delete-config", value_name = "KEY")]
+    pub delete_configs: Vec<String>,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+pub async fn run(command: TopicCommand) -> anyhow::Result<()> {
+    match command {
+        TopicCommand::Create(args) => {
+            let admin = args.client.connect().await?.admin();
+            let name = args.name.clone();
+            admin
+                .create_topic(NewTopic {
+                    name: args.name,
+                    partitions: args.partitions,
+                    replication_factor: args.replication_factor,
+                    configs: args.configs,
+                })
+                .await
+                .map_err(|e| client_error(format!("cannot create topic {name}"), e))?;
+            print_out(&format!("Created topic {name}.\n"))
+        }
+        TopicCommand::List(args) => {
+            let admin = args.client.connect().await?.admin();
+            let names = admin
+                .list_topics()
+                .await
+                .map_err(|e| client_error("cannot list topics", e))?;
+            let mut out = String::new();
+            for name in names {
+                out.push_str(&name);
+                out.push('\n');
+            }
+            print_out(&out)
+        }
+        TopicCommand::Describe(args) => {
+            let admin = args.client.connect().await?.admin();
+            let topic = admin
+                .describe_topic(&args.name)
+                .await
+                .map_err(|e| client_error(format!("cannot describe topic {}", args.name), e))?;
+            let partitions: Vec<PartitionLine> = topic
+                .partitions
+                .iter()
+                .map(|p| PartitionLine {
+                    partition: p.partition,
+                    leader: p.leader,
+                    replicas: p.replicas.clone(),
+                    isr: p.isr.clone(),
+                })
+                .collect();
+            let configs: Vec<(String, String)> = topic
+                .configs
+                .iter()
+                .filter(|c| !c.is_default)
+                .map(|c| (c.name.clone(), c.value.clone()))
+                .collect();
+            print_out(&format_describe(&topic.name, &partitions, &configs))
+        }
+        TopicCommand::Delete(args) => {
+            let admin = args.client.connect().await?.admin();
+            admin
+                .delete_topic(&args.name)
+                .await
+                .map_err(|e| client_error(format!("cannot delete topic {}", args.name), e))?;
+            print_out(&format!("Deleted topic {}.\n", args.name))
+        }
+        TopicCommand::Alter(args) => {
+            anyhow::ensure!(
+                !args.configs.is_empty() || !args.delete_configs.is_empty(),
+                "nothing to alter on topic {}: pass --config KEY=VALUE or --delete-config KEY",
+                args.name
+            );
+            let admin = args.client.connect().await?.admin();
+            admin
+                .alter_configs(&args.name, args.configs, args.delete_configs)
+                .await
+                .map_err(|e| {
+                    client_error(format!("cannot alter configs of topic {}", args.name), e)
+                })?;
+            print_out(&format!("Altered configs of topic {}.\n", args.name))
+        }
+    }
+}
+
+/// Writes command output to stdout; a closed stdout (`| head`) is not an error.
+fn print_out(text: &str) -> anyhow::Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other.context("cannot write to stdout"),
+    }
+}
+
+/// Parses `KEY=VALUE` (splitting at the first `=`; the value may contain `=`).
+pub fn parse_key_value(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), v.to_string())),
+        _ => Err(format!("expected KEY=VALUE, got {s:?}")),
+    }
+}
+
+/// One partition as `describe` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionLine {
+    pub partition: u32,
+    pub leader: Option<i32>,
+    pub replicas: Vec<i32>,
+    pub isr: Vec<i32>,
+}
+
+/// Renders the Kafka describe layout (every line ends with `\n`).
+pub fn format_describe(
+    topic: &str,
+    partitions: &[PartitionLine],
+    non_default_configs: &[(String, String)],
+) -> String {
+    let mut configs: Vec<&(String, String)> = non_default_configs.iter().collect();
+    configs.sort();
+    let configs = configs
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let replication_factor = partitions.first().map_or(0, |p| p.replicas.len());
+    let mut out = format!(
+        "Topic:{topic}\tPartitionCount:{}\tReplicationFactor:{replication_factor}\tConfigs:{configs}\n",
+        partitions.len()
+    );
+    let mut sorted: Vec<&PartitionLine> = partitions.iter().collect();
+    sorted.sort_by_key(|p| p.partition);
+    for p in sorted {
+        let leader = p
+            .leader
+            .map_or_else(|| "none".to_string(), |l| l.to_string());
+        out.push_str(&format!(
+            "\tTopic: {topic}\tPartition: {}\tLeader: {leader}\tReplicas: {}\tIsr: {}\n",
+            p.partition,
+            join_ids(&p.replicas),
+            join_ids(&p.isr)
+        ));
+    }
+    out
+}
+
+fn join_ids(ids: &[i32]) -> String {
+    ids.iter()
+        .map(|i| i.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn describe_matches_kafka_layout() {
+        let parts = vec![
+            PartitionLine {
+                partition: 1,
+                leader: None,
+                replicas: vec![2, 1],
+                isr: vec![2],
+            },
+            PartitionLine {
+                partition: 0,
+                leader: Some(1),
+                replicas: vec![1, 2],
+                isr: vec![1, 2],
+            },
+        ];
+        let configs = vec![
+            ("retention.ms".to_string(), "1000".to_string()),
+            ("cleanup.policy".to_string(), "compact".to_string()),
+        ];
+        assert_eq!(
+            format_describe("t", &parts, &configs),
+            "Topic:t\tPartitionCount:2\tReplicationFactor:2\tConfigs:cleanup.policy=compact,retention.ms=1000\n\
+             \tTopic: t\tPartition: 0\tLeader: 1\tReplicas: 1,2\tIsr: 1,2\n\
+             \tTopic: t\tPartition: 1\tLeader: none\tReplicas: 2,1\tIsr: 2\n"
+        );
+        assert_eq!(
+            format_describe("t", &parts[1..], &[]),
+            "Topic:t\tPartitionCount:1\tReplicationFactor:2\tConfigs:\n\tTopic: t\tPartition: 0\tLeader: 1\tReplicas: 1,2\tIsr: 1,2\n"
+        );
+    }
+
+    #[test]
+    fn key_value_parsing() {
+        assert_eq!(
+            parse_key_value("a=b=c").unwrap(),
+            ("a".into(), "b=c".into())
+        );
+        assert_eq!(parse_key_value("a=").unwrap(), ("a".into(), "".into()));
+        assert!(parse_key_value("novalue").is_err());
+        assert!(parse_key_value("=x").is_err());
+    }
+}

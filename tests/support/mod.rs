@@ -1,0 +1,413 @@
+//! The end-to-end test harness: real `rill` processes on loopback.
+//!
+//! [`TestBroker::start`] spawns `rill broker --listen 127.0.0.1:0 --data <tmp>/data`
+//! with `RILL_HOME=<tmp>/home` (so the development CA is private to the test and
+//! the real `~/.rill` is never touched), and waits — bounded by
+//! [`BROKER_START_TIMEOUT`] — for the `rill broker <id> listening on <addr>` line on
+//! stdout. Client commands run through [`TestBroker::rill`], which points them at
+//! the broker (`RILL_BOOTSTRAP`) and the same `RILL_HOME`, and kills any command
+//! that outlives [`COMMAND_TIMEOUT`]. The broker's stderr (its log) goes to a file
+//! in the temp dir and is printed when a test fails. Dropping a `TestBroker` kills
+//! the process.
+//!
+//! Every wait here is bounded; nothing asserts on elapsed time except where a
+//! test says why.
+
+#![allow(dead_code)] // each test file uses a different part of the harness
+
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdout, Command, ExitStatus, Output, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// Longest wait for a broker to print its `listening on` line.
+pub const BROKER_START_TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest a client command may run before the harness kills it and fails the test.
+pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
+/// Longest wait for a broker to exit after SIGTERM / SIGKILL.
+pub const BROKER_EXIT_TIMEOUT: Duration = Duration::from_secs(30);
+/// Poll interval while waiting for a child process.
+const POLL: Duration = Duration::from_millis(10);
+
+/// Path of the `rill` binary under test.
+pub fn rill_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_rill")
+}
+
+/// A `rill` command with a clean environment: no inherited RILL_* or RUST_LOG.
+pub fn rill_command(home: &Path) -> Command {
+    let mut cmd = Command::new(rill_bin());
+    cmd.env("RILL_HOME", home)
+        .env_remove("RILL_BOOTSTRAP")
+        .env_remove("RILL_TLS_CA")
+        .env_remove("RUST_LOG");
+    cmd
+}
+
+/// One broker process and its private directories.
+pub struct TestBroker {
+    child: Option<Child>,
+    addr: SocketAddr,
+    id: i32,
+    /// Holds `home/` (RILL_HOME), `data/` and the broker logs; removed on drop.
+    dir: tempfile::TempDir,
+    /// Extra arguments given at start, reused on restart.
+    extra_args: Vec<String>,
+    starts: u32,
+}
+
+impl TestBroker {
+    /// Starts a broker on a free loopback port with fresh directories.
+    pub fn start() -> TestBroker {
+        TestBroker::start_with(&[])
+    }
+
+    /// Starts a broker with extra `rill broker` arguments.
+    pub fn start_with(extra_args: &[&str]) -> TestBroker {
+        let dir = tempfile::Builder::new()
+            .prefix("rill-e2e-")
+            .tempdir()
+            .expect("create a temp dir");
+        std::fs::create_dir_all(dir.path().join("home")).expect("create RILL_HOME");
+        let mut broker = TestBroker {
+            child: None,
+            addr: "127.0.0.1:0".parse().unwrap(),
+            id: -1,
+            dir,
+            extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
+            starts: 0,
+        };
+        broker.spawn("127.0.0.1:0".parse().unwrap());
+        broker
+    }
+
+    pub fn home(&self) -> PathBuf {
+        self.dir.path().join("home")
+    }
+
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    /// The address the broker reported it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The broker id from the `listening on` line.
+    pub fn id(&self) -> i32 {
+        self.id
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("broker is running").id()
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.path().join("broker.log")
+    }
+
+    fn spawn(&mut self, listen: SocketAddr) {
+        assert!(self.child.is_none(), "broker already running");
+        self.starts += 1;
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path())
+            .expect("open the broker log");
+        let mut log_for_marker = log.try_clone().expect("clone log handle");
+        let _ = writeln!(
+            log_for_marker,
+            "==== harness: broker start #{} ====",
+            self.starts
+        );
+        let mut child = rill_command(&self.home())
+            .arg("broker")
+            .arg("--listen")
+            .arg(listen.to_string())
+            .arg("--data")
+            .arg(self.data_dir())
+            .args(&self.extra_args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(log))
+            .spawn()
+            .expect("spawn rill broker");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let rx = watch_listening_line(stdout);
+        self.child = Some(child);
+        match rx.recv_timeout(BROKER_START_TIMEOUT) {
+            Ok(line) => {
+                let (id, addr) = parse_listening_line(&line)
+                    .unwrap_or_else(|| panic!("cannot parse the broker's first line {line:?}"));
+                self.id = id;
+                self.addr = addr;
+            }
+            Err(e) => {
+                let status = self.child.as_mut().unwrap().try_wait().ok().flatten();
+                panic!(
+                    "broker did not print `listening on` within {BROKER_START_TIMEOUT:?} ({e}); exit status: {status:?}\n--- broker log ---\n{}",
+                    self.log()
+                );
+            }
+        }
+    }
+
+    /// The broker's stderr so far (all starts).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+
+    /// Runs `rill <args>` against this broker; bounded by [`COMMAND_TIMEOUT`].
+    pub fn rill(&self, args: &[&str]) -> Output {
+        self.rill_stdin(args, b"")
+    }
+
+    /// Runs `rill <args>` with `input` on stdin.
+    pub fn rill_stdin(&self, args: &[&str], input: &[u8]) -> Output {
+        let mut cmd = self.client_command(args);
+        run_bounded(&mut cmd, input, COMMAND_TIMEOUT)
+    }
+
+    /// Runs `rill <args>`, asserts exit 0, returns stdout as text.
+    pub fn rill_ok(&self, args: &[&str]) -> String {
+        let out = self.rill(args);
+        assert_success(&out, args, self);
+        String::from_utf8(out.stdout).expect("utf-8 stdout")
+    }
+
+    /// Like [`rill_ok`](Self::rill_ok) with stdin.
+    pub fn rill_stdin_ok(&self, args: &[&str], input: &[u8]) -> String {
+        let out = self.rill_stdin(args, input);
+        assert_success(&out, args, self);
+        String::from_utf8(out.stdout).expect("utf-8 stdout")
+    }
+
+    /// A `rill <args>` command pointed at this broker, not yet started.
+    pub fn client_command(&self, args: &[&str]) -> Command {
+        let mut cmd = rill_command(&self.home());
+        cmd.env("RILL_BOOTSTRAP", self.addr.to_string()).args(args);
+        cmd
+    }
+
+    /// Sends SIGTERM and waits (bounded) for the broker to exit; returns its status.
+    pub fn sigterm(&mut self) -> ExitStatus {
+        self.signal(libc::SIGTERM)
+    }
+
+    /// Sends SIGKILL and waits (bounded) for the broker to die.
+    pub fn sigkill(&mut self) -> ExitStatus {
+        self.signal(libc::SIGKILL)
+    }
+
+    #[allow(unsafe_code)]
+    fn signal(&mut self, signal: libc::c_int) -> ExitStatus {
+        let mut child = self.child.take().expect("broker is running");
+        let pid = libc::pid_t::try_from(child.id()).expect("pid fits pid_t");
+        // SAFETY: kill(2) has no memory-safety preconditions; `pid` is our own child,
+        // which has not been reaped yet (we hold its Child), so the pid is not reused.
+        let rc = unsafe { libc::kill(pid, signal) };
+        assert_eq!(rc, 0, "kill({pid}, {signal}) failed");
+        match wait_bounded(&mut child, BROKER_EXIT_TIMEOUT) {
+            Some(status) => status,
+            None => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "broker did not exit within {BROKER_EXIT_TIMEOUT:?} after signal {signal}\n--- broker log ---\n{}",
+                    self.log()
+                );
+            }
+        }
+    }
+
+    /// Whether the broker process is still running.
+    pub fn is_alive(&mut self) -> bool {
+        match self.child.as_mut() {
+            Some(child) => child.try_wait().expect("try_wait").is_none(),
+            None => false,
+        }
+    }
+
+    /// Starts the broker again on the same data dir, RILL_HOME and port.
+    /// The previous process must have exited (sigterm/sigkill).
+    pub fn restart(&mut self) {
+        let addr = self.addr;
+        self.spawn(addr);
+        assert_eq!(
+            self.addr, addr,
+            "restarted broker should listen on the same address"
+        );
+    }
+}
+
+impl Drop for TestBroker {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        if thread::panicking() {
+            let log = self.log();
+            let tail: String = {
+                let lines: Vec<&str> = log.lines().collect();
+                let from = lines.len().saturating_sub(200);
+                lines[from..].join("\n")
+            };
+            eprintln!(
+                "--- broker log (last 200 lines, {}) ---\n{tail}\n--- end of broker log ---",
+                self.log_path().display()
+            );
+        }
+    }
+}
+
+/// Reads the broker's stdout on a thread: the first `listening on` line is sent on
+/// the returned channel; later output is drained so the broker never blocks.
+fn watch_listening_line(stdout: ChildStdout) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        let mut reader = BufReader::new(stdout);
+        let mut line = String::new();
+        let mut sent = false;
+        loop {
+            line.clear();
+            match reader.read_line(&mut line) {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {
+                    if !sent && line.contains(" listening on ") {
+                        sent = true;
+                        let _ = tx.send(line.trim_end().to_string());
+                    }
+                }
+            }
+        }
+    });
+    rx
+}
+
+/// Parses `rill broker <id> listening on <addr> (data: <dir>)`.
+pub fn parse_listening_line(line: &str) -> Option<(i32, SocketAddr)> {
+    let rest = line.strip_prefix("rill broker ")?;
+    let (id, rest) = rest.split_once(" listening on ")?;
+    let addr = rest.split_whitespace().next()?;
+    Some((id.parse().ok()?, addr.parse().ok()?))
+}
+
+/// Waits for `child` to exit, at most `timeout`; `None` if it is still running.
+pub fn wait_bounded(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return Some(status);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        thread::sleep(POLL);
+    }
+}
+
+/// Runs a command with `input` on stdin and collects its output; kills it and
+/// panics (with what it printed so far) if it outlives `timeout`.
+pub fn run_bounded(cmd: &mut Command, input: &[u8], timeout: Duration) -> Output {
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn rill");
+    let mut stdin = child.stdin.take().expect("piped stdin");
+    let input = input.to_vec();
+    let writer = thread::spawn(move || {
+        // A command may exit before reading everything (e.g. on an error): ignore EPIPE.
+        let _ = stdin.write_all(&input);
+    });
+    let stdout = read_to_end_on_thread(child.stdout.take().expect("piped stdout"));
+    let stderr = read_to_end_on_thread(child.stderr.take().expect("piped stderr"));
+    let status = wait_bounded(&mut child, timeout);
+    let status = match status {
+        Some(s) => s,
+        None => {
+            let _ = child.kill();
+            let _ = child.wait();
+            let out = stdout.join().unwrap();
+            let err = stderr.join().unwrap();
+            panic!(
+                "command {cmd:?} did not finish within {timeout:?}\nstdout: {}\nstderr: {}",
+                String::from_utf8_lossy(&out),
+                String::from_utf8_lossy(&err)
+            );
+        }
+    };
+    let _ = writer.join();
+    Output {
+        status,
+        stdout: stdout.join().unwrap(),
+        stderr: stderr.join().unwrap(),
+    }
+}
+
+/// Collects a pipe to its end on a thread.
+pub fn read_to_end_on_thread(mut pipe: impl Read + Send + 'static) -> thread::JoinHandle<Vec<u8>> {
+    thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = pipe.read_to_end(&mut buf);
+        buf
+    })
+}
+
+/// Asserts a command exited 0, printing its output (and the broker log) otherwise.
+pub fn assert_success(out: &Output, args: &[&str], broker: &TestBroker) {
+    assert!(
+        out.status.success(),
+        "`rill {}` failed with {}\nstdout: {}\nstderr: {}\n--- broker log ---\n{}",
+        args.join(" "),
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        broker.log()
+    );
+}
+
+/// The stderr of a failed command, asserting it failed with exactly one `error:` line.
+pub fn single_error_line(out: &Output) -> String {
+    assert!(
+        !out.status.success(),
+        "expected failure, got success; stdout: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    let errors: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("error: "))
+        .collect();
+    assert_eq!(
+        errors.len(),
+        1,
+        "expected one `error:` line on stderr, got: {stderr:?}"
+    );
+    errors[0].to_string()
+}
+
+/// A UDP port on loopback that nothing listens on (bound then released).
+pub fn unused_udp_addr() -> SocketAddr {
+    let sock = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind udp");
+    sock.local_addr().unwrap()
+}
+
+/// Writes a file in a fresh temp dir and returns (dir guard, path).
+pub fn temp_file(name: &str, contents: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::Builder::new()
+        .prefix("rill-e2e-")
+        .tempdir()
+        .expect("temp dir");
+    let path = dir.path().join(name);
+    let mut f = File::create(&path).expect("create file");
+    f.write_all(contents.as_bytes()).expect("write file");
+    (dir, path)
+}
