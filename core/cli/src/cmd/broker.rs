@@ -16,7 +16,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Args;
-use rill_broker::{Broker, BrokerConfig};
+use rill_broker::{Broker, BrokerConfig, BrokerError};
 
 #[derive(Debug, Args)]
 pub struct BrokerArgs {
@@ -55,7 +55,14 @@ pub struct BrokerArgs {
 /// Builds the broker config: file (or defaults), then flags.
 pub fn build_config(args: &BrokerArgs) -> anyhow::Result<BrokerConfig> {
     let mut config = match &args.config {
-        Some(path) => BrokerConfig::from_toml_file(path)?,
+        Some(path) => BrokerConfig::from_toml_file(path).map_err(|e| match e {
+            BrokerError::ConfigParse { path, reason } => anyhow::anyhow!(
+                "invalid broker config file {}: {}. Fix or remove the key (core/broker/rill.example.toml documents every key)",
+                path.display(),
+                tidy_toml_error(&reason)
+            ),
+            other => other.into(),
+        })?,
         None => BrokerConfig::default(),
     };
     if let Some(id) = args.id {
@@ -129,5 +136,73 @@ async fn wait_for_shutdown_signal() -> anyhow::Result<&'static str> {
             r.context("cannot listen for Ctrl-C")?;
             Ok("Ctrl-C")
         }
+    }
+}
+
+/// Folds a multi-line `toml` error (location, source snippet with carets,
+/// message) into `line L, column C: message`, dropping the snippet.
+pub fn tidy_toml_error(reason: &str) -> String {
+    let Some(first) = reason.lines().next() else {
+        return reason.to_string();
+    };
+    let Some(location) = first.strip_prefix("TOML parse error at ") else {
+        return reason.to_string();
+    };
+    let is_snippet = |line: &str| {
+        let t = line.trim_start();
+        t.starts_with('|')
+            || t.split_once(" |")
+                .is_some_and(|(n, _)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    };
+    let message: Vec<&str> = reason
+        .lines()
+        .skip(1)
+        .filter(|l| !l.trim().is_empty() && !is_snippet(l))
+        .map(str::trim)
+        .collect();
+    format!("{location}: {}", message.join(" "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn toml_errors_fold_to_location_and_message() {
+        let reason = "TOML parse error at line 2, column 1\n  |\n2 | lisen = \"x\"\n  | ^^^^^\nunknown field `lisen`, expected one of `id`, `listen`";
+        assert_eq!(
+            tidy_toml_error(reason),
+            "line 2, column 1: unknown field `lisen`, expected one of `id`, `listen`"
+        );
+        assert_eq!(tidy_toml_error("plain reason"), "plain reason");
+    }
+
+    #[test]
+    fn flags_override_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rill.toml");
+        std::fs::write(
+            &path,
+            "id = 3\nlisten = \"127.0.0.1:9999\"\nnum_partitions = 4\n",
+        )
+        .unwrap();
+        let args = BrokerArgs {
+            config: Some(path),
+            id: None,
+            listen: Some("127.0.0.1:0".parse().unwrap()),
+            data: Some("/tmp/x".into()),
+            advertised_addr: None,
+            tls_cert: None,
+            tls_key: None,
+            tls_ca: None,
+            metrics: None,
+            auto_create_topics: true,
+        };
+        let config = build_config(&args).unwrap();
+        assert_eq!(config.id, 3, "from the file");
+        assert_eq!(config.num_partitions, 4, "from the file");
+        assert_eq!(config.listen.port(), 0, "flag wins");
+        assert!(config.auto_create_topics);
+        assert_eq!(config.data_dir, std::path::PathBuf::from("/tmp/x"));
     }
 }

@@ -112,16 +112,17 @@ pub async fn run(args: ProduceArgs) -> anyhow::Result<()> {
     let mut line_number = 0u64;
     let mut pending: VecDeque<(u64, rill_client::DeliveryFuture)> = VecDeque::new();
     let mut outcome = Outcome::default();
-    let mut input_error: Option<anyhow::Error> = None;
+    // Why input stopped early, and what to do about it.
+    let mut input_error: Option<(String, &str)> = None;
 
     loop {
         line.clear();
         let read = match stdin.read_until(b'\n', &mut line).await {
             Ok(n) => n,
             Err(e) => {
-                input_error = Some(anyhow!(
-                    "cannot read line {} of stdin: {e}",
-                    line_number + 1
+                input_error = Some((
+                    format!("cannot read line {} of stdin: {e}", line_number + 1),
+                    "Check the input",
                 ));
                 break;
             }
@@ -133,9 +134,7 @@ pub async fn run(args: ProduceArgs) -> anyhow::Result<()> {
         let (key, value) = match split_line(trim_line_end(&line), separator, line_number) {
             Ok(kv) => kv,
             Err(msg) => {
-                input_error = Some(anyhow!(
-                    "{msg}. Put the separator between key and value on every line"
-                ));
+                input_error = Some((msg, "Put the separator between key and value on every line"));
                 break;
             }
         };
@@ -183,11 +182,11 @@ pub async fn run(args: ProduceArgs) -> anyhow::Result<()> {
             err,
         ));
     }
-    if let Some(err) = input_error {
+    if let Some((why, todo)) = input_error {
         let acked = outcome.acked;
-        return Err(err.context(format!(
-            "{what}: stopped reading input ({acked} record(s) before it acknowledged)"
-        )));
+        return Err(anyhow!(
+            "{what}: {why} ({acked} record(s) before it acknowledged). {todo}"
+        ));
     }
     tracing::info!("produced {} record(s) to {topic}", outcome.acked);
     Ok(())
