@@ -11,6 +11,9 @@
 //!   once into a buffer the log stamps in place; fetch answers with file bytes.
 //! - Blocking work (metadata fsync, log creation, large file reads) runs on the
 //!   blocking pool, never on the async workers.
+//! - A fetch response holds at most `max_bytes` (capped at
+//!   [`FETCH_RESPONSE_BYTES_MAX`]) of record bytes, except that the first
+//!   partition with data always gets one whole batch.
 //! - Every wait is bounded: fetch by `max_wait_ms` (capped at [`FETCH_WAIT_MAX`])
 //!   and shutdown, produce's wait for in-flight budget by its `timeout_ms`
 //!   (capped at [`PRODUCE_BUDGET_WAIT_MAX`]).
@@ -34,6 +37,9 @@ use std::time::Duration;
 pub const FETCH_WAIT_MAX: Duration = Duration::from_secs(60);
 /// Longest a produce waits for in-flight budget before RESOURCE_EXHAUSTED.
 pub const PRODUCE_BUDGET_WAIT_MAX: Duration = Duration::from_secs(30);
+/// Upper bound on the record bytes of one fetch response, whatever it asks
+/// (the first batch may exceed it, so a consumer always makes progress).
+pub const FETCH_RESPONSE_BYTES_MAX: usize = 64 * 1024 * 1024;
 /// Produce payloads (per partition) larger than this are appended on the
 /// blocking pool, as are appends to logs that fsync on append.
 pub const APPEND_INLINE_MAX: usize = 1024 * 1024;
@@ -534,7 +540,7 @@ fn fetch_pass(
     req: &FetchRequest,
     partitions: &[Result<Arc<Partition>, ErrorInfo>],
 ) -> (Vec<FetchPlan>, usize) {
-    let mut remaining = req.max_bytes as usize;
+    let mut remaining = (req.max_bytes as usize).min(FETCH_RESPONSE_BYTES_MAX);
     let mut first = true;
     let mut total = 0usize;
     let mut plans = Vec::with_capacity(partitions.len());
