@@ -864,3 +864,48 @@ async fn fsyncing_and_large_appends_run_off_the_async_workers() {
     assert!(e.message.contains("max.message.bytes=1000"), "{e}");
     broker.shutdown().await.unwrap();
 }
+
+#[tokio::test]
+async fn altered_retention_applies_to_the_live_log() {
+    let env = Env::new();
+    let broker = env.start().await;
+    let client = env.client(broker.local_addr()).await;
+    // Unlimited retention keeps these 1970 records until it is altered.
+    client
+        .create(
+            "live",
+            1,
+            &[("segment.bytes", "100"), ("retention.ms", "-1")],
+        )
+        .await;
+    for i in 0..4 {
+        client.produce("live", 0, batch(&["r"], 1_000 + i)).await;
+    }
+    // Two retention checks (100 ms apart) pass without deleting anything.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let start = client
+        .list_offset("live", OffsetSpec::Earliest)
+        .await
+        .offset;
+    assert_eq!(start, Offset(0));
+    let req = AlterConfigsRequest {
+        topic: "live".into(),
+        set: vec![("retention.ms".into(), "1000".into())],
+        delete: vec![],
+        validate_only: false,
+    };
+    assert_eq!(client.ok(&req, &[]).await.0.error, None);
+    let mut start = Offset(0);
+    for _ in 0..200 {
+        start = client
+            .list_offset("live", OffsetSpec::Earliest)
+            .await
+            .offset;
+        if start > Offset(0) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(start > Offset(0), "the altered retention.ms never applied");
+    broker.shutdown().await.unwrap();
+}
