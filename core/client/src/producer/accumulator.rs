@@ -86,6 +86,65 @@ struct TopicQueues {
     sticky: Option<u32>,
 }
 
+impl TopicQueues {
+    fn partition_mut(&mut self, partition: u32) -> &mut PartitionQueue {
+        let p = partition as usize;
+        if self.partitions.len() <= p {
+            self.partitions.resize_with(p + 1, PartitionQueue::default);
+        }
+        &mut self.partitions[p]
+    }
+
+    fn sticky_partition(&mut self, choose: impl FnOnce() -> u32) -> u32 {
+        match self.sticky {
+            Some(p) => p,
+            None => {
+                let p = choose();
+                self.partition_mut(p);
+                self.sticky = Some(p);
+                p
+            }
+        }
+    }
+
+    /// Closes the partition's open batch (if any) into its ready queue; keyless
+    /// records then move to another partition.
+    fn close(&mut self, partition: u32) {
+        if self.sticky == Some(partition) {
+            self.sticky = None;
+        }
+        let name = self.name.clone();
+        let q = self.partition_mut(partition);
+        if let Some(open) = q.open.take() {
+            q.ready.push_back(ClosedBatch {
+                id: open.id,
+                topic: name,
+                partition,
+                bytes: open.builder.build(),
+                record_count: open.count,
+                reserved: open.reserved,
+                completion: open.completion,
+                created: open.created,
+                attempts: 0,
+            });
+        }
+    }
+}
+
+fn topic_mut<'a>(topics: &'a mut HashMap<String, TopicQueues>, topic: &str) -> &'a mut TopicQueues {
+    if !topics.contains_key(topic) {
+        topics.insert(
+            topic.to_string(),
+            TopicQueues {
+                name: Arc::from(topic),
+                partitions: Vec::new(),
+                sticky: None,
+            },
+        );
+    }
+    topics.get_mut(topic).expect("inserted above")
+}
+
 /// Where `append` put a record.
 #[derive(Debug)]
 pub(crate) struct Appended {
@@ -146,65 +205,25 @@ impl Accumulator {
         }
     }
 
-    fn queue(&mut self, topic: &str, partition: u32) -> (&Arc<str>, &mut PartitionQueue) {
-        if !self.topics.contains_key(topic) {
-            self.topics.insert(
-                topic.to_string(),
-                TopicQueues {
-                    name: Arc::from(topic),
-                    partitions: Vec::new(),
-                    sticky: None,
-                },
-            );
-        }
-        let t = self.topics.get_mut(topic).expect("inserted above");
-        let p = partition as usize;
-        if t.partitions.len() <= p {
-            t.partitions.resize_with(p + 1, PartitionQueue::default);
-        }
-        (&t.name, &mut t.partitions[p])
+    fn queue(&mut self, topic: &str, partition: u32) -> &mut PartitionQueue {
+        topic_mut(&mut self.topics, topic).partition_mut(partition)
     }
 
     /// The sticky partition of a topic for keyless records, choosing one with
     /// `choose` when there is none.
+    #[cfg(test)]
     pub fn sticky_partition(&mut self, topic: &str, choose: impl FnOnce() -> u32) -> u32 {
-        match self.topics.get(topic).and_then(|t| t.sticky) {
-            Some(p) => p,
-            None => {
-                let p = choose();
-                self.queue(topic, p);
-                self.topics.get_mut(topic).expect("queued").sticky = Some(p);
-                p
-            }
-        }
+        topic_mut(&mut self.topics, topic).sticky_partition(choose)
     }
 
     fn close(&mut self, topic: &str, partition: u32) {
-        let Some(t) = self.topics.get_mut(topic) else {
-            return;
-        };
-        if t.sticky == Some(partition) {
-            t.sticky = None;
-        }
-        let name = t.name.clone();
-        let q = &mut t.partitions[partition as usize];
-        if let Some(open) = q.open.take() {
-            q.ready.push_back(ClosedBatch {
-                id: open.id,
-                topic: name,
-                partition,
-                bytes: open.builder.build(),
-                record_count: open.count,
-                reserved: open.reserved,
-                completion: open.completion,
-                created: open.created,
-                attempts: 0,
-            });
+        if let Some(t) = self.topics.get_mut(topic) {
+            t.close(partition);
         }
     }
 
-    /// Appends a record to the partition's open batch, closing it first if the
-    /// record would take it past `batch_size`.
+    /// Appends a record to the partition's open batch (test shorthand).
+    #[cfg(test)]
     pub fn append(
         &mut self,
         topic: &str,
@@ -213,24 +232,42 @@ impl Accumulator {
         reserved: usize,
         now: Instant,
     ) -> Appended {
+        self.append_to(topic, Some(partition), || partition, record, reserved, now)
+    }
+
+    /// Appends a record to the open batch of `partition` (`None`: the topic's
+    /// sticky partition, chosen with `choose` when there is none), closing that
+    /// batch first if the record would take it past `batch_size`. One map lookup
+    /// per record.
+    pub fn append_to(
+        &mut self,
+        topic: &str,
+        partition: Option<u32>,
+        choose: impl FnOnce() -> u32,
+        record: &Record,
+        reserved: usize,
+        now: Instant,
+    ) -> Appended {
         let size = record_size(record);
         let batch_size = self.batch_size;
-        let mut batch_closed = false;
-        let full = {
-            let (_, q) = self.queue(topic, partition);
-            q.open.as_ref().is_some_and(|o| {
-                !o.builder.is_empty() && o.builder.estimated_size() + size > batch_size
-            })
+        let compression = self.compression;
+        let id = self.next_batch_id;
+        let t = topic_mut(&mut self.topics, topic);
+        let partition = match partition {
+            Some(p) => p,
+            None => t.sticky_partition(choose),
         };
+        let mut batch_closed = false;
+        let full = t.partition_mut(partition).open.as_ref().is_some_and(|o| {
+            !o.builder.is_empty() && o.builder.estimated_size() + size > batch_size
+        });
         if full {
-            self.close(topic, partition);
+            t.close(partition);
             batch_closed = true;
         }
         let mut new_batch = false;
-        let compression = self.compression;
-        let id = self.next_batch_id;
-        let (name, q) = self.queue(topic, partition);
-        let name = name.clone();
+        let name = t.name.clone();
+        let q = t.partition_mut(partition);
         let open = q.open.get_or_insert_with(|| {
             new_batch = true;
             OpenBatch {
@@ -248,13 +285,13 @@ impl Accumulator {
         open.count += 1;
         let completion = open.completion.clone();
         let over = open.builder.estimated_size() >= batch_size;
+        if over {
+            t.close(partition);
+            batch_closed = true;
+        }
         if new_batch {
             self.next_batch_id += 1;
             self.incomplete.insert(id);
-        }
-        if over {
-            self.close(topic, partition);
-            batch_closed = true;
         }
         Appended {
             completion,
@@ -361,7 +398,7 @@ impl Accumulator {
         retry: Vec<ClosedBatch>,
         backoff_until: Option<Instant>,
     ) {
-        let (_, q) = self.queue(topic, partition);
+        let q = self.queue(topic, partition);
         q.in_flight = false;
         if !retry.is_empty() {
             q.backoff_until = backoff_until;

@@ -252,31 +252,38 @@ impl Producer {
                 max,
             });
         }
-        match tokio::time::timeout(
-            shared.config.delivery_timeout,
-            shared.buffer.acquire_many(size as u32),
-        )
-        .await
-        {
-            Ok(Ok(permit)) => permit.forget(),
-            Ok(Err(_)) => return Err(ClientError::Closed),
-            Err(_) => {
-                return Err(ClientError::Timeout {
-                    what: format!(
-                        "waiting for producer buffer space for a record to {} (buffer_memory {} bytes is full: is the broker slow or unreachable?)",
-                        record.topic, shared.config.buffer_memory
-                    ),
-                });
+        // Fast path without a timer when there is room; else wait, bounded.
+        match shared.buffer.try_acquire_many(size as u32) {
+            Ok(permit) => permit.forget(),
+            Err(tokio::sync::TryAcquireError::Closed) => return Err(ClientError::Closed),
+            Err(tokio::sync::TryAcquireError::NoPermits) => {
+                match tokio::time::timeout(
+                    shared.config.delivery_timeout,
+                    shared.buffer.acquire_many(size as u32),
+                )
+                .await
+                {
+                    Ok(Ok(permit)) => permit.forget(),
+                    Ok(Err(_)) => return Err(ClientError::Closed),
+                    Err(_) => {
+                        return Err(ClientError::Timeout {
+                            what: format!(
+                                "waiting for producer buffer space for a record to {} (buffer_memory {} bytes is full: is the broker slow or unreachable?)",
+                                record.topic, shared.config.buffer_memory
+                            ),
+                        });
+                    }
+                }
             }
         }
-        let appended = {
-            let mut acc = shared.acc.lock();
-            let partition = match explicit {
-                Some(p) => p,
-                None => acc.sticky_partition(&record.topic, || rand::random_range(0..count)),
-            };
-            acc.append(&record.topic, partition, &rec, size, Instant::now())
-        };
+        let appended = shared.acc.lock().append_to(
+            &record.topic,
+            explicit,
+            || rand::random_range(0..count),
+            &rec,
+            size,
+            Instant::now(),
+        );
         if appended.new_batch || appended.batch_closed {
             shared.wake.notify_one();
         }
