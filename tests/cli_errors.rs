@@ -98,3 +98,32 @@ fn bad_broker_config_key_is_named() {
     );
     assert!(out.stdout.is_empty(), "no listening line expected");
 }
+
+#[test]
+fn rejected_record_fails_the_produce_naming_the_line() {
+    let broker = TestBroker::start();
+    broker.rill_ok(&[
+        "topic",
+        "create",
+        "small",
+        "--config",
+        "max.message.bytes=1024",
+    ]);
+    let big = "x".repeat(3000);
+    let out = broker.rill_stdin(&["produce", "small"], format!("{big}\n").as_bytes());
+    let line = single_error_line(&out);
+    assert!(
+        line.contains("line 1")
+            && line.contains("RECORD_TOO_LARGE")
+            && line.contains("max.message.bytes"),
+        "{line}"
+    );
+    let consumed = broker.rill_ok(&[
+        "consume",
+        "small",
+        "--from-beginning",
+        "--timeout-ms",
+        "500",
+    ]);
+    assert_eq!(consumed, "", "a refused record must not be stored");
+}

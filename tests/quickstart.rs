@@ -177,6 +177,29 @@ fn keys_offsets_and_partitions_round_trip() {
     );
 }
 
+/// acks=0 is fire-and-forget, but `rill produce` still hands every record to the
+/// network before it exits (on loopback they all arrive).
+#[test]
+fn acks_zero_records_arrive() {
+    let broker = TestBroker::start();
+    broker.rill_ok(&["topic", "create", "fire"]);
+    let input: String = (0..2000).map(|i| format!("fire-{i}\n")).collect();
+    broker.rill_stdin_ok(
+        &["produce", "fire", "--acks", "0", "--compression", "zstd"],
+        input.as_bytes(),
+    );
+    let out = broker.rill_ok(&[
+        "consume",
+        "fire",
+        "--from-beginning",
+        "--max-messages",
+        "2000",
+        "--timeout-ms",
+        "5000",
+    ]);
+    assert_eq!(out, input);
+}
+
 /// A consumer at the end of a topic is answered as soon as a record arrives, not
 /// after its idle timeout: the fetch long-poll returns on new data.
 #[test]

@@ -5,6 +5,7 @@
 //! already contains (thiserror messages often embed their source) is skipped, and
 //! newlines are folded so the error is always exactly one line.
 
+use std::io::IsTerminal;
 use std::time::Duration;
 
 use tracing_subscriber::EnvFilter;
@@ -25,6 +26,7 @@ pub fn init_logging(flag: Option<&str>, default_level: &str) {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_target(false)
         .init();
 }

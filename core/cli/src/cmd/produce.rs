@@ -16,6 +16,7 @@ use anyhow::anyhow;
 use bytes::Bytes;
 use clap::{Args, ValueEnum};
 use rill_client::{ClientError, ProducerConfig, ProducerRecord};
+use rill_proto::wire::Acks;
 use tokio::io::AsyncBufReadExt;
 
 use crate::client_args::{ClientArgs, client_error};
@@ -170,6 +171,14 @@ pub async fn run(args: ProduceArgs) -> anyhow::Result<()> {
     }
     if let Err(e) = producer.close().await {
         tracing::warn!("closing the producer: {e}");
+    }
+    if args.acks == Acks::None {
+        // With acks=0 the producer considers a request done once it is queued on
+        // its QUIC stream; exiting right away would drop what quinn has not sent
+        // yet. A round trip on the same connection, requested after every produce
+        // stream was written, lets those streams drain first. (Best effort: acks=0
+        // promises no delivery; rill-client could wait for the streams instead.)
+        let _ = client.metadata(Some(vec![topic.clone()])).await;
     }
 
     if let Some((n, err)) = outcome.first_failure {
