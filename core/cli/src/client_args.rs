@@ -91,6 +91,64 @@ pub fn client_error(what: impl std::fmt::Display, err: ClientError) -> anyhow::E
             Ok(inner) => client_error(what, inner),
             Err(shared) => anyhow!("{what}: {shared}"),
         },
+        ClientError::Failed { context, source } => match source.as_ref() {
+            ClientError::Broker { error, .. } => anyhow!("{what}: {context}: {error}"),
+            ClientError::Shared(inner) => match inner.as_ref() {
+                ClientError::Broker { error, .. } => anyhow!("{what}: {context}: {error}"),
+                _ => anyhow!("{what}: {context}: {source}"),
+            },
+            _ => anyhow!("{what}: {context}: {source}"),
+        },
         other => anyhow::Error::new(other).context(what.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rill_proto::wire::{ErrorCode, ErrorInfo};
+    use std::sync::Arc;
+
+    fn broker_error() -> ClientError {
+        ClientError::Broker {
+            context: "produce to t-0".into(),
+            error: ErrorInfo::new(ErrorCode::RecordTooLarge, "batch too big"),
+        }
+    }
+
+    #[test]
+    fn broker_context_is_replaced_by_ours() {
+        let e = client_error("cannot produce to topic t", broker_error());
+        assert_eq!(
+            crate::report::one_line(&e),
+            "cannot produce to topic t: RECORD_TOO_LARGE: batch too big"
+        );
+        let e = client_error(
+            "cannot produce to topic t",
+            ClientError::Failed {
+                context: "produce to t-0 failed".into(),
+                source: Arc::new(ClientError::Shared(Arc::new(broker_error()))),
+            },
+        );
+        assert_eq!(
+            crate::report::one_line(&e),
+            "cannot produce to topic t: produce to t-0 failed: RECORD_TOO_LARGE: batch too big"
+        );
+    }
+
+    #[test]
+    fn silence_gets_the_start_a_broker_guidance() {
+        let addr: std::net::SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let err = ClientError::NoBroker {
+            addrs: "127.0.0.1:1".into(),
+            last: Box::new(ClientError::Net(NetError::ConnectTimeout {
+                addr,
+                after: CONNECT_TIMEOUT,
+            })),
+        };
+        assert_eq!(
+            crate::report::one_line(&explain_connect_error("127.0.0.1:1", err)),
+            "cannot connect to 127.0.0.1:1: no broker answering (UDP). Start one with `rill broker` or pass --bootstrap HOST:PORT"
+        );
     }
 }
