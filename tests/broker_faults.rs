@@ -246,3 +246,42 @@ fn malformed_and_oversized_frames_are_refused_and_others_keep_working() {
     assert!(broker.is_alive(), "broker died\n{}", broker.log());
     assert_eq!(consume_all(&broker, "steady", 5), produced);
 }
+
+/// A clean stop does not wait on a consumer parked in a long-poll fetch: the
+/// broker answers or drops it, flushes, and exits 0.
+#[test]
+fn sigterm_with_a_parked_consumer_exits_cleanly() {
+    let mut broker = TestBroker::start();
+    broker.rill_ok(&["topic", "create", "parked"]);
+    broker.rill_stdin_ok(&["produce", "parked"], b"before\n");
+    let mut consumer = broker
+        .client_command(&[
+            "consume",
+            "parked",
+            "--from-beginning",
+            "--timeout-ms",
+            "60000",
+        ])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn consumer");
+    // Once the consumer printed the record, its next fetch waits at the end of the log.
+    let mut stdout = std::io::BufReader::new(consumer.stdout.take().unwrap());
+    let mut first = String::new();
+    std::io::BufRead::read_line(&mut stdout, &mut first).expect("read consumer output");
+    assert_eq!(first, "before\n");
+
+    let status = broker.sigterm();
+    let _ = consumer.kill();
+    let _ = consumer.wait();
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "broker exit: {status}\n{}",
+        broker.log()
+    );
+    broker.restart();
+    assert_eq!(consume_all(&broker, "parked", 1), "before\n");
+}

@@ -20,7 +20,7 @@ use clap::{Parser, Subcommand};
 
 /// Rill: a distributed commit log (Kafka model) over QUIC.
 #[derive(Debug, Parser)]
-#[command(name = "rill", version, about, propagate_version = true)]
+#[command(name = "rill", version, propagate_version = true)]
 struct Cli {
     /// Log level for stderr (error, warn, info, debug, trace, or a RUST_LOG filter);
     /// overrides RUST_LOG. Default: info for `broker`, warn for client commands.
