@@ -10,8 +10,10 @@ use std::time::Duration;
 
 use tracing_subscriber::EnvFilter;
 
-/// How long the runtime may take to wind down background tasks after a command.
-pub const RUNTIME_SHUTDOWN_WAIT: Duration = Duration::from_secs(2);
+/// How long the runtime may wait for blocking-pool threads after a command is done
+/// (every command awaits its own work first; what is left is e.g. a stdin read
+/// that will never complete after Ctrl-C).
+pub const RUNTIME_SHUTDOWN_WAIT: Duration = Duration::from_millis(100);
 
 /// Sets up `tracing` to stderr. `--log-level` wins over RUST_LOG, which wins over
 /// the command's default.

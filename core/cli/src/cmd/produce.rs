@@ -6,18 +6,20 @@
 //! Without a separator the whole line is the value and the key is empty (null).
 //! Line endings (`\n`, `\r\n`) are not part of the record.
 //!
-//! On end of input the producer is flushed and every acknowledgement awaited; any
-//! failed record makes the command exit non-zero with the first failure named.
+//! On end of input (or Ctrl-C / SIGTERM, which end the input early) the producer
+//! is flushed and every acknowledgement awaited; any failed record makes the
+//! command exit non-zero with the first failure named.
 
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use anyhow::anyhow;
+use anyhow::{Context, anyhow};
 use bytes::Bytes;
 use clap::{Args, ValueEnum};
 use rill_client::{ClientError, ProducerConfig, ProducerRecord};
 use rill_proto::wire::Acks;
 use tokio::io::AsyncBufReadExt;
+use tokio::signal::unix::{SignalKind, signal};
 
 use crate::client_args::{ClientArgs, client_error};
 
@@ -116,9 +118,20 @@ pub async fn run(args: ProduceArgs) -> anyhow::Result<()> {
     // Why input stopped early, and what to do about it.
     let mut input_error: Option<(String, &str)> = None;
 
+    let mut interrupt =
+        signal(SignalKind::interrupt()).context("cannot install the Ctrl-C handler")?;
+    let mut terminate =
+        signal(SignalKind::terminate()).context("cannot install the SIGTERM handler")?;
     loop {
         line.clear();
-        let read = match stdin.read_until(b'\n', &mut line).await {
+        let read = tokio::select! {
+            read = stdin.read_until(b'\n', &mut line) => read,
+            // Ctrl-C is how an interactive producer ends (as in Kafka): stop reading,
+            // then flush and await what was sent, as at end of input.
+            _ = interrupt.recv() => break,
+            _ = terminate.recv() => break,
+        };
+        let read = match read {
             Ok(n) => n,
             Err(e) => {
                 input_error = Some((
