@@ -573,3 +573,82 @@ async fn producer_and_consumer_survive_a_broker_restart() {
     producer.close().await.unwrap();
     env.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn out_of_range_offsets_follow_the_reset_policy() {
+    let env = Env::start().await;
+    let client = env.client().await;
+    step("create", client.admin().create_topic(topic("range", 1)))
+        .await
+        .unwrap();
+    let producer = client.producer(ProducerConfig::default()).unwrap();
+    for i in 0..10 {
+        drop(
+            producer
+                .send(ProducerRecord::new("range", format!("r{i}")))
+                .await
+                .unwrap(),
+        );
+    }
+    producer.close().await.unwrap();
+    let tp = TopicPartition::new("range", 0);
+
+    // earliest: a seek past the end falls back to the first offset.
+    let mut consumer = client.consumer(ConsumerConfig::default()).unwrap();
+    consumer.assign(vec![tp.clone()]);
+    consumer.seek(&tp, Offset(1000)).unwrap();
+    let got = consume_n(&mut consumer, 10).await;
+    assert_eq!(got[0].offset, Offset(0));
+
+    // none: the error names the partition and the offset.
+    let mut consumer = client
+        .consumer(ConsumerConfig {
+            auto_offset_reset: rill_client::OffsetReset::None,
+            ..ConsumerConfig::default()
+        })
+        .unwrap();
+    consumer.assign(vec![tp.clone()]);
+    consumer.seek(&tp, Offset(1000)).unwrap();
+    let err = step("poll out of range", async {
+        loop {
+            match consumer.poll(Duration::from_millis(200)).await {
+                Ok(records) => assert!(records.is_empty()),
+                Err(e) => break e,
+            }
+        }
+    })
+    .await;
+    assert_eq!(err.code(), Some(ErrorCode::OffsetOutOfRange), "{err}");
+    assert!(err.to_string().contains("range-0 at offset 1000"), "{err}");
+    env.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_the_producer_still_delivers_what_was_sent() {
+    let env = Env::start().await;
+    let client = env.client().await;
+    step("create", client.admin().create_topic(topic("dropped", 1)))
+        .await
+        .unwrap();
+    let producer = client
+        .producer(ProducerConfig {
+            linger: Duration::from_secs(3600), // only the drop can send these
+            ..ProducerConfig::default()
+        })
+        .unwrap();
+    let mut ds = Vec::new();
+    for i in 0..50 {
+        ds.push(
+            producer
+                .send(ProducerRecord::new("dropped", format!("d{i}")))
+                .await
+                .unwrap(),
+        );
+    }
+    drop(producer);
+    for (i, d) in ds.into_iter().enumerate() {
+        let meta = step("delivery after drop", d).await.unwrap();
+        assert_eq!(meta.offset, Offset(i as i64));
+    }
+    env.shutdown().await;
+}
