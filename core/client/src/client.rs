@@ -406,7 +406,8 @@ impl Client {
         Admin::new(self.clone())
     }
 
-    /// A producer with its own background sender task.
+    /// A producer with its own background sender task (spawned on the current
+    /// Tokio runtime: call this inside one).
     pub fn producer(&self, config: ProducerConfig) -> Result<Producer, ClientError> {
         Producer::new(self.clone(), config)
     }

@@ -455,6 +455,9 @@ impl Consumer {
     /// Returns the next records (from one partition's fetched batches), waiting
     /// up to `timeout` for some to arrive. An empty result means none arrived in
     /// time.
+    ///
+    /// Cancel-safe: dropping the future (e.g. in `tokio::select!`) loses no
+    /// records; fetches in flight carry on and the next `poll` picks them up.
     pub async fn poll(&mut self, timeout: Duration) -> Result<Vec<ConsumerRecord>, ClientError> {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
