@@ -511,6 +511,28 @@ async fn admin_describes_and_alters() {
     let retention = configs.iter().find(|c| c.name == "retention.ms").unwrap();
     assert_eq!(retention.value, "12345");
     assert!(!retention.is_default);
+    // The low-level call: any broker, typed response, empty payload.
+    let (versions, payload) = client
+        .call(
+            None,
+            &rill_proto::wire::ApiVersionsRequest {
+                client_software: "test".into(),
+            },
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(versions.broker_id, client.bootstrap_broker_id());
+    assert!(payload.is_empty());
+    let err = client
+        .call(
+            Some(42),
+            &rill_proto::wire::MetadataRequest { topics: None },
+            &[],
+        )
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("broker 42"), "{err}");
     let cluster = admin.cluster().await.unwrap();
     assert_eq!(cluster.brokers.len(), 1);
     assert!(!cluster.cluster_id.is_empty());
