@@ -45,6 +45,9 @@ enum Command {
     /// Show the cluster: brokers and cluster id.
     #[command(subcommand)]
     Cluster(cmd::cluster::ClusterCommand),
+    /// Measure a running broker: produce, consume, or end-to-end latency.
+    #[command(subcommand)]
+    Bench(cmd::bench::BenchCommand),
 }
 
 impl Command {
@@ -80,6 +83,7 @@ fn main() -> ExitCode {
             Command::Produce(args) => cmd::produce::run(args).await,
             Command::Consume(args) => cmd::consume::run(args).await,
             Command::Cluster(c) => cmd::cluster::run(c).await,
+            Command::Bench(c) => cmd::bench::run(c).await,
         }
     });
     // Do not wait for stray background tasks (e.g. a client's connection driver)

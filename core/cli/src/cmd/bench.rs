@@ -163,7 +163,10 @@ async fn ensure_topic(client: &Client, common: &Common) -> anyhow::Result<()> {
         {
             Ok(())
         }
-        Err(e) => Err(client_error(format!("cannot create topic {}", common.topic), e)),
+        Err(e) => Err(client_error(
+            format!("cannot create topic {}", common.topic),
+            e,
+        )),
     }
 }
 
@@ -172,7 +175,10 @@ fn producer_config(args: &ProducerArgs, default_linger: Duration) -> ProducerCon
         acks: args.acks,
         compression: args.compression,
         batch_size: args.batch_size,
-        linger: args.linger_ms.map(Duration::from_millis).unwrap_or(default_linger),
+        linger: args
+            .linger_ms
+            .map(Duration::from_millis)
+            .unwrap_or(default_linger),
         ..ProducerConfig::default()
     }
 }
@@ -324,13 +330,16 @@ async fn produce_share(
     done: Arc<AtomicU64>,
 ) -> anyhow::Result<Histogram<u64>> {
     let acks_none = config.acks == Acks::None;
-    let producer = client.producer(config).map_err(|e| client_error("cannot start a producer", e))?;
+    let producer = client
+        .producer(config)
+        .map_err(|e| client_error("cannot start a producer", e))?;
     let (tx, mut rx) = mpsc::channel::<(Instant, DeliveryFuture)>(PENDING_ACKS_MAX);
     let done_c = done.clone();
     let collector = tokio::spawn(async move {
         let mut h = new_histogram();
         while let Some((sent, fut)) = rx.recv().await {
-            fut.await.map_err(|e| client_error("a record was not delivered", e))?;
+            fut.await
+                .map_err(|e| client_error("a record was not delivered", e))?;
             record_latency(&mut h, sent.elapsed());
             done_c.fetch_add(1, Ordering::Relaxed);
         }
@@ -348,9 +357,17 @@ async fn produce_share(
         }
     }
     drop(tx);
-    producer.flush().await.map_err(|e| client_error("cannot flush the producer", e))?;
-    let h = collector.await.context("the acknowledgement collector panicked")??;
-    producer.close().await.map_err(|e| client_error("cannot close the producer", e))?;
+    producer
+        .flush()
+        .await
+        .map_err(|e| client_error("cannot flush the producer", e))?;
+    let h = collector
+        .await
+        .context("the acknowledgement collector panicked")??;
+    producer
+        .close()
+        .await
+        .map_err(|e| client_error("cannot close the producer", e))?;
     if acks_none {
         tracing::info!("acks=0: latencies are send-to-handoff, not acknowledgements");
     }
@@ -432,8 +449,9 @@ async fn consume_share(
     done: Arc<AtomicU64>,
     bytes: Arc<AtomicU64>,
 ) -> anyhow::Result<Histogram<u64>> {
-    let mut consumer =
-        client.consumer(config).map_err(|e| client_error("cannot start a consumer", e))?;
+    let mut consumer = client
+        .consumer(config)
+        .map_err(|e| client_error("cannot start a consumer", e))?;
     consumer.assign(share.clone());
     consumer
         .seek_to_beginning(&share)
@@ -457,7 +475,10 @@ async fn consume_share(
         idle_since = Instant::now();
         let n: u64 = records
             .iter()
-            .map(|r| (r.value.as_ref().map_or(0, |v| v.len()) + r.key.as_ref().map_or(0, |k| k.len())) as u64)
+            .map(|r| {
+                (r.value.as_ref().map_or(0, |v| v.len()) + r.key.as_ref().map_or(0, |k| k.len()))
+                    as u64
+            })
             .sum();
         bytes.fetch_add(n, Ordering::Relaxed);
         done.fetch_add(records.len() as u64, Ordering::Relaxed);
@@ -478,14 +499,22 @@ async fn bench_e2e(b: E2eBench) -> anyhow::Result<()> {
         .partition_count(&b.common.topic)
         .await
         .map_err(|e| client_error(format!("cannot read topic {}", b.common.topic), e))?;
-    let tps: Vec<_> = (0..partitions).map(|p| TopicPartition::new(b.common.topic.clone(), p)).collect();
+    let tps: Vec<_> = (0..partitions)
+        .map(|p| TopicPartition::new(b.common.topic.clone(), p))
+        .collect();
 
     let consumer_client = b.common.client.connect().await?;
     let mut consumer = consumer_client
-        .consumer(ConsumerConfig { fetch_max_wait: Duration::from_millis(100), ..Default::default() })
+        .consumer(ConsumerConfig {
+            fetch_max_wait: Duration::from_millis(100),
+            ..Default::default()
+        })
         .map_err(|e| client_error("cannot start a consumer", e))?;
     consumer.assign(tps.clone());
-    consumer.seek_to_end(&tps).await.map_err(|e| client_error("cannot seek to the end", e))?;
+    consumer
+        .seek_to_end(&tps)
+        .await
+        .map_err(|e| client_error("cannot seek to the end", e))?;
 
     let producer = client
         .producer(producer_config(&b.producer, Duration::ZERO))
@@ -524,14 +553,19 @@ async fn bench_e2e(b: E2eBench) -> anyhow::Result<()> {
             // Check acknowledgements now and then so failures surface early.
             if pending.len() >= 10_000 {
                 for f in pending.drain(..) {
-                    f.await.map_err(|e| client_error("a record was not delivered", e))?;
+                    f.await
+                        .map_err(|e| client_error("a record was not delivered", e))?;
                 }
             }
         }
         for f in pending {
-            f.await.map_err(|e| client_error("a record was not delivered", e))?;
+            f.await
+                .map_err(|e| client_error("a record was not delivered", e))?;
         }
-        producer.close().await.map_err(|e| client_error("cannot close the producer", e))?;
+        producer
+            .close()
+            .await
+            .map_err(|e| client_error("cannot close the producer", e))?;
         Ok::<_, anyhow::Error>(())
     });
 
@@ -539,7 +573,10 @@ async fn bench_e2e(b: E2eBench) -> anyhow::Result<()> {
     let mut received: u64 = 0;
     let mut idle_since = Instant::now();
     while received < total {
-        let records = consumer.poll(Duration::from_millis(200)).await.map_err(|e| client_error("cannot poll", e))?;
+        let records = consumer
+            .poll(Duration::from_millis(200))
+            .await
+            .map_err(|e| client_error("cannot poll", e))?;
         let now = epoch.elapsed().as_nanos() as u64;
         if records.is_empty() {
             if sender.is_finished() && idle_since.elapsed() > CONSUME_IDLE_TIMEOUT {
@@ -549,9 +586,14 @@ async fn bench_e2e(b: E2eBench) -> anyhow::Result<()> {
         }
         idle_since = Instant::now();
         for r in &records {
-            let Some(v) = r.value.as_ref().filter(|v| v.len() >= 8) else { continue };
+            let Some(v) = r.value.as_ref().filter(|v| v.len() >= 8) else {
+                continue;
+            };
             let sent_ns = u64::from_be_bytes(v[..8].try_into().expect("8 bytes"));
-            record_latency(&mut latency, Duration::from_nanos(now.saturating_sub(sent_ns)));
+            record_latency(
+                &mut latency,
+                Duration::from_nanos(now.saturating_sub(sent_ns)),
+            );
         }
         received += records.len() as u64;
         done.store(received, Ordering::Relaxed);
@@ -582,8 +624,16 @@ async fn bench_e2e(b: E2eBench) -> anyhow::Result<()> {
 /// percentile, the percentile axis spread by "nines" (90, 99, 99.9, ...).
 fn write_plot(path: &std::path::Path, title: &str, summary: &Summary) -> anyhow::Result<()> {
     use plotters::prelude::*;
-    if path.extension().and_then(|e| e.to_str()).map(|e| e.to_ascii_lowercase()) != Some("svg".into()) {
-        bail!("--plot {}: only SVG charts are supported; name the file *.svg", path.display());
+    if path
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(|e| e.to_ascii_lowercase())
+        != Some("svg".into())
+    {
+        bail!(
+            "--plot {}: only SVG charts are supported; name the file *.svg",
+            path.display()
+        );
     }
     let h = &summary.latency;
     if h.is_empty() {
@@ -619,7 +669,8 @@ fn write_plot(path: &std::path::Path, title: &str, summary: &Summary) -> anyhow:
     chart
         .draw_series(LineSeries::new(points, &BLUE))
         .context("cannot draw the latency line")?;
-    root.present().with_context(|| format!("cannot write {}", path.display()))?;
+    root.present()
+        .with_context(|| format!("cannot write {}", path.display()))?;
     eprintln!("latency chart written to {}", path.display());
     Ok(())
 }

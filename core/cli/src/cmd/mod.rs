@@ -1,6 +1,7 @@
 //! One module per `rill` subcommand; each exposes its clap arguments and
 //! `async fn run(args) -> anyhow::Result<()>`.
 
+pub mod bench;
 pub mod broker;
 pub mod cluster;
 pub mod consume;
