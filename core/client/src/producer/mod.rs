@@ -11,9 +11,15 @@
 //! errors put the batches back (refreshing metadata on leadership errors) until
 //! `retries` or `delivery_timeout` runs out.
 //!
-//! Ordering: records sent to one partition are appended in `send` order. A
+//! Ordering (acks 1 and all): records sent to one partition are appended in `send` order. A
 //! partition has at most one request in flight (it may carry many batches), so
 //! a retry never lets a later batch overtake an earlier one.
+//!
+//! acks=0: a record's delivery future resolves once the broker's QUIC stack has
+//! acknowledged every byte of the request carrying it (no response is sent), so
+//! `flush` and `close` return only when nothing is left in quinn's send buffer.
+//! Order within a partition is not guaranteed with acks=0: the broker may handle
+//! two request streams in either order.
 //!
 //! Shutdown: `close` flushes and stops the sender. Dropping every handle without
 //! `close` lets the sender finish what was sent, then stop.

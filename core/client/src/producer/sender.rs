@@ -16,6 +16,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use quinn::VarInt;
 use rill_proto::Offset;
 use rill_proto::wire::{
     Acks, ApiRequest, ProducePartition, ProducePartitionResponse, ProduceRequest,
@@ -311,7 +312,12 @@ fn judge(found: Option<&ProducePartitionResponse>, topic: &str, partition: u32) 
     }
 }
 
-/// acks=0: write the request and finish the stream; the broker sends nothing back.
+/// acks=0: write the request, finish the stream, and wait until the broker's
+/// QUIC stack has acknowledged every byte of it (the broker sends no response).
+///
+/// Waiting for the transport acknowledgement is what makes `flush` and `close`
+/// meaningful with acks=0: without it the request could still sit in quinn's
+/// send buffer when the caller closes the client and exits, and be lost.
 async fn send_without_ack(
     shared: &ProducerShared,
     broker: i32,
@@ -331,7 +337,10 @@ async fn send_without_ack(
             payload,
         )
         .await?;
+        // Fails only if the stream was already finished or reset; `stopped`
+        // below then reports what happened.
         let _ = send.finish();
+        delivered(send.stopped().await)?;
         Ok::<(), ClientError>(())
     };
     match tokio::time::timeout(timeout, write).await {
@@ -345,5 +354,23 @@ async fn send_without_ack(
         Err(_) => Err(ClientError::Timeout {
             what: format!("sending a produce request to broker {id} at {sock} (after {timeout:?})"),
         }),
+    }
+}
+
+/// Judges how an acks=0 request stream ended (`SendStream::stopped`).
+///
+/// `Ok(None)`: the broker acknowledged all the stream's data. The broker stops a
+/// stream with [`rill_net::STREAM_FRAME_REFUSED`] when it refused the frame (too
+/// large or malformed): the records were not appended. Any other stop code comes
+/// after the broker read the whole frame (it closes its receive side once the
+/// request is handled), so the request was delivered.
+fn delivered(stopped: Result<Option<VarInt>, quinn::StoppedError>) -> Result<(), ClientError> {
+    match stopped {
+        Ok(None) => Ok(()),
+        Ok(Some(code)) if code == rill_net::STREAM_FRAME_REFUSED => {
+            Err(rill_net::NetError::FrameRefused { code }.into())
+        }
+        Ok(Some(_)) => Ok(()),
+        Err(e) => Err(rill_net::NetError::Write(quinn::WriteError::from(e)).into()),
     }
 }
