@@ -82,10 +82,21 @@ fn for_each_batch(
     let (_, stop) = scan_batches(&mut reader, 0, seg.base_offset, true, |pos, h, bytes| {
         let records = if decode && !h.is_control() && !h.is_transactional() {
             let view = BatchView::new(bytes).map_err(|e| corrupt(seg, pos, e.to_string()))?;
-            Some(
-                view.records()
-                    .map_err(|e| corrupt(seg, pos, e.to_string()))?,
-            )
+            // The scan checked the CRC; records that still do not decode came so
+            // from their producer. Keep such a batch whole rather than stop
+            // compacting the partition for good.
+            match view.records() {
+                Ok(records) => Some(records),
+                Err(e) => {
+                    tracing::warn!(
+                        segment = %seg.path.display(),
+                        position = pos,
+                        error = %e,
+                        "compaction keeps a batch whole: its records do not decode"
+                    );
+                    None
+                }
+            }
         } else {
             None
         };

@@ -24,7 +24,9 @@ use crate::config::LogConfig;
 use crate::epoch::LeaderEpochCache;
 use crate::error::{LogError, io_context};
 use crate::recovery;
-use crate::segment::{ChunkReader, SCAN_CHUNK_BYTES, ScanStop, Segment, scan_batches};
+use crate::segment::{
+    ChunkReader, RELATIVE_OFFSET_MAX, SCAN_CHUNK_BYTES, ScanStop, Segment, scan_batches,
+};
 use bytes::Bytes;
 use rill_proto::batch::{BatchHeader, batches, set_base_offset, set_leader_epoch};
 use rill_proto::{DecodeError, LeaderEpoch, Offset, TimestampMs};
@@ -194,6 +196,17 @@ impl Log {
                 }
                 .into());
             }
+            // A producer's batch is dense: one offset per record. Compaction can
+            // leave gaps, so only replicated batches may span more offsets than
+            // records; a leader that accepted a sparse batch would hand out (and
+            // waste) offsets nobody holds, up to 2^31 per batch.
+            if check_size && h.last_offset_delta as i64 != h.record_count as i64 - 1 {
+                return Err(DecodeError::InvalidValue {
+                    field: "last_offset_delta (must be record_count - 1)",
+                    value: h.last_offset_delta as i64,
+                }
+                .into());
+            }
             if (h.last_offset_delta as i64) < h.record_count as i64 - 1 {
                 return Err(DecodeError::InvalidValue {
                     field: "last_offset_delta",
@@ -286,7 +299,21 @@ impl Log {
     ) -> Result<AppendInfo, LogError> {
         let first = checked[0].0.base_offset;
         let last = checked.last().expect("at least one batch").0.last_offset();
+        // One append goes into one segment, whose index holds offsets relative to
+        // its base as u32 (at most RELATIVE_OFFSET_MAX apart).
+        if last.0 - first.0 > RELATIVE_OFFSET_MAX {
+            return Err(DecodeError::TooLarge {
+                field: "offset span of one append",
+                value: (last.0 - first.0) as u64,
+                max: RELATIVE_OFFSET_MAX as u64,
+            }
+            .into());
+        }
         self.maybe_roll(bytes.len() as u64, first, last, now_ms)?;
+        assert!(
+            self.active().can_hold_offset(last),
+            "after a roll the active segment holds the append's offsets"
+        );
         let interval = self.config.index_interval_bytes;
         let active = self.active_mut();
         if active.is_empty() {

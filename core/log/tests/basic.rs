@@ -275,3 +275,25 @@ fn segment_ms_counts_from_the_first_append() {
     log.tick(NOW + 51_000).unwrap();
     assert_eq!(log.segment_count(), 3);
 }
+
+/// A crafted batch whose last offset delta does not match its record count (valid
+/// CRC) is refused on leader append; the log stays usable and reopens cleanly.
+#[test]
+fn sparse_producer_batch_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path(), small_config(), NOW).unwrap();
+    let mut ok = batch("a", 2, NOW);
+    log.append(&mut ok, E1, NOW).unwrap();
+    let mut bad = batch("b", 1, NOW);
+    bad[23..27].copy_from_slice(&i32::MAX.to_be_bytes());
+    let crc = rill_proto::BatchView::new(&bad).unwrap().computed_crc();
+    bad[17..21].copy_from_slice(&crc.to_be_bytes());
+    let err = log.append(&mut bad, E1, NOW).unwrap_err();
+    assert!(err.to_string().contains("last_offset_delta"), "{err}");
+    assert_eq!(log.log_end_offset(), o(2));
+    let mut next = batch("c", 1, NOW);
+    assert_eq!(log.append(&mut next, E1, NOW).unwrap().first_offset, o(2));
+    log.close().unwrap();
+    let log = Log::open(dir.path(), small_config(), NOW).unwrap();
+    assert_eq!(log.log_end_offset(), o(3));
+}
