@@ -491,22 +491,36 @@ impl BatchBuilder {
         );
         let base_ts = *self.base_timestamp.get_or_insert(record.timestamp_ms);
         self.max_timestamp = self.max_timestamp.max(record.timestamp_ms);
-        let mut body = Vec::with_capacity(
-            16 + record.key.as_ref().map_or(0, |k| k.len())
-                + record.value.as_ref().map_or(0, |v| v.len()),
-        );
-        body.push(0u8); // record attributes: unused
-        varint::write_varlong(&mut body, record.timestamp_ms.wrapping_sub(base_ts));
-        varint::write_varint(&mut body, offset_delta);
-        write_nullable_bytes(&mut body, record.key.as_deref());
-        write_nullable_bytes(&mut body, record.value.as_deref());
-        varint::write_varint(&mut body, record.headers.len() as i32);
+        // Encode straight into `records`: the body length comes first, so compute
+        // it, then write the body in place (same bytes as building it apart).
+        let ts_delta = record.timestamp_ms.wrapping_sub(base_ts);
+        let key = record.key.as_deref();
+        let value = record.value.as_deref();
+        let mut body_len = 1 // record attributes
+            + varlong_len(ts_delta)
+            + varint_len(offset_delta)
+            + nullable_bytes_len(key)
+            + nullable_bytes_len(value)
+            + varint_len(record.headers.len() as i32);
         for h in &record.headers {
-            write_nullable_bytes(&mut body, Some(h.key.as_bytes()));
-            write_nullable_bytes(&mut body, Some(&h.value));
+            body_len +=
+                nullable_bytes_len(Some(h.key.as_bytes())) + nullable_bytes_len(Some(&h.value));
         }
-        varint::write_varint(&mut self.records, body.len() as i32);
-        self.records.extend_from_slice(&body);
+        let out = &mut self.records;
+        out.reserve(varint_len(body_len as i32) + body_len);
+        varint::write_varint(out, body_len as i32);
+        let body_start = out.len();
+        out.push(0u8); // record attributes: unused
+        varint::write_varlong(out, ts_delta);
+        varint::write_varint(out, offset_delta);
+        write_nullable_bytes(out, key);
+        write_nullable_bytes(out, value);
+        varint::write_varint(out, record.headers.len() as i32);
+        for h in &record.headers {
+            write_nullable_bytes(out, Some(h.key.as_bytes()));
+            write_nullable_bytes(out, Some(&h.value));
+        }
+        debug_assert_eq!(out.len() - body_start, body_len, "record body length");
         self.count += 1;
         self.last_offset_delta = offset_delta;
     }
@@ -560,6 +574,29 @@ impl BatchBuilder {
     }
 }
 
+/// Bytes of an unsigned LEB128 encoding of `v`.
+fn unsigned_varint_len(v: u64) -> usize {
+    (64 - (v | 1).leading_zeros() as usize).div_ceil(7)
+}
+
+/// Bytes of `varint::write_varint(v)`.
+fn varint_len(v: i32) -> usize {
+    unsigned_varint_len(((v << 1) ^ (v >> 31)) as u32 as u64)
+}
+
+/// Bytes of `varint::write_varlong(v)`.
+fn varlong_len(v: i64) -> usize {
+    unsigned_varint_len(((v << 1) ^ (v >> 63)) as u64)
+}
+
+/// Bytes of `write_nullable_bytes(bytes)`.
+fn nullable_bytes_len(bytes: Option<&[u8]>) -> usize {
+    match bytes {
+        None => varint_len(-1),
+        Some(b) => varint_len(b.len() as i32) + b.len(),
+    }
+}
+
 fn write_nullable_bytes(out: &mut Vec<u8>, bytes: Option<&[u8]>) {
     match bytes {
         None => varint::write_varint(out, -1),
@@ -573,6 +610,22 @@ fn write_nullable_bytes(out: &mut Vec<u8>, bytes: Option<&[u8]>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn varint_lengths_match_the_encoder() {
+        let ints = [0, 1, -1, 63, 64, -64, -65, 8191, 8192, i32::MAX, i32::MIN];
+        for v in ints {
+            let mut out = Vec::new();
+            varint::write_varint(&mut out, v);
+            assert_eq!(varint_len(v), out.len(), "varint {v}");
+        }
+        let longs = [0, 1, -1, 1 << 20, -(1 << 40), i64::MAX, i64::MIN];
+        for v in longs {
+            let mut out = Vec::new();
+            varint::write_varlong(&mut out, v);
+            assert_eq!(varlong_len(v), out.len(), "varlong {v}");
+        }
+    }
     use proptest::prelude::*;
 
     fn arb_bytes() -> impl Strategy<Value = Option<Bytes>> {
