@@ -41,7 +41,8 @@ pub(crate) struct ClusterMetadata {
     pub cluster_id: String,
     pub controller_id: Option<i32>,
     pub brokers: HashMap<i32, BrokerInfo>,
-    pub topics: HashMap<String, Arc<TopicMetadata>>,
+    /// FxHash: looked up on every `send`.
+    pub topics: rustc_hash::FxHashMap<String, Arc<TopicMetadata>>,
 }
 
 impl ClusterMetadata {

@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use rill_proto::{BatchBuilder, Compression, Record};
+use rustc_hash::FxHashMap;
 
 use super::delivery::BatchCompletion;
 
@@ -131,7 +132,10 @@ impl TopicQueues {
     }
 }
 
-fn topic_mut<'a>(topics: &'a mut HashMap<String, TopicQueues>, topic: &str) -> &'a mut TopicQueues {
+fn topic_mut<'a>(
+    topics: &'a mut FxHashMap<String, TopicQueues>,
+    topic: &str,
+) -> &'a mut TopicQueues {
     if !topics.contains_key(topic) {
         topics.insert(
             topic.to_string(),
@@ -175,7 +179,8 @@ pub(crate) struct Accumulator {
     compression: Compression,
     linger: Duration,
     delivery_timeout: Duration,
-    topics: HashMap<String, TopicQueues>,
+    /// FxHash: looked up on every appended record.
+    topics: FxHashMap<String, TopicQueues>,
     next_batch_id: u64,
     incomplete: BTreeSet<u64>,
     /// While above zero, every open batch is ready regardless of linger.
@@ -198,7 +203,7 @@ impl Accumulator {
             compression,
             linger,
             delivery_timeout,
-            topics: HashMap::new(),
+            topics: FxHashMap::default(),
             next_batch_id: 0,
             incomplete: BTreeSet::new(),
             flushing: 0,
@@ -232,13 +237,20 @@ impl Accumulator {
         reserved: usize,
         now: Instant,
     ) -> Appended {
-        self.append_to(topic, Some(partition), || partition, record, reserved, now)
+        self.append_to(
+            topic,
+            Some(partition),
+            || partition,
+            record,
+            reserved,
+            || now,
+        )
     }
 
     /// Appends a record to the open batch of `partition` (`None`: the topic's
     /// sticky partition, chosen with `choose` when there is none), closing that
     /// batch first if the record would take it past `batch_size`. One map lookup
-    /// per record.
+    /// per record; `now` is read only when a new batch starts.
     pub fn append_to(
         &mut self,
         topic: &str,
@@ -246,7 +258,7 @@ impl Accumulator {
         choose: impl FnOnce() -> u32,
         record: &Record,
         reserved: usize,
-        now: Instant,
+        now: impl FnOnce() -> Instant,
     ) -> Appended {
         let size = record_size(record);
         let batch_size = self.batch_size;
@@ -273,7 +285,7 @@ impl Accumulator {
             OpenBatch {
                 id,
                 builder: BatchBuilder::new(compression),
-                created: now,
+                created: now(),
                 reserved: 0,
                 count: 0,
                 completion: BatchCompletion::new(name, partition),

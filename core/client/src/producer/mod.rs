@@ -288,7 +288,7 @@ impl Producer {
             || rand::random_range(0..count),
             &rec,
             size,
-            Instant::now(),
+            Instant::now,
         );
         if appended.new_batch || appended.batch_closed {
             shared.wake.notify_one();
