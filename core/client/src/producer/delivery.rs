@@ -19,7 +19,7 @@ use crate::error::ClientError;
 /// Where and when a record was written.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordMetadata {
-    pub topic: String,
+    pub topic: Arc<str>,
     pub partition: u32,
     /// The record's offset; `-1` when sent with acks=0 (the broker does not say).
     pub offset: Offset,
@@ -134,7 +134,7 @@ impl Future for DeliveryFuture {
                     ack.base_offset.plus(this.index as i64)
                 };
                 Poll::Ready(Ok(RecordMetadata {
-                    topic: this.batch.topic.to_string(),
+                    topic: this.batch.topic.clone(),
                     partition: this.batch.partition,
                     offset,
                     timestamp_ms: ack.log_append_time_ms.unwrap_or(this.timestamp_ms),
