@@ -75,6 +75,7 @@ pub(crate) fn decode_batches(
     out: &mut Vec<ConsumerRecord>,
 ) -> Result<Decoded, BatchError> {
     let mut decoded = Decoded::default();
+    out.reserve(records_after(data, from));
     let mut at = 0usize;
     while data.len() - at >= BATCH_HEADER_LEN {
         let rest = &data[at..];
@@ -112,6 +113,29 @@ pub(crate) fn decode_batches(
         decode_records(topic, partition, &header, &section, from, out).map_err(err)?;
     }
     Ok(decoded)
+}
+
+/// An upper bound on the records at or after `from` in the whole data batches of
+/// `data` (header parse only), so the output grows once, not by doubling: a
+/// `ConsumerRecord` is larger than a small record's bytes.
+fn records_after(data: &[u8], from: Offset) -> usize {
+    let mut buf = data;
+    let mut count = 0usize;
+    while buf.len() >= BATCH_HEADER_LEN {
+        let Ok(h) = BatchHeader::parse(buf) else {
+            break;
+        };
+        let size = h.total_size();
+        if buf.len() < size {
+            break;
+        }
+        if h.next_offset() > from && !h.is_control() {
+            count += h.record_count.max(0) as usize;
+        }
+        buf = &buf[size..];
+    }
+    // A record takes at least 7 bytes: a corrupt count cannot reserve much.
+    count.min(data.len() / 7 + 1)
 }
 
 fn take<'a>(buf: &mut &'a [u8], n: usize, field: &'static str) -> Result<&'a [u8], DecodeError> {
