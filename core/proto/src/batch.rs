@@ -543,7 +543,15 @@ impl BatchBuilder {
         epoch: LeaderEpoch,
         min_last_offset_delta: i32,
     ) -> Bytes {
-        let section = compression::compress(self.compression, &self.records);
+        // Uncompressed records are copied once, straight into the batch.
+        let compressed;
+        let section: &[u8] = match self.compression {
+            Compression::None => &self.records,
+            codec => {
+                compressed = compression::compress(codec, &self.records);
+                &compressed
+            }
+        };
         let mut out = BytesMut::with_capacity(BATCH_HEADER_LEN + section.len());
         let batch_length = (BATCH_HEADER_LEN - LOG_OVERHEAD + section.len()) as i32;
         let attributes = self.compression.attribute() as i16 | self.attributes_extra;
@@ -567,7 +575,7 @@ impl BatchBuilder {
         out.extend_from_slice(&self.producer_epoch.to_be_bytes());
         out.extend_from_slice(&self.base_sequence.to_be_bytes());
         out.extend_from_slice(&self.count.to_be_bytes());
-        out.extend_from_slice(&section);
+        out.extend_from_slice(section);
         let crc = crc32c::crc32c(&out[ATTRIBUTES_OFFSET..]);
         out[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
         out.freeze()
