@@ -163,23 +163,7 @@ pub fn recover_active(
         epochs.persist()?;
     }
     // Rewrite the index files from the rebuilt entries.
-    for p in [
-        seg.offset_index.path().to_path_buf(),
-        seg.time_index.path().to_path_buf(),
-    ] {
-        match std::fs::remove_file(&p) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => {
-                return Err(io_context(|| {
-                    format!("deleting stale index {}", p.display())
-                })(e));
-            }
-        }
-    }
-    seg.offset_index.write_pending()?;
-    seg.time_index.write_pending()?;
-    Ok(())
+    seg.rewrite_index_files()
 }
 
 /// Opens an older (non-active) segment: load and check its indexes, walk its tail;

@@ -103,9 +103,16 @@ impl Segment {
             &format!("{TIME_INDEX_SUFFIX}{suffix}"),
         ));
         // Start from empty index files even if stale ones exist.
+        seg.rewrite_index_files()?;
+        Ok(seg)
+    }
+
+    /// Replaces both index files on disk with the in-memory entries (deleting any
+    /// stale file first).
+    pub(crate) fn rewrite_index_files(&mut self) -> Result<(), LogError> {
         for p in [
-            seg.offset_index.path().to_path_buf(),
-            seg.time_index.path().to_path_buf(),
+            self.offset_index.path().to_path_buf(),
+            self.time_index.path().to_path_buf(),
         ] {
             match std::fs::remove_file(&p) {
                 Ok(()) => {}
@@ -117,9 +124,9 @@ impl Segment {
                 }
             }
         }
-        seg.offset_index.write_pending()?;
-        seg.time_index.write_pending()?;
-        Ok(seg)
+        self.offset_index.write_pending()?;
+        self.time_index.write_pending()?;
+        Ok(())
     }
 
     /// Opens an existing `.log` file with empty in-memory indexes.
