@@ -266,12 +266,12 @@ impl<'a> BatchView<'a> {
     /// with the header.
     pub fn records(&self) -> Result<Vec<StoredRecord>, DecodeError> {
         self.verify_crc()?;
-        let section = compression::decompress(
-            self.header.compression()?,
-            self.records_section(),
-            MAX_UNCOMPRESSED_RECORDS_BYTES,
-        )?;
-        decode_records(&self.header, &section)
+        let batch = Bytes::copy_from_slice(self.bytes);
+        let section = records_section_bytes(&self.header, &batch)?;
+        let mut out =
+            Vec::with_capacity((self.header.record_count as usize).min(section.len() / 7 + 1));
+        decode_records(&self.header, &section, Offset(i64::MIN), |r| out.push(r))?;
+        Ok(out)
     }
 }
 
@@ -317,12 +317,35 @@ pub fn set_leader_epoch(batch: &mut [u8], epoch: LeaderEpoch) {
     batch[LEADER_EPOCH_OFFSET..LEADER_EPOCH_OFFSET + 4].copy_from_slice(&epoch.0.to_be_bytes());
 }
 
-fn decode_records(header: &BatchHeader, mut buf: &[u8]) -> Result<Vec<StoredRecord>, DecodeError> {
-    let count = header.record_count as usize;
-    // Smallest possible record is 7 bytes; never reserve more than the input can hold.
-    let mut out = Vec::with_capacity(count.min(buf.len() / 7 + 1));
+/// The records section of one whole batch held in `batch` (whose header is
+/// `header`), decompressed: a slice of `batch` when uncompressed, else one new
+/// buffer, bounded by [`MAX_UNCOMPRESSED_RECORDS_BYTES`]. Does not check the CRC.
+pub fn records_section_bytes(header: &BatchHeader, batch: &Bytes) -> Result<Bytes, DecodeError> {
+    let stored = batch.slice(BATCH_HEADER_LEN..header.total_size().min(batch.len()));
+    match header.compression()? {
+        Compression::None => Ok(stored),
+        codec => Ok(Bytes::from(compression::decompress(
+            codec,
+            &stored,
+            MAX_UNCOMPRESSED_RECORDS_BYTES,
+        )?)),
+    }
+}
+
+/// Decodes a (decompressed) records section without copying: keys, values and
+/// header values are slices of `section`. Calls `f` for each record at or after
+/// `from`; records below it are checked for framing and offset order only. Checks
+/// that the record count and offset deltas agree with the header and that nothing
+/// trails the last record.
+pub fn decode_records(
+    header: &BatchHeader,
+    section: &Bytes,
+    from: Offset,
+    mut f: impl FnMut(StoredRecord),
+) -> Result<(), DecodeError> {
+    let mut buf: &[u8] = section;
     let mut last_delta: i64 = -1;
-    for _ in 0..count {
+    for _ in 0..header.record_count {
         let len = varint::read_varint(&mut buf, "record length")?;
         if len < 0 || len as usize > buf.len() {
             return Err(DecodeError::InvalidLength {
@@ -330,9 +353,8 @@ fn decode_records(header: &BatchHeader, mut buf: &[u8]) -> Result<Vec<StoredReco
                 value: len as i64,
             });
         }
-        let (mut rec, rest) = buf.split_at(len as usize);
-        buf = rest;
-        let _attributes = take(&mut rec, 1, "record attributes")?;
+        let mut rec = take(&mut buf, len as usize, "record")?;
+        take(&mut rec, 1, "record attributes")?;
         let ts_delta = varint::read_varlong(&mut rec, "record timestamp delta")?;
         let offset_delta = varint::read_varint(&mut rec, "record offset delta")? as i64;
         if offset_delta <= last_delta || offset_delta > header.last_offset_delta as i64 {
@@ -342,8 +364,12 @@ fn decode_records(header: &BatchHeader, mut buf: &[u8]) -> Result<Vec<StoredReco
             });
         }
         last_delta = offset_delta;
-        let key = read_nullable_bytes(&mut rec, "record key")?;
-        let value = read_nullable_bytes(&mut rec, "record value")?;
+        let offset = header.base_offset.plus(offset_delta);
+        if offset < from {
+            continue;
+        }
+        let key = slice_nullable(section, &mut rec, "record key")?;
+        let value = slice_nullable(section, &mut rec, "record value")?;
         let header_count = varint::read_varint(&mut rec, "record header count")?;
         if header_count < 0 || header_count as usize > rec.len() {
             return Err(DecodeError::InvalidLength {
@@ -353,15 +379,18 @@ fn decode_records(header: &BatchHeader, mut buf: &[u8]) -> Result<Vec<StoredReco
         }
         let mut headers = Vec::with_capacity(header_count as usize);
         for _ in 0..header_count {
-            let key =
-                read_nullable_bytes(&mut rec, "header key")?.ok_or(DecodeError::InvalidLength {
+            let key = slice_nullable(section, &mut rec, "header key")?.ok_or(
+                DecodeError::InvalidLength {
                     field: "header key",
                     value: -1,
-                })?;
-            let key = String::from_utf8(key.to_vec()).map_err(|_| DecodeError::InvalidUtf8 {
-                field: "header key",
-            })?;
-            let value = read_nullable_bytes(&mut rec, "header value")?.unwrap_or_default();
+                },
+            )?;
+            let key = std::str::from_utf8(&key)
+                .map_err(|_| DecodeError::InvalidUtf8 {
+                    field: "header key",
+                })?
+                .to_string();
+            let value = slice_nullable(section, &mut rec, "header value")?.unwrap_or_default();
             headers.push(Header { key, value });
         }
         if !rec.is_empty() {
@@ -370,9 +399,14 @@ fn decode_records(header: &BatchHeader, mut buf: &[u8]) -> Result<Vec<StoredReco
                 value: len as i64,
             });
         }
-        out.push(StoredRecord {
-            offset: header.base_offset.plus(offset_delta),
-            timestamp_ms: header.base_timestamp.wrapping_add(ts_delta),
+        let timestamp_ms = if header.is_log_append_time() {
+            header.max_timestamp
+        } else {
+            header.base_timestamp.wrapping_add(ts_delta)
+        };
+        f(StoredRecord {
+            offset,
+            timestamp_ms,
             key,
             value,
             headers,
@@ -384,7 +418,7 @@ fn decode_records(header: &BatchHeader, mut buf: &[u8]) -> Result<Vec<StoredReco
             count: buf.len(),
         });
     }
-    Ok(out)
+    Ok(())
 }
 
 fn take<'a>(buf: &mut &'a [u8], n: usize, field: &'static str) -> Result<&'a [u8], DecodeError> {
@@ -400,7 +434,13 @@ fn take<'a>(buf: &mut &'a [u8], n: usize, field: &'static str) -> Result<&'a [u8
     Ok(head)
 }
 
-fn read_nullable_bytes(buf: &mut &[u8], field: &'static str) -> Result<Option<Bytes>, DecodeError> {
+/// Reads a length-prefixed (-1 = null) field of `buf`, a suffix of `section`, as a
+/// slice of `section`.
+fn slice_nullable(
+    section: &Bytes,
+    buf: &mut &[u8],
+    field: &'static str,
+) -> Result<Option<Bytes>, DecodeError> {
     let len = varint::read_varint(buf, field)?;
     if len == -1 {
         return Ok(None);
@@ -412,7 +452,7 @@ fn read_nullable_bytes(buf: &mut &[u8], field: &'static str) -> Result<Option<By
         });
     }
     let bytes = take(buf, len as usize, field)?;
-    Ok(Some(Bytes::copy_from_slice(bytes)))
+    Ok(Some(section.slice_ref(bytes)))
 }
 
 /// Builds one batch from records. Offsets start at 0 (the leader stamps the real

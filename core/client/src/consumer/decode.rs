@@ -6,15 +6,13 @@
 //! skipped on their header alone (no CRC pass, no decompression). Every other
 //! batch has its CRC checked before any record is read.
 //!
-//! Record layout: see `rill_proto::batch`.
+//! Record layout and the record decoder itself: `rill_proto::batch::decode_records`.
 
 use std::sync::Arc;
 
 use bytes::Bytes;
-use rill_proto::batch::{BATCH_HEADER_LEN, BatchHeader, MAX_UNCOMPRESSED_RECORDS_BYTES};
-use rill_proto::compression::{self, Compression};
+use rill_proto::batch::{BATCH_HEADER_LEN, BatchHeader, decode_records, records_section_bytes};
 use rill_proto::types::TimestampMs;
-use rill_proto::varint::{read_varint, read_varlong};
 use rill_proto::{BatchView, DecodeError, Header, Offset};
 
 /// A record read from a partition.
@@ -99,18 +97,19 @@ pub(crate) fn decode_batches(
         };
         let view = BatchView::new(&batch).map_err(err)?;
         view.verify_crc().map_err(err)?;
-        let section = match header.compression().map_err(err)? {
-            Compression::None => batch.slice(BATCH_HEADER_LEN..),
-            codec => Bytes::from(
-                compression::decompress(
-                    codec,
-                    view.records_section(),
-                    MAX_UNCOMPRESSED_RECORDS_BYTES,
-                )
-                .map_err(err)?,
-            ),
-        };
-        decode_records(topic, partition, &header, &section, from, out).map_err(err)?;
+        let section = records_section_bytes(&header, &batch).map_err(err)?;
+        decode_records(&header, &section, from, |r| {
+            out.push(ConsumerRecord {
+                topic: topic.clone(),
+                partition,
+                offset: r.offset,
+                timestamp_ms: r.timestamp_ms,
+                key: r.key,
+                value: r.value,
+                headers: r.headers,
+            })
+        })
+        .map_err(err)?;
     }
     Ok(decoded)
 }
@@ -138,128 +137,11 @@ fn records_after(data: &[u8], from: Offset) -> usize {
     count.min(data.len() / 7 + 1)
 }
 
-fn take<'a>(buf: &mut &'a [u8], n: usize, field: &'static str) -> Result<&'a [u8], DecodeError> {
-    if buf.len() < n {
-        return Err(DecodeError::Truncated {
-            field,
-            needed: n,
-            available: buf.len(),
-        });
-    }
-    let (head, rest) = buf.split_at(n);
-    *buf = rest;
-    Ok(head)
-}
-
-fn nullable(
-    section: &Bytes,
-    buf: &mut &[u8],
-    field: &'static str,
-) -> Result<Option<Bytes>, DecodeError> {
-    let len = read_varint(buf, field)?;
-    if len == -1 {
-        return Ok(None);
-    }
-    if len < 0 {
-        return Err(DecodeError::InvalidLength {
-            field,
-            value: len as i64,
-        });
-    }
-    let slice = take(buf, len as usize, field)?;
-    Ok(Some(section.slice_ref(slice)))
-}
-
-fn decode_records(
-    topic: &Arc<str>,
-    partition: u32,
-    header: &BatchHeader,
-    section: &Bytes,
-    from: Offset,
-    out: &mut Vec<ConsumerRecord>,
-) -> Result<(), DecodeError> {
-    let mut buf: &[u8] = section;
-    let mut last_delta: i64 = -1;
-    out.reserve((header.record_count as usize).min(buf.len() / 7 + 1));
-    for _ in 0..header.record_count {
-        let len = read_varint(&mut buf, "record length")?;
-        if len < 0 || len as usize > buf.len() {
-            return Err(DecodeError::InvalidLength {
-                field: "record length",
-                value: len as i64,
-            });
-        }
-        let mut rec = take(&mut buf, len as usize, "record")?;
-        take(&mut rec, 1, "record attributes")?;
-        let ts_delta = read_varlong(&mut rec, "record timestamp delta")?;
-        let offset_delta = read_varint(&mut rec, "record offset delta")? as i64;
-        if offset_delta <= last_delta || offset_delta > header.last_offset_delta as i64 {
-            return Err(DecodeError::InvalidValue {
-                field: "record offset delta",
-                value: offset_delta,
-            });
-        }
-        last_delta = offset_delta;
-        let offset = header.base_offset.plus(offset_delta);
-        if offset < from {
-            continue; // below the wanted offset inside the first batch
-        }
-        let key = nullable(section, &mut rec, "record key")?;
-        let value = nullable(section, &mut rec, "record value")?;
-        let header_count = read_varint(&mut rec, "record header count")?;
-        if header_count < 0 || header_count as usize > rec.len() {
-            return Err(DecodeError::InvalidLength {
-                field: "record header count",
-                value: header_count as i64,
-            });
-        }
-        let mut headers = Vec::with_capacity(header_count as usize);
-        for _ in 0..header_count {
-            let hkey =
-                nullable(section, &mut rec, "header key")?.ok_or(DecodeError::InvalidLength {
-                    field: "header key",
-                    value: -1,
-                })?;
-            let hkey = std::str::from_utf8(&hkey)
-                .map_err(|_| DecodeError::InvalidUtf8 {
-                    field: "header key",
-                })?
-                .to_string();
-            let hvalue = nullable(section, &mut rec, "header value")?.unwrap_or_default();
-            headers.push(Header {
-                key: hkey,
-                value: hvalue,
-            });
-        }
-        if !rec.is_empty() {
-            return Err(DecodeError::InvalidLength {
-                field: "record length",
-                value: len as i64,
-            });
-        }
-        let timestamp_ms = if header.is_log_append_time() {
-            header.max_timestamp
-        } else {
-            header.base_timestamp.wrapping_add(ts_delta)
-        };
-        out.push(ConsumerRecord {
-            topic: topic.clone(),
-            partition,
-            offset,
-            timestamp_ms,
-            key,
-            value,
-            headers,
-        });
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use rill_proto::batch::set_base_offset;
-    use rill_proto::{BatchBuilder, Record};
+    use rill_proto::{BatchBuilder, Compression, Record};
 
     fn batch(base: i64, n: usize, codec: Compression) -> Vec<u8> {
         let mut b = BatchBuilder::new(codec);
