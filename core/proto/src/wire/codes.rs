@@ -88,6 +88,7 @@ error_codes! {
     OutOfOrderSequence = 31, false, "The producer sequence number is out of order.";
     DuplicateSequence = 32, false, "The batch was written already (idempotent producer).";
     InvalidProducerEpoch = 33, false, "The producer epoch is stale.";
+    RemoteStorageUnavailable = 55, true, "The object store holding tiered segments did not answer in time; retry later.";
 }
 
 fn to_screaming_snake(camel: &str) -> String {
