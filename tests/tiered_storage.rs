@@ -100,13 +100,21 @@ fn create_tiered_topic(broker: &TestBroker, topic: &str) {
     ]);
 }
 
+/// Records per `rill produce` run: one append is never split across segments, so
+/// several runs give the topic many segments (each run's ~24 KiB exceeds
+/// segment.bytes and rolls).
+const RECORDS_PER_PRODUCE: usize = 400;
+
 fn produce(broker: &TestBroker, topic: &str, range: std::ops::Range<usize>) {
-    let mut input = String::new();
-    for i in range {
-        input.push_str(&record(i));
-        input.push('\n');
+    let all: Vec<usize> = range.collect();
+    for chunk in all.chunks(RECORDS_PER_PRODUCE) {
+        let mut input = String::new();
+        for &i in chunk {
+            input.push_str(&record(i));
+            input.push('\n');
+        }
+        broker.rill_stdin_ok(&["produce", topic], input.as_bytes());
     }
-    broker.rill_stdin_ok(&["produce", topic], input.as_bytes());
 }
 
 /// Waits until local retention has removed all but a few segments and the log
