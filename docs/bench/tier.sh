@@ -16,7 +16,7 @@ cache_bytes = 67108864
 T
 $RILL broker --listen 127.0.0.1:$PORT --data $W/data --config $W/rill.toml --metrics 127.0.0.1:$MPORT > $W/out 2> $W/log &
 BPID=$!
-trap "kill $BPID; wait $BPID 2>/dev/null; grep -m3 -i \"pass failed\" $W/log; rm -rf $W" EXIT
+trap "kill $BPID; wait $BPID 2>/dev/null; grep -m3 -i \"failed\\|error\" $W/log; rm -rf $W" EXIT
 sleep 2
 export RILL_BOOTSTRAP=127.0.0.1:$PORT
 N=${N:-1000000}
@@ -33,7 +33,7 @@ echo "uploaded_during_produce_bytes=$(echo "$up1 - $up0" | bc) seconds=$(echo "$
 for i in $(seq 1 40); do
   line=$($RILL topic describe remote | grep "Partition: 0")
   ls=$(echo "$line" | sed 's/.*LocalLogStartOffset: \([0-9]*\).*/\1/')
-  [ "$ls" -gt $((N * 8 / 10)) ] && break; sleep 1
+  [ "$ls" -gt $((N * 7 / 10)) ] && break; sleep 1
 done
 echo "$line"
 up2=$(curl -s 127.0.0.1:$MPORT/metrics | awk '/^rill_tier_upload_bytes_total/{print $2}')
