@@ -212,13 +212,21 @@ mod tests {
                 key: Some(format!("k{}", i % 4).into_bytes().into()),
                 ..Record::from_value(format!("v{i}").into_bytes(), 1)
             });
-            log.append(&mut b.build().to_vec(), LeaderEpoch(0), 1).unwrap();
+            log.append(&mut b.build().to_vec(), LeaderEpoch(0), 1)
+                .unwrap();
         }
         let end = log.log_end_offset();
-        assert!(log.tierable_segments(Offset::ZERO, end, 100).unwrap().is_empty());
+        assert!(
+            log.tierable_segments(Offset::ZERO, end, 100)
+                .unwrap()
+                .is_empty()
+        );
         assert!(log.compact(10).unwrap(), "compaction ran");
         let cleaned = log.tierable_segments(Offset::ZERO, end, 100).unwrap();
-        assert!(!cleaned.is_empty(), "cleaned segments are offered for upload");
+        assert!(
+            !cleaned.is_empty(),
+            "cleaned segments are offered for upload"
+        );
         assert!(cleaned.iter().all(|s| s.next_offset <= end));
     }
 

@@ -330,9 +330,13 @@ mod tests {
         for i in 0..400 {
             let mut b = BatchBuilder::new(Compression::None);
             for j in 0..(1 + i % 5) {
-                b.push(&Record::from_value(vec![b'a' + (j as u8); 100 + i % 300], 1));
+                b.push(&Record::from_value(
+                    vec![b'a' + (j as u8); 100 + i % 300],
+                    1,
+                ));
             }
-            log.append(&mut b.build().to_vec(), LeaderEpoch(0), 1).unwrap();
+            log.append(&mut b.build().to_vec(), LeaderEpoch(0), 1)
+                .unwrap();
         }
         let end = log.log_end_offset();
         let segs = log.tierable_segments(Offset::ZERO, end, 100).unwrap();
@@ -347,7 +351,11 @@ mod tests {
         let prefix = tier.partition_prefix("t", "id", 0);
         let mut remote = Vec::new();
         for seg in &segs {
-            remote.push(upload_segment(&tier, &prefix, seg, LeaderEpoch(0)).await.unwrap());
+            remote.push(
+                upload_segment(&tier, &prefix, seg, LeaderEpoch(0))
+                    .await
+                    .unwrap(),
+            );
         }
         let remote_end = segs.last().unwrap().next_offset;
         for from in (0..remote_end.0).step_by(7) {
@@ -358,7 +366,12 @@ mod tests {
                 .unwrap();
             for max in [1usize, 3000, 40_000] {
                 let got = tier.read_segment(&prefix, seg, from, max).await.unwrap();
-                let local = log.read(from, max, seg.next_offset).unwrap().unwrap().read().unwrap();
+                let local = log
+                    .read(from, max, seg.next_offset)
+                    .unwrap()
+                    .unwrap()
+                    .read()
+                    .unwrap();
                 assert_eq!(
                     batch_offsets(&got),
                     batch_offsets(&local),
