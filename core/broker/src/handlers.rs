@@ -156,6 +156,13 @@ pub async fn dispatch(
             let req: DescribeStorageRequest = decode(&meta)?;
             Ok(Reply::meta(&Ok(describe_storage(state, req))))
         }
+        ApiKey::FindCoordinator
+        | ApiKey::ConsumerGroupHeartbeat
+        | ApiKey::OffsetCommit
+        | ApiKey::OffsetFetch
+        | ApiKey::ListGroups
+        | ApiKey::DescribeGroups
+        | ApiKey::DeleteGroups => crate::group::service::dispatch(state, api, &meta).await,
     }
 }
 

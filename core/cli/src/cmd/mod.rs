@@ -5,5 +5,6 @@ pub mod bench;
 pub mod broker;
 pub mod cluster;
 pub mod consume;
+pub mod group;
 pub mod produce;
 pub mod topic;

@@ -89,6 +89,8 @@ error_codes! {
     DuplicateSequence = 32, false, "The batch was written already (idempotent producer).";
     InvalidProducerEpoch = 33, false, "The producer epoch is stale.";
     RemoteStorageUnavailable = 55, true, "The object store holding tiered segments did not answer in time; retry later.";
+    GroupMaxSizeReached = 34, false, "The group has as many members as the broker allows.";
+    InconsistentGroupProtocol = 35, false, "The member's assignor differs from the group's, or is unknown.";
 }
 
 fn to_screaming_snake(camel: &str) -> String {

@@ -28,12 +28,20 @@ pub enum ApiKey {
     Produce = 6,
     Fetch = 7,
     ListOffsets = 8,
+    // Consumer groups (9..=19), messages in `groups.rs`.
+    FindCoordinator = 9,
+    ConsumerGroupHeartbeat = 10,
+    OffsetCommit = 11,
+    OffsetFetch = 12,
+    ListGroups = 13,
+    DescribeGroups = 14,
+    DeleteGroups = 15,
     /// Tiered storage (issue 7): per-partition local and remote log extents.
     DescribeStorage = 35,
 }
 
 impl ApiKey {
-    pub const ALL: [ApiKey; 10] = [
+    pub const ALL: [ApiKey; 17] = [
         ApiKey::ApiVersions,
         ApiKey::Metadata,
         ApiKey::CreateTopics,
@@ -44,6 +52,13 @@ impl ApiKey {
         ApiKey::Fetch,
         ApiKey::ListOffsets,
         ApiKey::DescribeStorage,
+        ApiKey::FindCoordinator,
+        ApiKey::ConsumerGroupHeartbeat,
+        ApiKey::OffsetCommit,
+        ApiKey::OffsetFetch,
+        ApiKey::ListGroups,
+        ApiKey::DescribeGroups,
+        ApiKey::DeleteGroups,
     ];
 
     pub fn from_u16(n: u16) -> Option<ApiKey> {
@@ -63,6 +78,13 @@ impl ApiKey {
             ApiKey::Fetch => "fetch",
             ApiKey::ListOffsets => "list_offsets",
             ApiKey::DescribeStorage => "describe_storage",
+            ApiKey::FindCoordinator => "find_coordinator",
+            ApiKey::ConsumerGroupHeartbeat => "consumer_group_heartbeat",
+            ApiKey::OffsetCommit => "offset_commit",
+            ApiKey::OffsetFetch => "offset_fetch",
+            ApiKey::ListGroups => "list_groups",
+            ApiKey::DescribeGroups => "describe_groups",
+            ApiKey::DeleteGroups => "delete_groups",
         }
     }
 }
