@@ -8,7 +8,7 @@
 //! offset, acks=all equals acks=1. `Partition` already carries a leader epoch,
 //! replica and ISR lists and a high watermark so replication can fill them in.
 //! Consumer groups: [`group`] (coordinator state machine, assignors, the
-//! `__consumer_offsets` records). Tiering comes later. The `rill` binary
+//! `__consumer_offsets` records). Tiered storage: [`tier`]. The `rill` binary
 //! (rill-cli) wraps it.
 //!
 //! Invariants:
