@@ -2,6 +2,7 @@
 //! `async fn run(args) -> anyhow::Result<()>`.
 
 pub mod bench;
+pub mod bench_group;
 pub mod broker;
 pub mod cluster;
 pub mod consume;
