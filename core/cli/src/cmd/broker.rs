@@ -50,6 +50,12 @@ pub struct BrokerArgs {
     /// Create a topic (with broker defaults) when a client first produces to it.
     #[arg(long)]
     pub auto_create_topics: bool,
+    /// Tiered storage: the object store that closed segments of topics with
+    /// remote.storage.enable=true go to (file:///path, s3://bucket/prefix,
+    /// gs://bucket/prefix, az://container/prefix; credentials, region and endpoint
+    /// from AWS_* / GOOGLE_* / AZURE_* environment variables). Unset: tiering off.
+    #[arg(long, value_name = "URL")]
+    pub object_store: Option<String>,
 }
 
 /// Builds the broker config: file (or defaults), then flags.
@@ -91,6 +97,12 @@ pub fn build_config(args: &BrokerArgs) -> anyhow::Result<BrokerConfig> {
     }
     if args.auto_create_topics {
         config.auto_create_topics = true;
+    }
+    if let Some(url) = &args.object_store {
+        config.object_store = Some(rill_broker::ObjectStoreConfig {
+            url: url.clone(),
+            ..config.object_store.take().unwrap_or_default()
+        });
     }
     config.validate()?;
     Ok(config)
@@ -197,6 +209,7 @@ mod tests {
             tls_ca: None,
             metrics: None,
             auto_create_topics: true,
+            object_store: None,
         };
         let config = build_config(&args).unwrap();
         assert_eq!(config.id, 3, "from the file");
