@@ -59,6 +59,12 @@ pub struct TlsConfig {
 /// | `flush_check_interval_ms` | 1000 | how often time-based flush / roll run |
 /// | `[topic_defaults]` | none | Kafka topic configs for every topic (`"retention.ms" = "3600000"`) |
 /// | `shutdown_timeout_ms` | 10000 | how long shutdown waits for in-flight requests |
+/// | `join` | none | `host:port` of a running broker: join its cluster as a voter |
+/// | `peers` | `[]` | fixed voter list, `["0@host:port", ...]` (this broker included) |
+/// | `broker_session_timeout_ms` | 1500 | a broker silent this long is fenced by the controller |
+/// | `broker_heartbeat_interval_ms` | 250 | how often a broker heartbeats to the controller |
+/// | `replica_lag_time_max_ms` | 10000 | default `replica.lag.time.max.ms`: a follower behind this long leaves the ISR |
+/// | `leader_imbalance_check_interval_ms` | 300000 | preferred-leader election timer (0: off) |
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct BrokerConfig {
@@ -80,6 +86,12 @@ pub struct BrokerConfig {
     pub flush_check_interval_ms: u64,
     pub topic_defaults: BTreeMap<String, String>,
     pub shutdown_timeout_ms: u64,
+    pub join: Option<String>,
+    pub peers: Vec<String>,
+    pub broker_session_timeout_ms: u64,
+    pub broker_heartbeat_interval_ms: u64,
+    pub replica_lag_time_max_ms: u64,
+    pub leader_imbalance_check_interval_ms: u64,
 }
 
 impl Default for BrokerConfig {
@@ -103,6 +115,12 @@ impl Default for BrokerConfig {
             flush_check_interval_ms: 1000,
             topic_defaults: BTreeMap::new(),
             shutdown_timeout_ms: 10_000,
+            join: None,
+            peers: Vec::new(),
+            broker_session_timeout_ms: 1500,
+            broker_heartbeat_interval_ms: 250,
+            replica_lag_time_max_ms: 10_000,
+            leader_imbalance_check_interval_ms: 300_000,
         }
     }
 }
@@ -196,6 +214,41 @@ impl BrokerConfig {
             return Err(bad(
                 "tls.ca",
                 "client certificate verification needs `cert` and `key` too".into(),
+            ));
+        }
+        for (key, value) in [
+            ("broker_session_timeout_ms", self.broker_session_timeout_ms),
+            (
+                "broker_heartbeat_interval_ms",
+                self.broker_heartbeat_interval_ms,
+            ),
+            ("replica_lag_time_max_ms", self.replica_lag_time_max_ms),
+        ] {
+            if value == 0 {
+                return Err(bad(key, "must be >= 1".into()));
+            }
+        }
+        if self.broker_heartbeat_interval_ms >= self.broker_session_timeout_ms {
+            return Err(bad(
+                "broker_heartbeat_interval_ms",
+                "must be below broker_session_timeout_ms".into(),
+            ));
+        }
+        if self.join.is_some() && !self.peers.is_empty() {
+            return Err(bad("join", "set `join` or `peers`, not both".into()));
+        }
+        for p in &self.peers {
+            crate::cluster::parse_peer(p).map_err(|r| bad("peers", r))?;
+        }
+        if !self.peers.is_empty()
+            && !self
+                .peers
+                .iter()
+                .any(|p| crate::cluster::parse_peer(p).is_ok_and(|(id, _)| id == self.id))
+        {
+            return Err(bad(
+                "peers",
+                format!("must list this broker's own id {} too", self.id),
             ));
         }
         self.topic_log_defaults()?;

@@ -50,6 +50,15 @@ pub struct BrokerArgs {
     /// Create a topic (with broker defaults) when a client first produces to it.
     #[arg(long)]
     pub auto_create_topics: bool,
+    /// Join the cluster of the broker at HOST:PORT (this broker becomes a voter).
+    #[arg(long, value_name = "HOST:PORT", conflicts_with = "peers")]
+    pub join: Option<String>,
+    /// Fixed voter list of the cluster, this broker included: ID@HOST:PORT,...
+    #[arg(long, value_name = "ID@HOST:PORT,...", value_delimiter = ',')]
+    pub peers: Vec<String>,
+    /// Fence a broker that has not heartbeated for this long (ms).
+    #[arg(long, value_name = "MS")]
+    pub session_timeout_ms: Option<u64>,
 }
 
 /// Builds the broker config: file (or defaults), then flags.
@@ -91,6 +100,17 @@ pub fn build_config(args: &BrokerArgs) -> anyhow::Result<BrokerConfig> {
     }
     if args.auto_create_topics {
         config.auto_create_topics = true;
+    }
+    if let Some(join) = &args.join {
+        config.join = Some(join.clone());
+    }
+    if !args.peers.is_empty() {
+        config.peers = args.peers.clone();
+    }
+    if let Some(ms) = args.session_timeout_ms {
+        config.broker_session_timeout_ms = ms;
+        config.broker_heartbeat_interval_ms =
+            config.broker_heartbeat_interval_ms.min(ms / 4).max(1);
     }
     config.validate()?;
     Ok(config)
@@ -197,6 +217,9 @@ mod tests {
             tls_ca: None,
             metrics: None,
             auto_create_topics: true,
+            join: None,
+            peers: Vec::new(),
+            session_timeout_ms: None,
         };
         let config = build_config(&args).unwrap();
         assert_eq!(config.id, 3, "from the file");

@@ -88,6 +88,9 @@ error_codes! {
     OutOfOrderSequence = 31, false, "The producer sequence number is out of order.";
     DuplicateSequence = 32, false, "The batch was written already (idempotent producer).";
     InvalidProducerEpoch = 33, false, "The producer epoch is stale.";
+    NotEnoughReplicasAfterAppend = 40, true, "The batch was written, but the ISR shrank below min.insync.replicas before it was replicated.";
+    ClusterNotReady = 41, true, "The metadata quorum has no leader yet (election in progress); retry shortly.";
+    BrokerFenced = 42, true, "The controller has fenced this broker (its session lapsed); it rejoins after its next heartbeat.";
 }
 
 fn to_screaming_snake(camel: &str) -> String {

@@ -28,10 +28,18 @@ pub enum ApiKey {
     Produce = 6,
     Fetch = 7,
     ListOffsets = 8,
+    // Cluster (issue 4): 20..=29, messages in `wire::cluster`.
+    RaftRpc = 20,
+    JoinCluster = 21,
+    BrokerHeartbeat = 22,
+    MetadataWrite = 23,
+    OffsetForLeaderEpoch = 24,
+    AlterPartition = 25,
+    ElectLeaders = 26,
 }
 
 impl ApiKey {
-    pub const ALL: [ApiKey; 9] = [
+    pub const ALL: [ApiKey; 16] = [
         ApiKey::ApiVersions,
         ApiKey::Metadata,
         ApiKey::CreateTopics,
@@ -41,6 +49,13 @@ impl ApiKey {
         ApiKey::Produce,
         ApiKey::Fetch,
         ApiKey::ListOffsets,
+        ApiKey::RaftRpc,
+        ApiKey::JoinCluster,
+        ApiKey::BrokerHeartbeat,
+        ApiKey::MetadataWrite,
+        ApiKey::OffsetForLeaderEpoch,
+        ApiKey::AlterPartition,
+        ApiKey::ElectLeaders,
     ];
 
     pub fn from_u16(n: u16) -> Option<ApiKey> {
@@ -59,6 +74,13 @@ impl ApiKey {
             ApiKey::Produce => "produce",
             ApiKey::Fetch => "fetch",
             ApiKey::ListOffsets => "list_offsets",
+            ApiKey::RaftRpc => "raft_rpc",
+            ApiKey::JoinCluster => "join_cluster",
+            ApiKey::BrokerHeartbeat => "broker_heartbeat",
+            ApiKey::MetadataWrite => "metadata_write",
+            ApiKey::OffsetForLeaderEpoch => "offset_for_leader_epoch",
+            ApiKey::AlterPartition => "alter_partition",
+            ApiKey::ElectLeaders => "elect_leaders",
         }
     }
 }
