@@ -7,7 +7,9 @@
 //! partition: replicas = ISR = [this broker], the high watermark is the log end
 //! offset, acks=all equals acks=1. `Partition` already carries a leader epoch,
 //! replica and ISR lists and a high watermark so replication can fill them in.
-//! Consumer groups and tiering come later. The `rill` binary (rill-cli) wraps it.
+//! Consumer groups: [`group`] (coordinator state machine, assignors, the
+//! `__consumer_offsets` records). Tiered storage: [`tier`]. The `rill` binary
+//! (rill-cli) wraps it.
 //!
 //! Invariants:
 //! - Topic metadata is durable (`<data_dir>/__meta/topics.toml`, crash-safe
@@ -21,20 +23,23 @@
 //!
 //! Modules: [`config`] (BrokerConfig, TOML), [`error`], [`metadata`] (topics.toml),
 //! [`partition`] (Partition, Topic), [`topics`] (TopicRegistry), [`handlers`]
-//! (one function per api), `server` (QUIC accept / stream loop), [`metrics`].
+//! (one function per api), `server` (QUIC accept / stream loop), [`metrics`],
+//! [`tier`] (tiered storage: uploads, manifests, remote reads).
 
 pub mod cluster;
 pub mod config;
 pub mod error;
+pub mod group;
 pub mod handlers;
 pub mod metadata;
 pub mod metrics;
 pub mod partition;
 mod server;
 mod state;
+pub mod tier;
 pub mod topics;
 
-pub use config::{BrokerConfig, TlsConfig};
+pub use config::{BrokerConfig, ObjectStoreConfig, TlsConfig};
 pub use error::BrokerError;
 pub use server::{CLOSE_SHUTDOWN, CLOSE_TOO_MANY_CONNECTIONS, REQUEST_READ_TIMEOUT};
 
@@ -80,13 +85,20 @@ impl Broker {
             // Before the partitions register their gauges.
             metrics::install(addr)?;
         }
+        // A bad object store URL fails the start before anything touches the disk.
+        let tier = match &config.object_store {
+            Some(os) => Some(Arc::new(tier::Tier::open(os)?)),
+            None => None,
+        };
         let load_config = config.clone();
-        let (registry, cluster_id, local_topics) = tokio::task::spawn_blocking(move || {
+        let (registry, cluster_id, groups, local_topics) = tokio::task::spawn_blocking(move || {
             let local_topics =
                 crate::metadata::MetadataStore::open(&load_config.data_dir)?.load()?;
             let registry = TopicRegistry::load(&load_config)?;
             let cluster_id = load_or_create_cluster_id(&load_config.data_dir)?;
-            Ok::<_, BrokerError>((registry, cluster_id, local_topics))
+            let groups = group::GroupService::new(&load_config);
+            groups.load(&registry)?;
+            Ok::<_, BrokerError>((registry, cluster_id, groups, local_topics))
         })
         .await
         .map_err(|e| BrokerError::Task(e.to_string()))??;
@@ -175,8 +187,13 @@ impl Broker {
             produce_budget: Arc::new(Semaphore::new(permits as usize)),
             produce_budget_permits: permits,
             connections: AtomicUsize::new(0),
+            tier: tier.clone(),
+            groups: Arc::new(groups),
             config,
         });
+        if let Some(tier) = &tier {
+            tier::upload::load_all(&state, tier).await;
+        }
         tracker.spawn(server::accept_loop(
             state.clone(),
             endpoint.clone(),
@@ -184,6 +201,11 @@ impl Broker {
         ));
         tracker.spawn(maintenance_loop(state.clone(), Maintenance::Tick));
         tracker.spawn(maintenance_loop(state.clone(), Maintenance::Clean));
+        if let Some(tier) = &tier {
+            tracker.spawn(tier::upload::run(state.clone(), tier.clone()));
+            tracing::info!(object_store = %tier.url, "tiered storage on");
+        }
+        tracker.spawn(group::service::timer_loop(state.clone()));
         tracker.spawn(cluster::reconcile::run(state.clone()));
         tracing::info!(
             id = state.config.id,

@@ -4,6 +4,7 @@
 //! (the topic registry, the produce budget, the connection count).
 
 use crate::config::BrokerConfig;
+use crate::group::GroupService;
 use crate::metrics::BrokerMetrics;
 use crate::topics::TopicRegistry;
 use std::sync::Arc;
@@ -29,4 +30,8 @@ pub struct BrokerState {
     pub produce_budget_permits: u32,
     /// Open connections.
     pub connections: AtomicUsize,
+    /// Tiered storage, when an object store is configured.
+    pub tier: Option<Arc<crate::tier::Tier>>,
+    /// The group coordinator.
+    pub groups: Arc<GroupService>,
 }

@@ -50,6 +50,8 @@ pub struct TopicRegistry {
     /// Number of live brokers (1 until the cluster lands).
     live_brokers: usize,
     defaults: LogConfig,
+    /// The broker has an object store (`remote.storage.enable` may be set).
+    tiering_available: bool,
     store: MetadataStore,
     topics: RwLock<HashMap<Arc<str>, Arc<Topic>>>,
     /// Serialises metadata changes; guards the persisted records.
@@ -146,12 +148,22 @@ impl TopicRegistry {
         for r in records {
             let mut log_config = defaults.clone();
             for (k, v) in &r.configs {
+                if crate::cluster::replication::is_replication_key(k) {
+                    continue;
+                }
                 log_config
                     .set(k, v)
                     .map_err(|e| BrokerError::MetadataCorrupt {
                         path: store.path().to_path_buf(),
                         reason: format!("topic {}: {e}", r.name),
                     })?;
+            }
+            if log_config.remote_storage_enable && config.object_store.is_none() {
+                tracing::warn!(
+                    topic = %r.name,
+                    "remote.storage.enable=true but the broker has no object store: nothing is \
+                     uploaded and local retention keeps every segment; start with --object-store URL"
+                );
             }
             let name: Arc<str> = Arc::from(r.name.as_str());
             let mut partitions = Vec::with_capacity(r.partitions as usize);
@@ -192,6 +204,7 @@ impl TopicRegistry {
             broker_id: config.id,
             live_brokers: 1,
             defaults,
+            tiering_available: config.object_store.is_some(),
             store,
             topics: RwLock::new(topics),
             admin: Mutex::new(admin),
@@ -307,6 +320,16 @@ impl TopicRegistry {
             config
                 .set(k, v)
                 .map_err(|e| ErrorInfo::new(ErrorCode::InvalidConfig, e.to_string()))?;
+        }
+        config
+            .validate()
+            .map_err(|e| ErrorInfo::new(ErrorCode::InvalidConfig, e.to_string()))?;
+        if config.remote_storage_enable && !self.tiering_available {
+            return Err(ErrorInfo::new(
+                ErrorCode::InvalidConfig,
+                "remote.storage.enable=true needs an object store: start the broker with \
+                 --object-store URL (or [object_store] url in its config file)",
+            ));
         }
         Ok(config)
     }

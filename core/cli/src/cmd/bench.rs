@@ -47,7 +47,7 @@ const PENDING_ACKS_MAX: usize = 1 << 20;
 /// Produce latency is timed on one record in this many (see the module docs).
 const PRODUCE_LATENCY_SAMPLE_EVERY: u64 = 8;
 /// Bound on one consume bench's wait for data that is not coming.
-const CONSUME_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const CONSUME_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Highest latency the histograms track (one hour, in microseconds).
 const LATENCY_MAX_US: u64 = 3_600_000_000;
 
@@ -59,6 +59,8 @@ pub enum BenchCommand {
     Consume(ConsumeBench),
     /// Produce at a fixed rate while consuming; measures produce-to-consume latency.
     E2e(E2eBench),
+    /// Time a consumer group's rebalances: one member leaves, one joins.
+    Rebalance(super::bench_group::RebalanceBench),
 }
 
 #[derive(Debug, Clone, Args)]
@@ -118,6 +120,10 @@ pub struct ConsumeBench {
     /// Bytes per partition per fetch.
     #[arg(long, default_value_t = 4 * 1024 * 1024)]
     pub max_partition_fetch_bytes: u32,
+    /// Consume as members of this consumer group (use a new group per run: a
+    /// group resumes from its committed offsets) instead of assigned partitions.
+    #[arg(long, value_name = "GROUP")]
+    pub group: Option<String>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -136,18 +142,19 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Produce(b) => bench_produce(b).await,
         BenchCommand::Consume(b) => bench_consume(b).await,
         BenchCommand::E2e(b) => bench_e2e(b).await,
+        BenchCommand::Rebalance(b) => super::bench_group::bench_rebalance(b).await,
     }
 }
 
-fn new_histogram() -> Histogram<u64> {
+pub(crate) fn new_histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, LATENCY_MAX_US, 3).expect("valid histogram bounds")
 }
 
-fn record_latency(h: &mut Histogram<u64>, d: Duration) {
+pub(crate) fn record_latency(h: &mut Histogram<u64>, d: Duration) {
     h.saturating_record((d.as_micros() as u64).max(1));
 }
 
-async fn ensure_topic(client: &Client, common: &Common) -> anyhow::Result<()> {
+pub(crate) async fn ensure_topic(client: &Client, common: &Common) -> anyhow::Result<()> {
     let admin = client.admin();
     let topics = admin
         .list_topics()
@@ -423,7 +430,11 @@ async fn bench_consume(b: ConsumeBench) -> anyhow::Result<()> {
     for p in 0..partitions {
         shares[p as usize % b.consumers].push(TopicPartition::new(b.common.topic.clone(), p));
     }
-    let shares: Vec<_> = shares.into_iter().filter(|s| !s.is_empty()).collect();
+    let shares: Vec<_> = match &b.group {
+        // Group members get their partitions from the coordinator.
+        Some(_) => vec![Vec::new(); b.consumers],
+        None => shares.into_iter().filter(|s| !s.is_empty()).collect(),
+    };
     let done = Arc::new(AtomicU64::new(0));
     let bytes = Arc::new(AtomicU64::new(0));
     let bar = progress_bar(b.common.records, "consume");
@@ -441,8 +452,17 @@ async fn bench_consume(b: ConsumeBench) -> anyhow::Result<()> {
             ..ConsumerConfig::default()
         };
         let (done, bytes, target) = (done.clone(), bytes.clone(), b.common.records);
+        let (group, topic) = (b.group.clone(), b.common.topic.clone());
         tasks.push(tokio::spawn(async move {
-            consume_share(client, config, share, target, done, bytes).await
+            match group {
+                Some(group) => {
+                    super::bench_group::consume_member(
+                        client, config, group, topic, target, done, bytes,
+                    )
+                    .await
+                }
+                None => consume_share(client, config, share, target, done, bytes).await,
+            }
         }));
     }
     let mut latency = new_histogram();

@@ -59,6 +59,12 @@ pub struct BrokerArgs {
     /// Fence a broker that has not heartbeated for this long (ms).
     #[arg(long, value_name = "MS")]
     pub session_timeout_ms: Option<u64>,
+    /// Tiered storage: the object store that closed segments of topics with
+    /// remote.storage.enable=true go to (file:///path, s3://bucket/prefix,
+    /// gs://bucket/prefix, az://container/prefix; credentials, region and endpoint
+    /// from AWS_* / GOOGLE_* / AZURE_* environment variables). Unset: tiering off.
+    #[arg(long, value_name = "URL")]
+    pub object_store: Option<String>,
 }
 
 /// Builds the broker config: file (or defaults), then flags.
@@ -100,6 +106,12 @@ pub fn build_config(args: &BrokerArgs) -> anyhow::Result<BrokerConfig> {
     }
     if args.auto_create_topics {
         config.auto_create_topics = true;
+    }
+    if let Some(url) = &args.object_store {
+        config.object_store = Some(rill_broker::ObjectStoreConfig {
+            url: url.clone(),
+            ..config.object_store.take().unwrap_or_default()
+        });
     }
     if let Some(join) = &args.join {
         config.join = Some(join.clone());
@@ -220,6 +232,7 @@ mod tests {
             join: None,
             peers: Vec::new(),
             session_timeout_ms: None,
+            object_store: None,
         };
         let config = build_config(&args).unwrap();
         assert_eq!(config.id, 3, "from the file");

@@ -2,8 +2,10 @@
 //! `async fn run(args) -> anyhow::Result<()>`.
 
 pub mod bench;
+pub mod bench_group;
 pub mod broker;
 pub mod cluster;
 pub mod consume;
+pub mod group;
 pub mod produce;
 pub mod topic;

@@ -28,6 +28,16 @@ pub enum ApiKey {
     Produce = 6,
     Fetch = 7,
     ListOffsets = 8,
+    // Consumer groups (9..=19), messages in `groups.rs`.
+    FindCoordinator = 9,
+    ConsumerGroupHeartbeat = 10,
+    OffsetCommit = 11,
+    OffsetFetch = 12,
+    ListGroups = 13,
+    DescribeGroups = 14,
+    DeleteGroups = 15,
+    /// Tiered storage (issue 7): per-partition local and remote log extents.
+    DescribeStorage = 35,
     // Cluster (issue 4): 20..=29, messages in `wire::cluster`.
     RaftRpc = 20,
     JoinCluster = 21,
@@ -39,7 +49,7 @@ pub enum ApiKey {
 }
 
 impl ApiKey {
-    pub const ALL: [ApiKey; 16] = [
+    pub const ALL: [ApiKey; 24] = [
         ApiKey::ApiVersions,
         ApiKey::Metadata,
         ApiKey::CreateTopics,
@@ -49,6 +59,14 @@ impl ApiKey {
         ApiKey::Produce,
         ApiKey::Fetch,
         ApiKey::ListOffsets,
+        ApiKey::DescribeStorage,
+        ApiKey::FindCoordinator,
+        ApiKey::ConsumerGroupHeartbeat,
+        ApiKey::OffsetCommit,
+        ApiKey::OffsetFetch,
+        ApiKey::ListGroups,
+        ApiKey::DescribeGroups,
+        ApiKey::DeleteGroups,
         ApiKey::RaftRpc,
         ApiKey::JoinCluster,
         ApiKey::BrokerHeartbeat,
@@ -74,6 +92,14 @@ impl ApiKey {
             ApiKey::Produce => "produce",
             ApiKey::Fetch => "fetch",
             ApiKey::ListOffsets => "list_offsets",
+            ApiKey::DescribeStorage => "describe_storage",
+            ApiKey::FindCoordinator => "find_coordinator",
+            ApiKey::ConsumerGroupHeartbeat => "consumer_group_heartbeat",
+            ApiKey::OffsetCommit => "offset_commit",
+            ApiKey::OffsetFetch => "offset_fetch",
+            ApiKey::ListGroups => "list_groups",
+            ApiKey::DescribeGroups => "describe_groups",
+            ApiKey::DeleteGroups => "delete_groups",
             ApiKey::RaftRpc => "raft_rpc",
             ApiKey::JoinCluster => "join_cluster",
             ApiKey::BrokerHeartbeat => "broker_heartbeat",
@@ -433,4 +459,45 @@ pub struct ListOffsetsResponse {
 impl ApiRequest for ListOffsetsRequest {
     const KEY: ApiKey = ApiKey::ListOffsets;
     type Response = ListOffsetsResponse;
+}
+
+// ---------------------------------------------------------------- describe storage
+
+/// Where each partition of some topics keeps its data: on local disk, in the
+/// object store (tiered storage), or both. Version 0.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DescribeStorageRequest {
+    pub topics: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionStorage {
+    pub topic: String,
+    pub partition: u32,
+    pub error: Option<ErrorInfo>,
+    /// The first offset kept anywhere (the remote copy included).
+    pub log_start_offset: Offset,
+    /// The first offset on the broker's local disk.
+    pub local_log_start_offset: Offset,
+    pub log_end_offset: Offset,
+    pub local_size_bytes: u64,
+    /// Bytes of the segments in the object store (0 when none or tiering is off).
+    pub remote_size_bytes: u64,
+    pub remote_segments: u32,
+    /// The offset after the last remote segment (`log_start_offset` when none).
+    pub remote_end_offset: Offset,
+    /// The topic's `remote.storage.enable`.
+    pub remote_storage_enable: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DescribeStorageResponse {
+    /// The object store the broker tiers to (its URL without credentials), if any.
+    pub object_store: Option<String>,
+    pub partitions: Vec<PartitionStorage>,
+}
+
+impl ApiRequest for DescribeStorageRequest {
+    const KEY: ApiKey = ApiKey::DescribeStorage;
+    type Response = DescribeStorageResponse;
 }

@@ -6,11 +6,13 @@
 pub mod cluster;
 pub mod codes;
 pub mod frame;
+pub mod groups;
 pub mod messages;
 
 pub use cluster::*;
 pub use codes::{ErrorCode, ErrorInfo};
 pub use frame::{FRAME_HEADER_LEN, FrameHeader};
+pub use groups::*;
 pub use messages::*;
 
 use crate::error::DecodeError;
