@@ -103,7 +103,9 @@ fn apply_image(state: &BrokerState, image: &MetadataImage) {
         }
     }
     for local in registry.all() {
-        if !image.topics.contains_key(&*local.name) {
+        // Internal topics the broker made for itself (__consumer_offsets, by the
+        // group coordinator) are not in the quorum yet: leave them alone.
+        if !local.internal && !image.topics.contains_key(&*local.name) {
             tracing::info!(topic = %local.name, "topic deleted in the cluster; removing its logs");
             let _ = registry.delete(&local.name);
         }
