@@ -15,6 +15,8 @@
 
 #![allow(dead_code)] // each test file uses a different part of the harness
 
+pub mod cluster;
+
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::SocketAddr;

@@ -98,6 +98,12 @@ impl Default for ObjectStoreConfig {
 /// | `group_min_session_timeout_ms` | 1000 | shortest session timeout a group member may ask for |
 /// | `group_max_session_timeout_ms` | 1800000 | longest session timeout a group member may ask for |
 /// | `group_max_size` | 1000 | most members in one consumer group |
+/// | `join` | none | `host:port` of a running broker: join its cluster as a voter |
+/// | `peers` | `[]` | fixed voter list, `["0@host:port", ...]` (this broker included) |
+/// | `broker_session_timeout_ms` | 1500 | a broker silent this long is fenced by the controller |
+/// | `broker_heartbeat_interval_ms` | 250 | how often a broker heartbeats to the controller |
+/// | `replica_lag_time_max_ms` | 10000 | default `replica.lag.time.max.ms`: a follower behind this long leaves the ISR |
+/// | `leader_imbalance_check_interval_ms` | 300000 | preferred-leader election timer (0: off) |
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct BrokerConfig {
@@ -125,6 +131,12 @@ pub struct BrokerConfig {
     pub group_min_session_timeout_ms: u32,
     pub group_max_session_timeout_ms: u32,
     pub group_max_size: usize,
+    pub join: Option<String>,
+    pub peers: Vec<String>,
+    pub broker_session_timeout_ms: u64,
+    pub broker_heartbeat_interval_ms: u64,
+    pub replica_lag_time_max_ms: u64,
+    pub leader_imbalance_check_interval_ms: u64,
 }
 
 impl Default for BrokerConfig {
@@ -154,6 +166,12 @@ impl Default for BrokerConfig {
             group_min_session_timeout_ms: 1000,
             group_max_session_timeout_ms: 30 * 60 * 1000,
             group_max_size: 1000,
+            join: None,
+            peers: Vec::new(),
+            broker_session_timeout_ms: 1500,
+            broker_heartbeat_interval_ms: 250,
+            replica_lag_time_max_ms: 10_000,
+            leader_imbalance_check_interval_ms: 300_000,
         }
     }
 }
@@ -298,6 +316,41 @@ impl BrokerConfig {
                     return Err(bad(key, "must be >= 1".into()));
                 }
             }
+        }
+        for (key, value) in [
+            ("broker_session_timeout_ms", self.broker_session_timeout_ms),
+            (
+                "broker_heartbeat_interval_ms",
+                self.broker_heartbeat_interval_ms,
+            ),
+            ("replica_lag_time_max_ms", self.replica_lag_time_max_ms),
+        ] {
+            if value == 0 {
+                return Err(bad(key, "must be >= 1".into()));
+            }
+        }
+        if self.broker_heartbeat_interval_ms >= self.broker_session_timeout_ms {
+            return Err(bad(
+                "broker_heartbeat_interval_ms",
+                "must be below broker_session_timeout_ms".into(),
+            ));
+        }
+        if self.join.is_some() && !self.peers.is_empty() {
+            return Err(bad("join", "set `join` or `peers`, not both".into()));
+        }
+        for p in &self.peers {
+            crate::cluster::parse_peer(p).map_err(|r| bad("peers", r))?;
+        }
+        if !self.peers.is_empty()
+            && !self
+                .peers
+                .iter()
+                .any(|p| crate::cluster::parse_peer(p).is_ok_and(|(id, _)| id == self.id))
+        {
+            return Err(bad(
+                "peers",
+                format!("must list this broker's own id {} too", self.id),
+            ));
         }
         self.topic_log_defaults()?;
         Ok(())

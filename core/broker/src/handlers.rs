@@ -18,6 +18,7 @@
 //!   and shutdown, produce's wait for in-flight budget by its `timeout_ms`
 //!   (capped at [`PRODUCE_BUDGET_WAIT_MAX`]).
 
+use crate::cluster::api as cluster_api;
 use crate::partition::{Partition, ReadPlan};
 use crate::state::BrokerState;
 use crate::topics::TopicSpec;
@@ -163,6 +164,43 @@ pub async fn dispatch(
         | ApiKey::ListGroups
         | ApiKey::DescribeGroups
         | ApiKey::DeleteGroups => crate::group::service::dispatch(state, api, &meta).await,
+        ApiKey::RaftRpc => {
+            let req: RaftRpcRequest = decode(&meta)?;
+            Ok(Reply::meta(&Ok(state.cluster.handle_raft_rpc(req).await?)))
+        }
+        ApiKey::JoinCluster => {
+            let req: JoinClusterRequest = decode(&meta)?;
+            Ok(Reply::meta(&Ok(state.cluster.handle_join(req).await?)))
+        }
+        ApiKey::BrokerHeartbeat => {
+            let req: BrokerHeartbeatRequest = decode(&meta)?;
+            Ok(Reply::meta(&Ok(state.cluster.handle_heartbeat(req)?)))
+        }
+        ApiKey::MetadataWrite => {
+            let req: MetadataWriteRequest = decode(&meta)?;
+            Ok(Reply::meta(&Ok(state
+                .cluster
+                .handle_metadata_write(req)
+                .await?)))
+        }
+        ApiKey::OffsetForLeaderEpoch => {
+            let req: OffsetForLeaderEpochRequest = decode(&meta)?;
+            Ok(Reply::meta(&Ok(cluster_api::offset_for_leader_epoch(
+                state, req,
+            )?)))
+        }
+        ApiKey::AlterPartition => {
+            let req: AlterPartitionRequest = decode(&meta)?;
+            Ok(Reply::meta(&Ok(
+                cluster_api::alter_partition(state, req).await?
+            )))
+        }
+        ApiKey::ElectLeaders => {
+            let req: ElectLeadersRequest = decode(&meta)?;
+            Ok(Reply::meta(&Ok(
+                cluster_api::elect_leaders(state, req).await?
+            )))
+        }
     }
 }
 
@@ -204,9 +242,9 @@ fn partition_metadata(p: &Partition) -> PartitionMetadata {
     PartitionMetadata {
         partition: p.index(),
         error: None,
-        leader: Some(p.replicas()[0]),
+        leader: p.leader(),
         leader_epoch: p.leader_epoch(),
-        replicas: p.replicas().to_vec(),
+        replicas: p.replicas(),
         isr: p.isr(),
         log_start_offset: p.log_start_offset(),
         high_watermark: p.high_watermark(),
@@ -248,15 +286,11 @@ fn metadata(state: &BrokerState, req: MetadataRequest) -> MetadataResponse {
             })
             .collect(),
     };
+    let (brokers, controller_id) = cluster_api::brokers(state);
     MetadataResponse {
         cluster_id: state.cluster_id.clone(),
-        controller_id: Some(state.config.id),
-        brokers: vec![BrokerInfo {
-            id: state.config.id,
-            addr: state.advertised.clone(),
-            rack: None,
-            alive: true,
-        }],
+        controller_id,
+        brokers,
         topics,
     }
 }
@@ -284,18 +318,15 @@ async fn create_topics(
         .into_iter()
         .map(|t| topic_spec(state, t))
         .collect();
-    let registry = state.registry.clone();
-    let validate_only = req.validate_only;
-    let results = blocking(move || {
-        specs
-            .iter()
-            .map(|spec| TopicResult {
-                name: spec.name.clone(),
-                error: registry.create(spec, validate_only).err(),
-            })
-            .collect::<Vec<_>>()
-    })
-    .await?;
+    let mut results = Vec::with_capacity(specs.len());
+    for spec in specs {
+        results.push(TopicResult {
+            name: spec.name.clone(),
+            error: cluster_api::create_topic(state, spec, req.validate_only)
+                .await
+                .err(),
+        });
+    }
     for r in &results {
         if let Some(e) = &r.error {
             state.metrics.error(ApiKey::CreateTopics.name(), e.code);
@@ -308,23 +339,19 @@ async fn delete_topics(
     state: &Arc<BrokerState>,
     req: DeleteTopicsRequest,
 ) -> Result<DeleteTopicsResponse, ErrorInfo> {
-    let registry = state.registry.clone();
     // Topic ids, for removing the remote objects of what gets deleted.
     let ids: Vec<Option<String>> = req
         .names
         .iter()
         .map(|n| state.registry.topic(n).map(|t| t.id.clone()))
         .collect();
-    let results = blocking(move || {
-        req.names
-            .into_iter()
-            .map(|name| TopicResult {
-                error: registry.delete(&name).err(),
-                name,
-            })
-            .collect::<Vec<_>>()
-    })
-    .await?;
+    let mut results = Vec::with_capacity(req.names.len());
+    for name in req.names {
+        results.push(TopicResult {
+            error: cluster_api::delete_topic(state, name.clone()).await.err(),
+            name,
+        });
+    }
     for (r, id) in results.iter().zip(ids) {
         if let Some(e) = &r.error {
             state.metrics.error(ApiKey::DeleteTopics.name(), e.code);
@@ -372,13 +399,7 @@ async fn alter_configs(
     state: &Arc<BrokerState>,
     req: AlterConfigsRequest,
 ) -> Result<AlterConfigsResponse, ErrorInfo> {
-    let registry = state.registry.clone();
-    let error = blocking(move || {
-        registry
-            .alter_configs(&req.topic, &req.set, &req.delete, req.validate_only)
-            .err()
-    })
-    .await?;
+    let error = cluster_api::alter_configs(state, req).await.err();
     if let Some(e) = &error {
         state.metrics.error(ApiKey::AlterConfigs.name(), e.code);
     }
@@ -403,8 +424,7 @@ async fn produce_partition(
                 configs: Vec::new(),
                 internal: false,
             };
-            let registry = state.registry.clone();
-            let created = blocking(move || registry.create(&spec, false)).await?;
+            let created = cluster_api::create_topic(state, spec, false).await;
             match created {
                 Ok(()) => tracing::info!(topic, "auto-created topic on produce"),
                 Err(c) if c.code == ErrorCode::TopicAlreadyExists => {}
@@ -473,8 +493,17 @@ async fn produce(
     let now = now_ms();
     let mut responses = Vec::with_capacity(req.partitions.len());
     let mut bytes_in = 0u64;
+    let mut to_replicate = Vec::new();
     for (pp, bytes) in req.partitions.into_iter().zip(parts) {
-        let result = match produce_partition(state, &pp.topic, pp.partition).await {
+        let found = produce_partition(state, &pp.topic, pp.partition)
+            .await
+            .and_then(|p| cluster_api::check_produce(state, &p, req.acks).map(|()| p));
+        let leader = found
+            .as_ref()
+            .ok()
+            .filter(|_| req.acks == Acks::All)
+            .cloned();
+        let result = match found {
             Err(e) => Err(e),
             Ok(_) if bytes.is_empty() => Err(ErrorInfo::new(
                 ErrorCode::CorruptRecord,
@@ -515,9 +544,25 @@ async fn produce(
                 }
             }
         });
+        if let Some(p) = leader
+            && responses.last().is_some_and(|r| r.error.is_none())
+        {
+            // Our batches end at or before the log end now.
+            let end = p.log_end_offset();
+            to_replicate.push((responses.len() - 1, p, end));
+        }
     }
     state.metrics.bytes_in.increment(bytes_in);
-    // acks=All equals acks=Leader on one broker: the ISR is this broker.
+    // acks=all: answer once every ISR member has the batches (the high watermark
+    // passed them), or REQUEST_TIMED_OUT.
+    let wait = Duration::from_millis(req.timeout_ms as u64);
+    for (i, p, end) in to_replicate {
+        let r: &mut ProducePartitionResponse = &mut responses[i];
+        if let Err(e) = cluster_api::wait_replicated(state, &p, end, wait).await {
+            state.metrics.error(ApiKey::Produce.name(), e.code);
+            r.error = Some(e);
+        }
+    }
     if req.acks == Acks::None {
         return Ok(Reply::Nothing);
     }
@@ -585,17 +630,31 @@ fn fetch_pass(
                 continue;
             }
         };
+        if let Some(follower) = req.replica_id
+            && p.is_leader()
+        {
+            p.record_follower_fetch(follower, fp.offset, std::time::Instant::now());
+        }
         let mut plan = FetchPlan {
             error: None,
             high_watermark: p.high_watermark(),
             log_start_offset: p.log_start_offset(),
             read: None,
         };
-        if let Err(e) = check_epoch(p, fp) {
+        if !p.is_leader() {
+            plan.error = Some(p.not_leader_error());
+        } else if let Err(e) = check_epoch(p, fp) {
             plan.error = Some(e);
         } else if first || remaining > 0 {
             let max = (fp.max_bytes as usize).min(remaining);
-            match p.read(fp.offset, max) {
+            // A follower reads up to the log end, a consumer below the high watermark.
+            let read = match req.replica_id {
+                Some(_) => p
+                    .read_up_to(fp.offset, max, p.log_end_offset())
+                    .map(|s| s.map(ReadPlan::Local)),
+                None => p.read(fp.offset, max),
+            };
+            match read {
                 Ok(Some(read)) => {
                     // A remote read is not measured yet: it reserves its whole share.
                     let len = match &read {

@@ -26,6 +26,7 @@
 //! (one function per api), `server` (QUIC accept / stream loop), [`metrics`],
 //! [`tier`] (tiered storage: uploads, manifests, remote reads).
 
+pub mod cluster;
 pub mod config;
 pub mod error;
 pub mod group;
@@ -90,12 +91,14 @@ impl Broker {
             None => None,
         };
         let load_config = config.clone();
-        let (registry, cluster_id, groups) = tokio::task::spawn_blocking(move || {
+        let (registry, cluster_id, groups, local_topics) = tokio::task::spawn_blocking(move || {
+            let local_topics =
+                crate::metadata::MetadataStore::open(&load_config.data_dir)?.load()?;
             let registry = TopicRegistry::load(&load_config)?;
             let cluster_id = load_or_create_cluster_id(&load_config.data_dir)?;
             let groups = group::GroupService::new(&load_config);
             groups.load(&registry)?;
-            Ok::<_, BrokerError>((registry, cluster_id, groups))
+            Ok::<_, BrokerError>((registry, cluster_id, groups, local_topics))
         })
         .await
         .map_err(|e| BrokerError::Task(e.to_string()))??;
@@ -137,12 +140,50 @@ impl Broker {
             ServerTls::Files { .. } => "certificate files",
             _ => "development CA",
         };
+        let tracker = TaskTracker::new();
+        let shutdown = CancellationToken::new();
+        let advertised = config.advertised(local_addr);
+        let cluster = match cluster::Cluster::start(
+            &config,
+            advertised.clone(),
+            local_topics,
+            cluster_id.clone(),
+            &tracker,
+            shutdown.clone(),
+        )
+        .await
+        {
+            Ok(c) => c,
+            Err(e) => {
+                shutdown.cancel();
+                endpoint.close(CLOSE_SHUTDOWN, b"broker failed to start");
+                let _ = registry.close_all();
+                return Err(e);
+            }
+        };
+        if cluster.is_solo() {
+            // A one-broker cluster elects itself and registers in well under a
+            // second; wait for it so the broker answers as the controller at once.
+            if tokio::time::timeout(cluster::LEADER_WAIT_MAX, cluster.wait_ready())
+                .await
+                .is_err()
+            {
+                tracing::warn!("the one-broker metadata quorum is not ready yet; continuing");
+            }
+        } else {
+            // In a multi-broker cluster this broker leads nothing until the
+            // committed metadata says so (it may have lost leadership while down).
+            for p in registry.partitions() {
+                p.set_role(None, p.leader_epoch(), &p.replicas(), &p.isr());
+            }
+        }
         let state = Arc::new(BrokerState {
-            advertised: config.advertised(local_addr),
+            advertised,
+            cluster,
             cluster_id,
             registry,
             metrics: crate::metrics::BrokerMetrics::register(),
-            shutdown: CancellationToken::new(),
+            shutdown,
             produce_budget: Arc::new(Semaphore::new(permits as usize)),
             produce_budget_permits: permits,
             connections: AtomicUsize::new(0),
@@ -153,7 +194,6 @@ impl Broker {
         if let Some(tier) = &tier {
             tier::upload::load_all(&state, tier).await;
         }
-        let tracker = TaskTracker::new();
         tracker.spawn(server::accept_loop(
             state.clone(),
             endpoint.clone(),
@@ -166,6 +206,7 @@ impl Broker {
             tracing::info!(object_store = %tier.url, "tiered storage on");
         }
         tracker.spawn(group::service::timer_loop(state.clone()));
+        tracker.spawn(cluster::reconcile::run(state.clone()));
         tracing::info!(
             id = state.config.id,
             listen = %local_addr,
@@ -236,6 +277,7 @@ impl BrokerHandle {
         }
         self.endpoint.close(CLOSE_SHUTDOWN, b"broker shutting down");
         let _ = tokio::time::timeout(ENDPOINT_DRAIN_TIMEOUT, self.endpoint.wait_idle()).await;
+        self.state.cluster.shutdown().await;
         let registry = self.state.registry.clone();
         let closed = tokio::task::spawn_blocking(move || registry.close_all())
             .await
@@ -283,6 +325,21 @@ fn server_tls(config: &BrokerConfig) -> ServerTls {
                 None => ServerTls::Dev { home },
             }
         }
+    }
+}
+
+/// Whom this broker trusts when it connects to its peers (and with which
+/// certificate it answers a peer that asks for one).
+pub(crate) fn client_tls(config: &BrokerConfig) -> rill_net::ClientTls {
+    match (&config.tls.ca, &config.tls.cert, &config.tls.key) {
+        (Some(ca), Some(cert), Some(key)) => rill_net::ClientTls::Mutual {
+            ca: ca.clone(),
+            cert: cert.clone(),
+            key: key.clone(),
+        },
+        _ => rill_net::ClientTls::Dev {
+            home: config.rill_home.clone().unwrap_or_else(rill_net::rill_home),
+        },
     }
 }
 

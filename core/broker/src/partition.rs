@@ -28,8 +28,18 @@ use rill_proto::{LeaderEpoch, Offset, TimestampMs};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, Ordering};
+use std::time::Instant;
 use tokio::sync::Notify;
+
+/// What the leader knows of one follower (from its fetches).
+#[derive(Debug, Clone, Copy)]
+pub struct FollowerState {
+    /// The follower's log end offset: the offset it fetched from last.
+    pub log_end_offset: Offset,
+    /// The last time the follower had fetched up to the leader's log end offset.
+    pub caught_up_at: Instant,
+}
 
 /// Which operation a log error happened in; decides how it is reported.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,9 +78,16 @@ pub struct Partition {
     index: u32,
     dir: PathBuf,
     log: Mutex<Option<Log>>,
-    leader_epoch: LeaderEpoch,
-    replicas: Vec<i32>,
+    broker_id: i32,
+    leader_epoch: AtomicI32,
+    /// The leader's broker id; -1: no leader.
+    leader: AtomicI32,
+    replicas: RwLock<Vec<i32>>,
     isr: RwLock<Vec<i32>>,
+    /// On the leader: each follower's progress.
+    followers: Mutex<BTreeMap<i32, FollowerState>>,
+    /// Woken when the high watermark moves (acks=all waits on it).
+    hw_moved: Notify,
     log_start_offset: AtomicI64,
     local_log_start_offset: AtomicI64,
     /// The manifest of the remote copy, once the tier has loaded it.
@@ -119,9 +136,13 @@ impl Partition {
             index,
             dir: dir.to_path_buf(),
             log: Mutex::new(Some(log)),
-            leader_epoch,
-            replicas: vec![broker_id],
+            broker_id,
+            leader_epoch: AtomicI32::new(leader_epoch.0),
+            leader: AtomicI32::new(broker_id),
+            replicas: RwLock::new(vec![broker_id]),
             isr: RwLock::new(vec![broker_id]),
+            followers: Mutex::new(BTreeMap::new()),
+            hw_moved: Notify::new(),
             log_start_offset: AtomicI64::new(start.0),
             local_log_start_offset: AtomicI64::new(start.0),
             remote: RwLock::new(None),
@@ -146,10 +167,179 @@ impl Partition {
         &self.dir
     }
     pub fn leader_epoch(&self) -> LeaderEpoch {
-        self.leader_epoch
+        LeaderEpoch(self.leader_epoch.load(Ordering::Acquire))
     }
-    pub fn replicas(&self) -> &[i32] {
-        &self.replicas
+    pub fn replicas(&self) -> Vec<i32> {
+        self.replicas.read().clone()
+    }
+    /// The leader's broker id, if the partition has one.
+    pub fn leader(&self) -> Option<i32> {
+        Some(self.leader.load(Ordering::Acquire)).filter(|l| *l >= 0)
+    }
+    /// Whether this broker leads the partition.
+    pub fn is_leader(&self) -> bool {
+        self.leader() == Some(self.broker_id)
+    }
+
+    /// Takes the leadership and replica set the quorum committed. A new leader
+    /// epoch on the leader forgets what it knew of followers.
+    pub fn set_role(&self, leader: Option<i32>, epoch: LeaderEpoch, replicas: &[i32], isr: &[i32]) {
+        let old = self.leader_epoch();
+        assert!(epoch >= old, "leader epoch went back from {old} to {epoch}");
+        if epoch != old || self.leader() != leader {
+            self.followers.lock().clear();
+        }
+        self.leader_epoch.store(epoch.0, Ordering::Release);
+        self.leader.store(leader.unwrap_or(-1), Ordering::Release);
+        *self.replicas.write() = replicas.to_vec();
+        *self.isr.write() = isr.to_vec();
+        if self.is_leader() {
+            self.advance_high_watermark();
+        }
+        // Wake fetches and acks=all waiters: they re-check leadership.
+        self.data_arrived.notify_waiters();
+        self.hw_moved.notify_waiters();
+    }
+
+    /// The error for a client request on a partition this broker does not lead.
+    pub fn not_leader_error(&self) -> ErrorInfo {
+        ErrorInfo::new(
+            ErrorCode::NotLeaderOrFollower,
+            match self.leader() {
+                Some(l) => format!(
+                    "broker {} does not lead partition {}-{} (broker {l} does, epoch {}): refresh metadata",
+                    self.broker_id,
+                    self.topic,
+                    self.index,
+                    self.leader_epoch()
+                ),
+                None => format!(
+                    "partition {}-{} has no leader (no in-sync replica is alive): retry later",
+                    self.topic, self.index
+                ),
+            },
+        )
+    }
+
+    /// On the leader: records a follower's fetch from `offset` (its log end offset).
+    pub fn record_follower_fetch(&self, follower: i32, offset: Offset, now: Instant) {
+        let leo = self.log_end_offset();
+        {
+            let mut f = self.followers.lock();
+            let entry = f.entry(follower).or_insert(FollowerState {
+                log_end_offset: offset,
+                caught_up_at: now,
+            });
+            entry.log_end_offset = offset;
+            if offset >= leo {
+                entry.caught_up_at = now;
+            }
+        }
+        self.advance_high_watermark();
+    }
+
+    /// What the leader knows of its followers.
+    pub fn followers(&self) -> BTreeMap<i32, FollowerState> {
+        self.followers.lock().clone()
+    }
+
+    /// On the leader: the high watermark becomes the lowest log end offset in the
+    /// ISR (it never goes back).
+    pub fn advance_high_watermark(&self) {
+        let leo = self.log_end_offset();
+        let followers = self.followers.lock();
+        let mut hw = leo;
+        for b in self.isr.read().iter() {
+            if *b == self.broker_id {
+                continue;
+            }
+            let f = followers.get(b).map_or(Offset(0), |f| f.log_end_offset);
+            hw = hw.min(f);
+        }
+        drop(followers);
+        self.raise_high_watermark(hw);
+    }
+
+    /// Raises the high watermark to `hw` (capped at the log end offset); never lowers it.
+    pub fn raise_high_watermark(&self, hw: Offset) {
+        let hw = hw.min(self.log_end_offset());
+        let old = self.high_watermark.fetch_max(hw.0, Ordering::AcqRel);
+        if hw.0 > old {
+            self.hw_moved.notify_waiters();
+            self.data_arrived.notify_waiters();
+        }
+    }
+
+    /// A future that completes when the high watermark moves or leadership changes.
+    pub fn hw_moved(&self) -> tokio::sync::futures::Notified<'_> {
+        self.hw_moved.notified()
+    }
+
+    /// Follower append of batches fetched from the leader (offsets and epochs kept).
+    pub fn append_replicated(&self, batches: &[u8], now_ms: TimestampMs) -> Result<(), ErrorInfo> {
+        self.with_log(LogOp::Append, |log| {
+            log.append_replicated(batches, now_ms)?;
+            self.refresh_offsets(log);
+            Ok(())
+        })?;
+        self.data_arrived.notify_waiters();
+        Ok(())
+    }
+
+    /// The latest leader epoch in the log's epoch checkpoint.
+    pub fn latest_epoch(&self) -> Option<LeaderEpoch> {
+        self.with_log(LogOp::Read, |log| {
+            Ok(log.epoch_entries().last().map(|e| e.0))
+        })
+        .ok()
+        .flatten()
+    }
+
+    /// KIP-101: where `epoch` ends in this log.
+    pub fn end_offset_for_epoch(
+        &self,
+        epoch: LeaderEpoch,
+    ) -> Result<Option<(LeaderEpoch, Offset)>, ErrorInfo> {
+        self.with_log(LogOp::Read, |log| Ok(log.end_offset_for_epoch(epoch)))
+    }
+
+    /// Removes records at or after `offset` (follower truncation); the high
+    /// watermark is capped at the new log end.
+    pub fn truncate_to(&self, offset: Offset) -> Result<(), ErrorInfo> {
+        self.with_log(LogOp::Maintain, |log| {
+            log.truncate_to(offset)?;
+            let start = log.log_start_offset();
+            let end = log.log_end_offset();
+            self.log_start_offset.store(start.0, Ordering::Release);
+            self.log_end_offset.store(end.0, Ordering::Release);
+            self.high_watermark.fetch_min(end.0, Ordering::AcqRel);
+            Ok(())
+        })
+    }
+
+    /// Whole batches from `from` below `limit` (a follower reads up to the log
+    /// end, a consumer below the high watermark).
+    pub fn read_up_to(
+        &self,
+        from: Offset,
+        max_bytes: usize,
+        limit: Offset,
+    ) -> Result<Option<FileSlice>, ErrorInfo> {
+        self.with_log(LogOp::Read, |log| {
+            let start = log.log_start_offset();
+            let end = log.log_end_offset();
+            if from < start || from > end {
+                return Err(LogError::OffsetOutOfRange {
+                    requested: from,
+                    start,
+                    end,
+                });
+            }
+            if from >= limit {
+                return Ok(None);
+            }
+            log.read(from, max_bytes, limit)
+        })
     }
     pub fn isr(&self) -> Vec<i32> {
         self.isr.read().clone()
@@ -219,8 +409,15 @@ impl Partition {
             .store(local_start.0, Ordering::Release);
         self.log_start_offset.store(start.0, Ordering::Release);
         self.log_end_offset.store(end.0, Ordering::Release);
-        // One broker: the high watermark is the log end offset.
-        self.high_watermark.store(end.0, Ordering::Release);
+        if self.is_leader() {
+            // Alone in the ISR, the high watermark is the log end offset;
+            // with followers, it moves as they fetch.
+            if self.isr.read().iter().all(|b| *b == self.broker_id) {
+                self.raise_high_watermark(end);
+            }
+        }
+        // Retention may have removed records below the high watermark's old value.
+        self.high_watermark.fetch_max(start.0, Ordering::AcqRel);
         self.gauges.log_start_offset.set(start.0 as f64);
         self.gauges.log_end_offset.set(end.0 as f64);
     }
@@ -229,7 +426,7 @@ impl Partition {
     /// the leader epoch in place. Wakes waiting fetches.
     pub fn append(&self, batches: &mut [u8], now_ms: TimestampMs) -> Result<AppendInfo, ErrorInfo> {
         let info = self.with_log(LogOp::Append, |log| {
-            let info = log.append(batches, self.leader_epoch, now_ms)?;
+            let info = log.append(batches, self.leader_epoch(), now_ms)?;
             self.refresh_offsets(log);
             Ok(info)
         })?;
@@ -411,6 +608,7 @@ impl Partition {
     pub fn close(&self) -> Result<(), LogError> {
         let log = self.log.lock().take();
         self.data_arrived.notify_waiters();
+        self.hw_moved.notify_waiters();
         match log {
             Some(log) => log.close(),
             None => Ok(()),

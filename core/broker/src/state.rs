@@ -19,6 +19,8 @@ pub struct BrokerState {
     /// The address clients are told to use.
     pub advertised: String,
     pub registry: Arc<TopicRegistry>,
+    /// This broker's membership in the metadata quorum.
+    pub cluster: Arc<crate::cluster::Cluster>,
     pub metrics: BrokerMetrics,
     /// Cancelled when the broker starts shutting down.
     pub shutdown: CancellationToken,

@@ -148,6 +148,9 @@ impl TopicRegistry {
         for r in records {
             let mut log_config = defaults.clone();
             for (k, v) in &r.configs {
+                if crate::cluster::replication::is_replication_key(k) {
+                    continue;
+                }
                 log_config
                     .set(k, v)
                     .map_err(|e| BrokerError::MetadataCorrupt {
@@ -309,6 +312,11 @@ impl TopicRegistry {
     ) -> Result<LogConfig, ErrorInfo> {
         let mut config = self.defaults.clone();
         for (k, v) in overrides {
+            if crate::cluster::replication::is_replication_key(k) {
+                crate::cluster::replication::validate_config(k, v)
+                    .map_err(|e| ErrorInfo::new(ErrorCode::InvalidConfig, e))?;
+                continue;
+            }
             config
                 .set(k, v)
                 .map_err(|e| ErrorInfo::new(ErrorCode::InvalidConfig, e.to_string()))?;
@@ -328,6 +336,16 @@ impl TopicRegistry {
 
     /// Creates a topic (or only checks that it could be created).
     pub fn create(&self, spec: &TopicSpec, validate_only: bool) -> Result<(), ErrorInfo> {
+        self.create_with_id(spec, validate_only, None)
+    }
+
+    /// As [`TopicRegistry::create`], with the topic id the cluster chose (`None`: a new one).
+    pub fn create_with_id(
+        &self,
+        spec: &TopicSpec,
+        validate_only: bool,
+        id: Option<&str>,
+    ) -> Result<(), ErrorInfo> {
         validate_topic_name(&spec.name, spec.internal)?;
         if spec.partitions == 0 || spec.partitions > PARTITIONS_PER_TOPIC_MAX {
             return Err(ErrorInfo::new(
@@ -373,7 +391,7 @@ impl TopicRegistry {
         }
         let record = TopicRecord {
             name: spec.name.clone(),
-            id: new_topic_id(),
+            id: id.map_or_else(new_topic_id, str::to_string),
             partitions: spec.partitions,
             internal: spec.internal,
             leader_epoch: 0,
@@ -489,8 +507,17 @@ impl TopicRegistry {
         })?;
         let overrides = topic.overrides.lock().clone();
         let config = self.effective_config(&overrides)?;
-        Ok(config
-            .to_pairs()
+        let mut pairs = config.to_pairs();
+        for (k, default) in crate::cluster::replication::config_defaults() {
+            pairs.push((
+                k.to_string(),
+                overrides
+                    .get(k)
+                    .cloned()
+                    .unwrap_or_else(|| default.to_string()),
+            ));
+        }
+        Ok(pairs
             .into_iter()
             .map(|(name, value)| ConfigEntry {
                 is_default: !overrides.contains_key(&name),
@@ -517,7 +544,9 @@ impl TopicRegistry {
         };
         let mut overrides = record.configs.clone();
         for key in delete {
-            if !LogConfig::known_keys().contains(&key.as_str()) {
+            if !LogConfig::known_keys().contains(&key.as_str())
+                && !crate::cluster::replication::is_replication_key(key)
+            {
                 return Err(ErrorInfo::new(
                     ErrorCode::InvalidConfig,
                     format!(

@@ -19,7 +19,7 @@ pub const DEFAULT_BOOTSTRAP: &str = "127.0.0.1:9092";
 
 #[derive(Debug, Clone, Args)]
 pub struct ClientArgs {
-    /// A broker to connect to first, HOST:PORT (UDP).
+    /// Brokers to connect to first, HOST:PORT[,HOST:PORT...] (UDP); any one that answers will do.
     #[arg(long, env = "RILL_BOOTSTRAP", default_value = DEFAULT_BOOTSTRAP, value_name = "HOST:PORT")]
     pub bootstrap: String,
     /// The CA certificate (PEM) to trust; default: the development CA in $RILL_HOME (~/.rill).

@@ -36,9 +36,16 @@ pub struct ClientConfig {
 impl ClientConfig {
     /// A config for one bootstrap address that trusts the development CA in the
     /// Rill home (`$RILL_HOME` or `~/.rill`).
+    /// `bootstrap` is one `HOST:PORT` or a comma-separated list of them; the
+    /// client reaches the cluster while any listed broker is up.
     pub fn new(bootstrap: impl Into<String>) -> ClientConfig {
+        let bootstrap: String = bootstrap.into();
         ClientConfig {
-            bootstrap: vec![bootstrap.into()],
+            bootstrap: bootstrap
+                .split(',')
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .collect(),
             tls: rill_net::ClientTls::Dev {
                 home: rill_net::rill_home(),
             },

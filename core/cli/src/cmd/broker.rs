@@ -50,6 +50,15 @@ pub struct BrokerArgs {
     /// Create a topic (with broker defaults) when a client first produces to it.
     #[arg(long)]
     pub auto_create_topics: bool,
+    /// Join the cluster of the broker at HOST:PORT (this broker becomes a voter).
+    #[arg(long, value_name = "HOST:PORT", conflicts_with = "peers")]
+    pub join: Option<String>,
+    /// Fixed voter list of the cluster, this broker included: ID@HOST:PORT,...
+    #[arg(long, value_name = "ID@HOST:PORT,...", value_delimiter = ',')]
+    pub peers: Vec<String>,
+    /// Fence a broker that has not heartbeated for this long (ms).
+    #[arg(long, value_name = "MS")]
+    pub session_timeout_ms: Option<u64>,
     /// Tiered storage: the object store that closed segments of topics with
     /// remote.storage.enable=true go to (file:///path, s3://bucket/prefix,
     /// gs://bucket/prefix, az://container/prefix; credentials, region and endpoint
@@ -103,6 +112,17 @@ pub fn build_config(args: &BrokerArgs) -> anyhow::Result<BrokerConfig> {
             url: url.clone(),
             ..config.object_store.take().unwrap_or_default()
         });
+    }
+    if let Some(join) = &args.join {
+        config.join = Some(join.clone());
+    }
+    if !args.peers.is_empty() {
+        config.peers = args.peers.clone();
+    }
+    if let Some(ms) = args.session_timeout_ms {
+        config.broker_session_timeout_ms = ms;
+        config.broker_heartbeat_interval_ms =
+            config.broker_heartbeat_interval_ms.min(ms / 4).max(1);
     }
     config.validate()?;
     Ok(config)
@@ -209,6 +229,9 @@ mod tests {
             tls_ca: None,
             metrics: None,
             auto_create_topics: true,
+            join: None,
+            peers: Vec::new(),
+            session_timeout_ms: None,
             object_store: None,
         };
         let config = build_config(&args).unwrap();

@@ -19,6 +19,17 @@ use crate::client_args::{ClientArgs, client_error};
 pub enum ClusterCommand {
     /// List the brokers (id, address, alive, controller marker) and the cluster id.
     Info(InfoArgs),
+    /// Move partition leadership back to each partition's preferred (first) replica.
+    ElectLeaders(ElectArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ElectArgs {
+    /// Only this topic (repeatable); default: every topic.
+    #[arg(long = "topic", value_name = "NAME")]
+    pub topics: Vec<String>,
+    #[command(flatten)]
+    pub client: ClientArgs,
 }
 
 #[derive(Debug, Args)]
@@ -29,6 +40,26 @@ pub struct InfoArgs {
 
 pub async fn run(command: ClusterCommand) -> anyhow::Result<()> {
     match command {
+        ClusterCommand::ElectLeaders(args) => {
+            let client = args.client.connect().await?;
+            let req = rill_proto::wire::ElectLeadersRequest {
+                topics: (!args.topics.is_empty()).then_some(args.topics),
+            };
+            let (resp, _) = client
+                .call(None, &req, &[])
+                .await
+                .map_err(|e| client_error("cannot run the preferred leader election", e))?;
+            if resp.moved.is_empty() {
+                println!(
+                    "Every partition is led by its preferred replica (or it is not in the ISR)."
+                );
+            } else {
+                for tp in resp.moved {
+                    println!("Moved leadership of {tp} to its preferred replica");
+                }
+            }
+            Ok(())
+        }
         ClusterCommand::Info(args) => {
             let admin = args.client.connect().await?.admin();
             let info = admin

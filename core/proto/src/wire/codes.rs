@@ -91,6 +91,9 @@ error_codes! {
     RemoteStorageUnavailable = 55, true, "The object store holding tiered segments did not answer in time; retry later.";
     GroupMaxSizeReached = 34, false, "The group has as many members as the broker allows.";
     InconsistentGroupProtocol = 35, false, "The member's assignor differs from the group's, or is unknown.";
+    NotEnoughReplicasAfterAppend = 40, true, "The batch was written, but the ISR shrank below min.insync.replicas before it was replicated.";
+    ClusterNotReady = 41, true, "The metadata quorum has no leader yet (election in progress); retry shortly.";
+    BrokerFenced = 42, true, "The controller has fenced this broker (its session lapsed); it rejoins after its next heartbeat.";
 }
 
 fn to_screaming_snake(camel: &str) -> String {

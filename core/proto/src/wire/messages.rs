@@ -38,10 +38,18 @@ pub enum ApiKey {
     DeleteGroups = 15,
     /// Tiered storage (issue 7): per-partition local and remote log extents.
     DescribeStorage = 35,
+    // Cluster (issue 4): 20..=29, messages in `wire::cluster`.
+    RaftRpc = 20,
+    JoinCluster = 21,
+    BrokerHeartbeat = 22,
+    MetadataWrite = 23,
+    OffsetForLeaderEpoch = 24,
+    AlterPartition = 25,
+    ElectLeaders = 26,
 }
 
 impl ApiKey {
-    pub const ALL: [ApiKey; 17] = [
+    pub const ALL: [ApiKey; 24] = [
         ApiKey::ApiVersions,
         ApiKey::Metadata,
         ApiKey::CreateTopics,
@@ -59,6 +67,13 @@ impl ApiKey {
         ApiKey::ListGroups,
         ApiKey::DescribeGroups,
         ApiKey::DeleteGroups,
+        ApiKey::RaftRpc,
+        ApiKey::JoinCluster,
+        ApiKey::BrokerHeartbeat,
+        ApiKey::MetadataWrite,
+        ApiKey::OffsetForLeaderEpoch,
+        ApiKey::AlterPartition,
+        ApiKey::ElectLeaders,
     ];
 
     pub fn from_u16(n: u16) -> Option<ApiKey> {
@@ -85,6 +100,13 @@ impl ApiKey {
             ApiKey::ListGroups => "list_groups",
             ApiKey::DescribeGroups => "describe_groups",
             ApiKey::DeleteGroups => "delete_groups",
+            ApiKey::RaftRpc => "raft_rpc",
+            ApiKey::JoinCluster => "join_cluster",
+            ApiKey::BrokerHeartbeat => "broker_heartbeat",
+            ApiKey::MetadataWrite => "metadata_write",
+            ApiKey::OffsetForLeaderEpoch => "offset_for_leader_epoch",
+            ApiKey::AlterPartition => "alter_partition",
+            ApiKey::ElectLeaders => "elect_leaders",
         }
     }
 }

@@ -3,11 +3,13 @@
 //! Transport-agnostic: this module turns messages into bytes and back. rill-net
 //! carries the bytes over QUIC streams (ALPN `rill/1`), one request per stream.
 
+pub mod cluster;
 pub mod codes;
 pub mod frame;
 pub mod groups;
 pub mod messages;
 
+pub use cluster::*;
 pub use codes::{ErrorCode, ErrorInfo};
 pub use frame::{FRAME_HEADER_LEN, FrameHeader};
 pub use groups::*;

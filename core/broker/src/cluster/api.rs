@@ -1,0 +1,346 @@
+//! The request handlers that go through the metadata quorum: topic creation,
+//! deletion and config changes (committed, then applied by every broker), the
+//! broker-to-broker apis, and the cluster's view in Metadata.
+
+use super::image::{Command, Outcome, assign_replicas};
+use crate::state::BrokerState;
+use crate::topics::TopicSpec;
+use rill_proto::Offset;
+use rill_proto::wire::*;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Longest a topic change waits to be applied on the broker that asked.
+pub const APPLY_WAIT_MAX: Duration = Duration::from_secs(10);
+
+/// Waits (bounded) until this broker is registered with the quorum.
+async fn ready(state: &BrokerState) -> Result<(), ErrorInfo> {
+    if tokio::time::timeout(super::LEADER_WAIT_MAX, state.cluster.wait_ready())
+        .await
+        .is_err()
+    {
+        return Err(ErrorInfo::new(
+            ErrorCode::ClusterNotReady,
+            format!(
+                "broker {} has not registered with the metadata quorum after {:?}:                  is a majority of the brokers up? (rill cluster info)",
+                state.config.id,
+                super::LEADER_WAIT_MAX
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn outcome_error(outcome: Outcome) -> Option<ErrorInfo> {
+    match outcome {
+        Outcome::Refused { code, message } => Some(ErrorInfo::new(code, message)),
+        _ => None,
+    }
+}
+
+/// Creates a topic through the quorum: validated here, replicas spread over the
+/// live brokers, committed, then created locally before this returns.
+pub async fn create_topic(
+    state: &Arc<BrokerState>,
+    spec: TopicSpec,
+    validate_only: bool,
+) -> Result<(), ErrorInfo> {
+    // Name, partition count and configs are checked by the registry (placement by
+    // the quorum), so validate with a replication factor of one.
+    let registry = state.registry.clone();
+    let check = TopicSpec {
+        replication_factor: 1,
+        ..spec.clone()
+    };
+    tokio::task::spawn_blocking(move || registry.create(&check, true))
+        .await
+        .map_err(|e| ErrorInfo::new(ErrorCode::InternalError, e.to_string()))??;
+    ready(state).await?;
+    if spec.replication_factor == 0 {
+        return Err(ErrorInfo::new(
+            ErrorCode::InvalidReplicationFactor,
+            format!("topic {}: replication factor must be at least 1", spec.name),
+        ));
+    }
+    let image = state.cluster.image();
+    if image.topics.contains_key(&spec.name) {
+        return Err(ErrorInfo::new(
+            ErrorCode::TopicAlreadyExists,
+            format!("topic {:?} already exists", spec.name),
+        ));
+    }
+    let live = image.live_brokers();
+    let start = image.topics.len();
+    let assignment = assign_replicas(&live, spec.partitions, spec.replication_factor, start)
+        .map_err(|e| {
+            ErrorInfo::new(
+                ErrorCode::InvalidReplicationFactor,
+                format!("topic {}: {e}", spec.name),
+            )
+        })?;
+    if validate_only {
+        return Ok(());
+    }
+    let id = crate::metadata::new_topic_id();
+    let command = Command::CreateTopic {
+        name: spec.name.clone(),
+        id: id.clone(),
+        internal: spec.internal,
+        configs: spec.configs.iter().cloned().collect(),
+        assignment,
+    };
+    if let Some(e) = outcome_error(state.cluster.propose(command).await?) {
+        return Err(e);
+    }
+    let registry = state.registry.clone();
+    let name = spec.name.clone();
+    let applied = tokio::time::timeout(APPLY_WAIT_MAX, async {
+        loop {
+            if registry.topic(&name).is_some_and(|t| t.id == id) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    if applied.is_err() {
+        tracing::warn!(topic = %spec.name, "topic committed but not yet created on this broker");
+    }
+    Ok(())
+}
+
+/// Deletes a topic through the quorum.
+pub async fn delete_topic(state: &Arc<BrokerState>, name: String) -> Result<(), ErrorInfo> {
+    ready(state).await?;
+    if let Some(e) = outcome_error(
+        state
+            .cluster
+            .propose(Command::DeleteTopic { name: name.clone() })
+            .await?,
+    ) {
+        return Err(e);
+    }
+    let registry = state.registry.clone();
+    let _ = tokio::time::timeout(APPLY_WAIT_MAX, async {
+        while registry.topic(&name).is_some() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    Ok(())
+}
+
+/// Alters a topic's configs through the quorum (validated here first).
+pub async fn alter_configs(
+    state: &Arc<BrokerState>,
+    req: AlterConfigsRequest,
+) -> Result<(), ErrorInfo> {
+    let registry = state.registry.clone();
+    let check = req.clone();
+    tokio::task::spawn_blocking(move || {
+        registry.alter_configs(&check.topic, &check.set, &check.delete, true)
+    })
+    .await
+    .map_err(|e| ErrorInfo::new(ErrorCode::InternalError, e.to_string()))??;
+    if req.validate_only {
+        return Ok(());
+    }
+    ready(state).await?;
+    let image = state.cluster.image();
+    let Some(t) = image.topics.get(&req.topic) else {
+        return Err(ErrorInfo::new(
+            ErrorCode::UnknownTopicOrPartition,
+            format!("topic {:?} does not exist", req.topic),
+        ));
+    };
+    let mut configs: BTreeMap<String, String> = t.configs.clone();
+    for k in &req.delete {
+        configs.remove(k);
+    }
+    for (k, v) in &req.set {
+        configs.insert(k.clone(), v.clone());
+    }
+    let command = Command::SetTopicConfigs {
+        name: req.topic.clone(),
+        configs: configs.clone(),
+    };
+    if let Some(e) = outcome_error(state.cluster.propose(command).await?) {
+        return Err(e);
+    }
+    let topic = req.topic.clone();
+    let registry = state.registry.clone();
+    let _ = tokio::time::timeout(APPLY_WAIT_MAX, async {
+        while registry
+            .topic(&topic)
+            .is_some_and(|t| *t.overrides.lock() != configs)
+        {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    Ok(())
+}
+
+/// The brokers of the cluster as Metadata lists them, and the controller.
+pub fn brokers(state: &BrokerState) -> (Vec<BrokerInfo>, Option<i32>) {
+    let image = state.cluster.image();
+    let mut brokers: Vec<BrokerInfo> = image
+        .brokers
+        .values()
+        .map(|b| BrokerInfo {
+            id: b.id,
+            addr: b.addr.clone(),
+            rack: None,
+            alive: !b.fenced,
+        })
+        .collect();
+    if !image.brokers.contains_key(&state.config.id) {
+        brokers.push(BrokerInfo {
+            id: state.config.id,
+            addr: state.advertised.clone(),
+            rack: None,
+            alive: true,
+        });
+        brokers.sort_by_key(|b| b.id);
+    }
+    (brokers, state.cluster.controller())
+}
+
+/// KIP-101 on the leader: where the asked epoch ends in its log.
+pub fn offset_for_leader_epoch(
+    state: &BrokerState,
+    req: OffsetForLeaderEpochRequest,
+) -> Result<OffsetForLeaderEpochResponse, ErrorInfo> {
+    let p = state.registry.partition(&req.topic, req.partition)?;
+    if !p.is_leader() {
+        return Err(p.not_leader_error());
+    }
+    if req.current_leader_epoch != p.leader_epoch() {
+        return Err(ErrorInfo::new(
+            if req.current_leader_epoch < p.leader_epoch() {
+                ErrorCode::FencedLeaderEpoch
+            } else {
+                ErrorCode::UnknownLeaderEpoch
+            },
+            format!(
+                "partition {}-{}: epoch {} asked, leader is at {}",
+                req.topic,
+                req.partition,
+                req.current_leader_epoch,
+                p.leader_epoch()
+            ),
+        ));
+    }
+    Ok(match p.end_offset_for_epoch(req.leader_epoch)? {
+        Some((epoch, end)) => OffsetForLeaderEpochResponse {
+            leader_epoch: Some(epoch),
+            end_offset: end,
+        },
+        None => OffsetForLeaderEpochResponse {
+            leader_epoch: None,
+            end_offset: Offset(0),
+        },
+    })
+}
+
+/// AlterPartition from a leader (forwarded to the quorum).
+pub async fn alter_partition(
+    state: &BrokerState,
+    req: AlterPartitionRequest,
+) -> Result<AlterPartitionResponse, ErrorInfo> {
+    let command = Command::AlterIsr {
+        broker_id: req.broker_id,
+        topic: req.topic.clone(),
+        partition: req.partition,
+        leader_epoch: req.leader_epoch,
+        new_isr: req.new_isr.clone(),
+    };
+    if let Some(e) = outcome_error(state.cluster.propose(command).await?) {
+        return Err(e);
+    }
+    Ok(AlterPartitionResponse { isr: req.new_isr })
+}
+
+/// ElectLeaders: the preferred-leader election, by command.
+pub async fn elect_leaders(
+    state: &BrokerState,
+    req: ElectLeadersRequest,
+) -> Result<ElectLeadersResponse, ErrorInfo> {
+    match state
+        .cluster
+        .propose(Command::ElectPreferred { topics: req.topics })
+        .await?
+    {
+        Outcome::Moved(moved) => Ok(ElectLeadersResponse { moved }),
+        Outcome::Done => Ok(ElectLeadersResponse { moved: Vec::new() }),
+        Outcome::Refused { code, message } => Err(ErrorInfo::new(code, message)),
+    }
+}
+
+/// Before a produce: this broker must lead the partition, and for acks=all the
+/// ISR must hold at least `min.insync.replicas` members.
+pub fn check_produce(
+    state: &BrokerState,
+    p: &crate::partition::Partition,
+    acks: Acks,
+) -> Result<(), ErrorInfo> {
+    if !p.is_leader() {
+        return Err(p.not_leader_error());
+    }
+    if acks == Acks::All {
+        let (min_isr, _) = super::replication::topic_replication_settings(state, p.topic());
+        let isr = p.isr();
+        if isr.len() < min_isr {
+            return Err(ErrorInfo::new(
+                ErrorCode::NotEnoughReplicas,
+                format!(
+                    "partition {}-{}: the ISR {isr:?} has {} member(s), fewer than min.insync.replicas={min_isr}; \
+                     the write was refused (bring replicas back, or use acks=1)",
+                    p.topic(),
+                    p.index(),
+                    isr.len()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// acks=all: waits until the high watermark reaches `end` (every ISR member
+/// has the batches below it), bounded by `wait`.
+pub async fn wait_replicated(
+    state: &BrokerState,
+    p: &crate::partition::Partition,
+    end: Offset,
+    wait: Duration,
+) -> Result<(), ErrorInfo> {
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        let moved = p.hw_moved();
+        tokio::pin!(moved);
+        moved.as_mut().enable();
+        if p.high_watermark() >= end {
+            return Ok(());
+        }
+        if !p.is_leader() {
+            return Err(p.not_leader_error());
+        }
+        tokio::select! {
+            _ = moved => {}
+            _ = tokio::time::sleep_until(deadline) => {
+                return Err(ErrorInfo::new(
+                    ErrorCode::RequestTimedOut,
+                    format!(
+                        "partition {}-{}: records below offset {end} were written on the leader but not replicated to every \
+                         in-sync replica {:?} within {wait:?}; it may still commit",
+                        p.topic(), p.index(), p.isr()
+                    ),
+                ));
+            }
+            _ = state.shutdown.cancelled() => {
+                return Err(ErrorInfo::new(ErrorCode::BrokerNotAvailable, "the broker is shutting down"));
+            }
+        }
+    }
+}

@@ -1,0 +1,600 @@
+//! The cluster metadata image and the commands that change it: the state
+//! machine replicated by the Raft quorum.
+//!
+//! Plain data and a pure `apply(command) -> outcome`: no clock, no I/O, no
+//! randomness, so every broker that applies the same committed commands in the
+//! same order holds the same image, and the rules are unit-tested without a
+//! runtime.
+//!
+//! Invariants, asserted where established:
+//! - a partition's leader, when it has one, is in its ISR, and the ISR is a
+//!   subset of its replicas;
+//! - a partition's leader epoch only grows, by one on every leader change;
+//! - unclean leader election (a leader from outside the ISR) happens only when the
+//!   topic sets `unclean.leader.election.enable=true`.
+
+use rill_proto::LeaderEpoch;
+use rill_proto::wire::ErrorCode;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// The topic config that allows a leader from outside the ISR.
+pub const UNCLEAN_ELECTION_CONFIG: &str = "unclean.leader.election.enable";
+/// The topic config: fewest ISR members for an acks=all write.
+pub const MIN_INSYNC_REPLICAS_CONFIG: &str = "min.insync.replicas";
+/// The topic config: how long a follower may lag before it leaves the ISR.
+pub const REPLICA_LAG_TIME_MAX_MS_CONFIG: &str = "replica.lag.time.max.ms";
+
+/// One broker as the quorum knows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BrokerRecord {
+    pub id: i32,
+    pub addr: String,
+    /// Set by the controller when the broker's session lapsed; cleared when it
+    /// heartbeats again.
+    pub fenced: bool,
+}
+
+/// One partition's assignment and leadership.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionState {
+    /// Assigned replicas; the first is the preferred leader.
+    pub replicas: Vec<i32>,
+    /// `None`: offline (no eligible leader).
+    pub leader: Option<i32>,
+    pub leader_epoch: LeaderEpoch,
+    pub isr: Vec<i32>,
+}
+
+impl PartitionState {
+    fn check(&self) {
+        if let Some(l) = self.leader {
+            assert!(
+                self.isr.contains(&l),
+                "leader {l} not in ISR {:?}",
+                self.isr
+            );
+        }
+        assert!(
+            self.isr.iter().all(|b| self.replicas.contains(b)),
+            "ISR {:?} not within replicas {:?}",
+            self.isr,
+            self.replicas
+        );
+    }
+}
+
+/// One topic in the image.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicState {
+    pub name: String,
+    pub id: String,
+    pub internal: bool,
+    pub configs: BTreeMap<String, String>,
+    pub partitions: Vec<PartitionState>,
+}
+
+impl TopicState {
+    fn unclean_allowed(&self) -> bool {
+        self.configs
+            .get(UNCLEAN_ELECTION_CONFIG)
+            .is_some_and(|v| v == "true")
+    }
+}
+
+/// Everything the quorum agrees on.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MetadataImage {
+    pub cluster_id: String,
+    pub brokers: BTreeMap<i32, BrokerRecord>,
+    pub topics: BTreeMap<String, TopicState>,
+}
+
+/// A change to the image, as committed to the quorum log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Command {
+    /// The first command of a cluster: its id (kept if already set).
+    SetClusterId {
+        cluster_id: String,
+    },
+    /// A broker (re)registers its address; it starts unfenced.
+    RegisterBroker {
+        id: i32,
+        addr: String,
+    },
+    CreateTopic {
+        name: String,
+        id: String,
+        internal: bool,
+        configs: BTreeMap<String, String>,
+        /// Replicas of each partition, preferred leader first.
+        assignment: Vec<Vec<i32>>,
+    },
+    DeleteTopic {
+        name: String,
+    },
+    SetTopicConfigs {
+        name: String,
+        configs: BTreeMap<String, String>,
+    },
+    /// The controller saw the broker's session lapse: it leads nothing more and
+    /// leaves every ISR it can leave.
+    FenceBroker {
+        id: i32,
+    },
+    /// The broker heartbeats again: it may lead offline partitions it is in the ISR of.
+    UnfenceBroker {
+        id: i32,
+    },
+    /// A leader changes its partition's ISR (shrink or expand).
+    AlterIsr {
+        broker_id: i32,
+        topic: String,
+        partition: u32,
+        leader_epoch: LeaderEpoch,
+        new_isr: Vec<i32>,
+    },
+    /// Moves leadership back to the preferred replica where it is in the ISR.
+    ElectPreferred {
+        topics: Option<Vec<String>>,
+    },
+}
+
+/// What applying a command did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Outcome {
+    Done,
+    /// Partitions whose leader changed (`topic-partition`).
+    Moved(Vec<String>),
+    Refused {
+        code: ErrorCode,
+        message: String,
+    },
+}
+
+fn refused(code: ErrorCode, message: String) -> Outcome {
+    Outcome::Refused { code, message }
+}
+
+/// Spreads `partitions` x `replication_factor` replicas over `live` brokers
+/// (sorted), round-robin from `start` as Kafka does: partition p gets brokers
+/// `start+p, start+p+1, ...`, so leaders (the first replica) spread too.
+pub fn assign_replicas(
+    live: &[i32],
+    partitions: u32,
+    replication_factor: u16,
+    start: usize,
+) -> Result<Vec<Vec<i32>>, String> {
+    let rf = replication_factor as usize;
+    if rf == 0 {
+        return Err("replication factor must be at least 1".into());
+    }
+    if rf > live.len() {
+        return Err(format!(
+            "replication factor {rf} is larger than the {} live broker(s) {live:?}; \
+             start more brokers or lower --replication-factor",
+            live.len()
+        ));
+    }
+    Ok((0..partitions as usize)
+        .map(|p| {
+            (0..rf)
+                .map(|j| live[(start + p + j) % live.len()])
+                .collect()
+        })
+        .collect())
+}
+
+impl MetadataImage {
+    /// Brokers not fenced, ascending.
+    pub fn live_brokers(&self) -> Vec<i32> {
+        self.brokers
+            .values()
+            .filter(|b| !b.fenced)
+            .map(|b| b.id)
+            .collect()
+    }
+
+    fn alive(&self, id: i32) -> bool {
+        self.brokers.get(&id).is_some_and(|b| !b.fenced)
+    }
+
+    /// Applies one committed command. Deterministic.
+    pub fn apply(&mut self, command: &Command) -> Outcome {
+        let outcome = self.apply_inner(command);
+        for t in self.topics.values() {
+            for p in &t.partitions {
+                p.check();
+            }
+        }
+        outcome
+    }
+
+    fn apply_inner(&mut self, command: &Command) -> Outcome {
+        match command {
+            Command::SetClusterId { cluster_id } => {
+                if self.cluster_id.is_empty() {
+                    self.cluster_id = cluster_id.clone();
+                }
+                Outcome::Done
+            }
+            Command::RegisterBroker { id, addr } => {
+                self.brokers.insert(
+                    *id,
+                    BrokerRecord {
+                        id: *id,
+                        addr: addr.clone(),
+                        fenced: false,
+                    },
+                );
+                Outcome::Moved(self.elect_offline(*id))
+            }
+            Command::CreateTopic {
+                name,
+                id,
+                internal,
+                configs,
+                assignment,
+            } => {
+                if self.topics.contains_key(name) {
+                    return refused(
+                        ErrorCode::TopicAlreadyExists,
+                        format!("topic {name:?} already exists"),
+                    );
+                }
+                if let Some(b) = assignment
+                    .iter()
+                    .flatten()
+                    .find(|b| !self.brokers.contains_key(b))
+                {
+                    return refused(
+                        ErrorCode::InvalidReplicationFactor,
+                        format!("topic {name}: replica {b} is not a registered broker"),
+                    );
+                }
+                let partitions = assignment
+                    .iter()
+                    .map(|replicas| {
+                        let isr: Vec<i32> = replicas
+                            .iter()
+                            .copied()
+                            .filter(|b| self.alive(*b))
+                            .collect();
+                        PartitionState {
+                            replicas: replicas.clone(),
+                            leader: isr.first().copied(),
+                            leader_epoch: LeaderEpoch(0),
+                            isr: if isr.is_empty() {
+                                replicas.clone()
+                            } else {
+                                isr
+                            },
+                        }
+                    })
+                    .collect();
+                self.topics.insert(
+                    name.clone(),
+                    TopicState {
+                        name: name.clone(),
+                        id: id.clone(),
+                        internal: *internal,
+                        configs: configs.clone(),
+                        partitions,
+                    },
+                );
+                Outcome::Done
+            }
+            Command::DeleteTopic { name } => match self.topics.remove(name) {
+                Some(_) => Outcome::Done,
+                None => refused(
+                    ErrorCode::UnknownTopicOrPartition,
+                    format!("topic {name:?} does not exist"),
+                ),
+            },
+            Command::SetTopicConfigs { name, configs } => match self.topics.get_mut(name) {
+                Some(t) => {
+                    t.configs = configs.clone();
+                    Outcome::Done
+                }
+                None => refused(
+                    ErrorCode::UnknownTopicOrPartition,
+                    format!("topic {name:?} does not exist"),
+                ),
+            },
+            Command::FenceBroker { id } => {
+                let Some(b) = self.brokers.get_mut(id) else {
+                    return Outcome::Done;
+                };
+                b.fenced = true;
+                let mut moved = Vec::new();
+                let alive: Vec<i32> = self.live_brokers();
+                for t in self.topics.values_mut() {
+                    let unclean = t.unclean_allowed();
+                    for (i, p) in t.partitions.iter_mut().enumerate() {
+                        if !p.replicas.contains(id) {
+                            continue;
+                        }
+                        let was_leader = p.leader == Some(*id);
+                        // Leave the ISR unless it is the last member (then it
+                        // stays: it alone holds every committed record).
+                        if p.isr.len() > 1 {
+                            p.isr.retain(|b| b != id);
+                        }
+                        if was_leader {
+                            let next = p.isr.iter().copied().find(|b| b != id && alive.contains(b));
+                            let next = match next {
+                                Some(n) => Some(n),
+                                None if unclean => {
+                                    p.replicas.iter().copied().find(|b| alive.contains(b))
+                                }
+                                None => None,
+                            };
+                            if let Some(n) = next
+                                && !p.isr.contains(&n)
+                            {
+                                // Unclean: the new leader's log becomes the truth.
+                                p.isr = vec![n];
+                            }
+                            p.leader = next;
+                            p.leader_epoch = LeaderEpoch(p.leader_epoch.0 + 1);
+                            moved.push(format!("{}-{i}", t.name));
+                        }
+                    }
+                }
+                Outcome::Moved(moved)
+            }
+            Command::UnfenceBroker { id } => {
+                let Some(b) = self.brokers.get_mut(id) else {
+                    return Outcome::Done;
+                };
+                b.fenced = false;
+                Outcome::Moved(self.elect_offline(*id))
+            }
+            Command::AlterIsr {
+                broker_id,
+                topic,
+                partition,
+                leader_epoch,
+                new_isr,
+            } => {
+                let alive: Vec<i32> = self.live_brokers();
+                let Some(p) = self
+                    .topics
+                    .get_mut(topic)
+                    .and_then(|t| t.partitions.get_mut(*partition as usize))
+                else {
+                    return refused(
+                        ErrorCode::UnknownTopicOrPartition,
+                        format!("partition {topic}-{partition} does not exist"),
+                    );
+                };
+                if p.leader != Some(*broker_id) || p.leader_epoch != *leader_epoch {
+                    return refused(
+                        ErrorCode::FencedLeaderEpoch,
+                        format!(
+                            "partition {topic}-{partition}: broker {broker_id} at epoch {leader_epoch} \
+                             is not the leader (leader {:?}, epoch {})",
+                            p.leader, p.leader_epoch
+                        ),
+                    );
+                }
+                if !new_isr.contains(broker_id)
+                    || new_isr.iter().any(|b| !p.replicas.contains(b))
+                    || new_isr
+                        .iter()
+                        .any(|b| !p.isr.contains(b) && !alive.contains(b))
+                {
+                    return refused(
+                        ErrorCode::InvalidRequest,
+                        format!(
+                            "partition {topic}-{partition}: ISR {new_isr:?} must hold the leader and only live replicas of {:?}",
+                            p.replicas
+                        ),
+                    );
+                }
+                let mut isr = new_isr.clone();
+                isr.sort_unstable();
+                isr.dedup();
+                p.isr = isr;
+                Outcome::Done
+            }
+            Command::ElectPreferred { topics } => {
+                let alive: Vec<i32> = self.live_brokers();
+                let mut moved = Vec::new();
+                for t in self.topics.values_mut() {
+                    if topics.as_ref().is_some_and(|ts| !ts.contains(&t.name)) {
+                        continue;
+                    }
+                    for (i, p) in t.partitions.iter_mut().enumerate() {
+                        let preferred = p.replicas[0];
+                        if p.leader != Some(preferred)
+                            && p.isr.contains(&preferred)
+                            && alive.contains(&preferred)
+                        {
+                            p.leader = Some(preferred);
+                            p.leader_epoch = LeaderEpoch(p.leader_epoch.0 + 1);
+                            moved.push(format!("{}-{i}", t.name));
+                        }
+                    }
+                }
+                Outcome::Moved(moved)
+            }
+        }
+    }
+
+    /// Gives `id` the leadership of offline partitions whose ISR holds it.
+    fn elect_offline(&mut self, id: i32) -> Vec<String> {
+        let mut moved = Vec::new();
+        for t in self.topics.values_mut() {
+            for (i, p) in t.partitions.iter_mut().enumerate() {
+                if p.leader.is_none() && p.isr.contains(&id) {
+                    p.leader = Some(id);
+                    p.leader_epoch = LeaderEpoch(p.leader_epoch.0 + 1);
+                    moved.push(format!("{}-{i}", t.name));
+                }
+            }
+        }
+        moved
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn three() -> MetadataImage {
+        let mut m = MetadataImage::default();
+        for id in 0..3 {
+            m.apply(&Command::RegisterBroker {
+                id,
+                addr: format!("127.0.0.1:{}", 9092 + id),
+            });
+        }
+        m
+    }
+
+    fn create(m: &mut MetadataImage, name: &str, rf: u16, configs: &[(&str, &str)]) -> Outcome {
+        let assignment = assign_replicas(&m.live_brokers(), 1, rf, 0).unwrap();
+        m.apply(&Command::CreateTopic {
+            name: name.into(),
+            id: format!("id-{name}"),
+            internal: false,
+            configs: configs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            assignment,
+        })
+    }
+
+    #[test]
+    fn assignment_spreads_leaders_and_replicas() {
+        let a = assign_replicas(&[0, 1, 2], 3, 2, 0).unwrap();
+        assert_eq!(a, vec![vec![0, 1], vec![1, 2], vec![2, 0]]);
+        let e = assign_replicas(&[0, 1], 1, 3, 0).unwrap_err();
+        assert!(
+            e.contains("replication factor 3") && e.contains("2 live"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn fencing_the_leader_moves_leadership_within_the_isr_and_bumps_the_epoch() {
+        let mut m = three();
+        assert_eq!(create(&mut m, "t", 3, &[]), Outcome::Done);
+        let p = &m.topics["t"].partitions[0];
+        assert_eq!((p.leader, p.isr.clone()), (Some(0), vec![0, 1, 2]));
+        let out = m.apply(&Command::FenceBroker { id: 0 });
+        assert_eq!(out, Outcome::Moved(vec!["t-0".into()]));
+        let p = &m.topics["t"].partitions[0];
+        assert_eq!(p.leader, Some(1));
+        assert_eq!(p.leader_epoch, LeaderEpoch(1));
+        assert_eq!(p.isr, vec![1, 2]);
+        // The old leader comes back: it is not in the ISR, so it does not lead.
+        m.apply(&Command::UnfenceBroker { id: 0 });
+        assert_eq!(m.topics["t"].partitions[0].leader, Some(1));
+        // Its leader adds it back once it caught up; then the preferred election.
+        let out = m.apply(&Command::AlterIsr {
+            broker_id: 1,
+            topic: "t".into(),
+            partition: 0,
+            leader_epoch: LeaderEpoch(1),
+            new_isr: vec![0, 1, 2],
+        });
+        assert_eq!(out, Outcome::Done);
+        let out = m.apply(&Command::ElectPreferred { topics: None });
+        assert_eq!(out, Outcome::Moved(vec!["t-0".into()]));
+        let p = &m.topics["t"].partitions[0];
+        assert_eq!((p.leader, p.leader_epoch), (Some(0), LeaderEpoch(2)));
+    }
+
+    #[test]
+    fn last_isr_member_stays_and_partition_goes_offline_without_unclean_election() {
+        let mut m = three();
+        create(&mut m, "t", 2, &[]);
+        // ISR [0, 1]: fence 1 (follower) then 0 (leader).
+        m.apply(&Command::FenceBroker { id: 1 });
+        assert_eq!(m.topics["t"].partitions[0].isr, vec![0]);
+        m.apply(&Command::FenceBroker { id: 0 });
+        let p = &m.topics["t"].partitions[0];
+        assert_eq!((p.leader, p.isr.clone()), (None, vec![0]));
+        // Broker 1 returns: not in the ISR, so the partition stays offline.
+        m.apply(&Command::UnfenceBroker { id: 1 });
+        assert_eq!(m.topics["t"].partitions[0].leader, None);
+        // Broker 0 returns: it leads again, with a higher epoch.
+        m.apply(&Command::UnfenceBroker { id: 0 });
+        let p = &m.topics["t"].partitions[0];
+        assert_eq!((p.leader, p.leader_epoch), (Some(0), LeaderEpoch(2)));
+    }
+
+    #[test]
+    fn unclean_election_only_when_the_topic_asks() {
+        let mut m = three();
+        create(&mut m, "u", 2, &[(UNCLEAN_ELECTION_CONFIG, "true")]);
+        m.apply(&Command::FenceBroker { id: 1 });
+        m.apply(&Command::UnfenceBroker { id: 1 });
+        // ISR is [0]; 0 dies: 1 (out of sync) may lead because the topic allows it.
+        m.apply(&Command::FenceBroker { id: 0 });
+        let p = &m.topics["u"].partitions[0];
+        assert_eq!((p.leader, p.isr.clone()), (Some(1), vec![1]));
+    }
+
+    #[test]
+    fn alter_isr_is_fenced_by_leader_epoch_and_liveness() {
+        let mut m = three();
+        create(&mut m, "t", 3, &[]);
+        let stale = m.apply(&Command::AlterIsr {
+            broker_id: 0,
+            topic: "t".into(),
+            partition: 0,
+            leader_epoch: LeaderEpoch(7),
+            new_isr: vec![0],
+        });
+        assert!(matches!(
+            stale,
+            Outcome::Refused {
+                code: ErrorCode::FencedLeaderEpoch,
+                ..
+            }
+        ));
+        let shrink = m.apply(&Command::AlterIsr {
+            broker_id: 0,
+            topic: "t".into(),
+            partition: 0,
+            leader_epoch: LeaderEpoch(0),
+            new_isr: vec![0, 1],
+        });
+        assert_eq!(shrink, Outcome::Done);
+        m.apply(&Command::FenceBroker { id: 2 });
+        let expand_dead = m.apply(&Command::AlterIsr {
+            broker_id: 0,
+            topic: "t".into(),
+            partition: 0,
+            leader_epoch: LeaderEpoch(0),
+            new_isr: vec![0, 1, 2],
+        });
+        assert!(matches!(expand_dead, Outcome::Refused { .. }));
+        assert_eq!(m.topics["t"].partitions[0].isr, vec![0, 1]);
+    }
+
+    #[test]
+    fn create_refuses_duplicates_and_unknown_brokers() {
+        let mut m = three();
+        create(&mut m, "t", 1, &[]);
+        assert!(matches!(
+            create(&mut m, "t", 1, &[]),
+            Outcome::Refused {
+                code: ErrorCode::TopicAlreadyExists,
+                ..
+            }
+        ));
+        let out = m.apply(&Command::CreateTopic {
+            name: "x".into(),
+            id: "i".into(),
+            internal: false,
+            configs: BTreeMap::new(),
+            assignment: vec![vec![9]],
+        });
+        assert!(matches!(out, Outcome::Refused { .. }));
+    }
+}

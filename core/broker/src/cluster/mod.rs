@@ -1,0 +1,657 @@
+//! The cluster: this broker's membership in the metadata quorum, its sessions
+//! with the controller, and what it does when the committed metadata changes.
+//!
+//! - [`image`]: the metadata state machine (plain code, `apply(command)`).
+//! - [`raft`]: openraft storage (crash-safe files under `<data>/__meta/raft/`) and
+//!   the Raft RPCs over our QUIC protocol.
+//! - [`peers`]: QUIC connections to the other brokers.
+//!
+//! The controller is the quorum's Raft leader. Every broker heartbeats to it every
+//! `broker_heartbeat_interval_ms`; when a broker's session lapses
+//! (`broker_session_timeout_ms`), the controller commits `FenceBroker`, which moves
+//! each partition the broker led to a live ISR member with the leader epoch bumped.
+//! A fenced broker that heartbeats again is unfenced.
+//!
+//! Forming: with no `join` and no `peers`, a broker with no quorum state forms a
+//! one-broker cluster (and moves an existing `topics.toml` into it); `join` asks a
+//! running broker to add this one as a voter; `peers` is a fixed voter list that
+//! the lowest id initialises.
+
+pub mod api;
+pub mod image;
+pub mod peers;
+pub mod raft;
+pub mod reconcile;
+pub mod replication;
+
+use self::image::{Command, MetadataImage, Outcome};
+use self::peers::PeerLinks;
+use self::raft::{LogStore, MetaRaft, NodeId, QuorumNetwork, StateMachine, TypeConfig};
+use crate::config::BrokerConfig;
+use crate::error::BrokerError;
+use crate::metadata::TopicRecord;
+use openraft::BasicNode;
+use openraft::error::{ClientWriteError, RaftError};
+use parking_lot::Mutex;
+use rill_proto::wire::*;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// Longest a forwarded request to the controller may take.
+pub const CONTROLLER_CALL_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest a proposal waits for a quorum leader to appear.
+pub const LEADER_WAIT_MAX: Duration = Duration::from_secs(10);
+/// How often a joining broker retries its join.
+pub const JOIN_RETRY_INTERVAL: Duration = Duration::from_millis(500);
+
+/// Parses one `--peers` item, `ID@HOST:PORT`.
+pub fn parse_peer(s: &str) -> Result<(i32, String), String> {
+    let (id, addr) = s
+        .split_once('@')
+        .ok_or_else(|| format!("peer {s:?} is not ID@HOST:PORT (e.g. 0@127.0.0.1:9092)"))?;
+    let id: i32 = id
+        .parse()
+        .map_err(|_| format!("peer {s:?}: id {id:?} is not a number"))?;
+    if id < 0 || !addr.contains(':') {
+        return Err(format!("peer {s:?} is not ID@HOST:PORT with ID >= 0"));
+    }
+    Ok((id, addr.to_string()))
+}
+
+fn err(code: ErrorCode, message: impl Into<String>) -> ErrorInfo {
+    ErrorInfo::new(code, message)
+}
+
+/// The controller's view of broker sessions (in memory, as in KRaft).
+#[derive(Debug, Default)]
+struct Sessions {
+    /// When this broker became controller (every session counts from then).
+    since: Option<Instant>,
+    last_seen: HashMap<i32, Instant>,
+}
+
+/// This broker's cluster membership.
+pub struct Cluster {
+    pub broker_id: i32,
+    pub addr: String,
+    raft: MetaRaft,
+    image: watch::Receiver<Arc<MetadataImage>>,
+    pub links: Arc<PeerLinks>,
+    sessions: Mutex<Sessions>,
+    session_timeout: Duration,
+    heartbeat_interval: Duration,
+    /// Set once this broker registered and (on a fresh cluster) moved its old topics in.
+    ready: watch::Sender<bool>,
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster")
+            .field("broker_id", &self.broker_id)
+            .field("addr", &self.addr)
+            .field("controller", &self.controller())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Cluster {
+    /// Opens the quorum state and starts the Raft node; forms, joins or rejoins
+    /// the cluster in the background (tasks in `tracker`, stopped by `shutdown`).
+    pub async fn start(
+        config: &BrokerConfig,
+        addr: String,
+        local_topics: Vec<TopicRecord>,
+        cluster_id: String,
+        tracker: &TaskTracker,
+        shutdown: CancellationToken,
+    ) -> Result<Arc<Cluster>, BrokerError> {
+        let dir = config
+            .data_dir
+            .join(crate::metadata::META_DIR)
+            .join(raft::RAFT_DIR);
+        let data_err = |action: &'static str| {
+            let path = dir.clone();
+            move |source: std::io::Error| BrokerError::DataDir {
+                action,
+                path,
+                source,
+            }
+        };
+        let log = LogStore::open(&dir).map_err(data_err("open the metadata quorum log"))?;
+        let (sm, image) =
+            StateMachine::open(&dir).map_err(data_err("open the metadata snapshot"))?;
+        let tls = crate::client_tls(config);
+        let links = PeerLinks::new(&tls).map_err(BrokerError::Tls)?;
+        let raft_config = openraft::Config {
+            cluster_name: "rill".into(),
+            heartbeat_interval: 100,
+            election_timeout_min: 500,
+            election_timeout_max: 1000,
+            snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(500),
+            max_in_snapshot_log_to_keep: 100,
+            ..Default::default()
+        }
+        .validate()
+        .map_err(|e| BrokerError::Task(format!("Raft config: {e}")))?;
+        let network = QuorumNetwork {
+            self_id: config.id,
+            links: links.clone(),
+        };
+        let raft = openraft::Raft::<TypeConfig>::new(
+            config.id as NodeId,
+            Arc::new(raft_config),
+            network,
+            log,
+            sm,
+        )
+        .await
+        .map_err(|e| BrokerError::Task(format!("could not start the metadata quorum: {e}")))?;
+        let (ready, _) = watch::channel(false);
+        let cluster = Arc::new(Cluster {
+            broker_id: config.id,
+            addr,
+            raft,
+            image,
+            links,
+            sessions: Mutex::new(Sessions::default()),
+            session_timeout: Duration::from_millis(config.broker_session_timeout_ms),
+            heartbeat_interval: Duration::from_millis(config.broker_heartbeat_interval_ms),
+            ready,
+        });
+        let initialized = cluster
+            .raft
+            .is_initialized()
+            .await
+            .map_err(|e| BrokerError::Task(e.to_string()))?;
+        let mut fresh = false;
+        if !initialized {
+            let peers: Vec<(i32, String)> = config
+                .peers
+                .iter()
+                .map(|p| parse_peer(p))
+                .collect::<Result<_, _>>()
+                .map_err(|reason| BrokerError::ConfigInvalid {
+                    key: "peers".into(),
+                    reason,
+                })?;
+            if !peers.is_empty() {
+                if peers.iter().map(|p| p.0).min() == Some(config.id) {
+                    let members: BTreeMap<NodeId, BasicNode> = peers
+                        .iter()
+                        .map(|(id, a)| (*id as NodeId, BasicNode::new(a)))
+                        .collect();
+                    cluster.initialize(members).await?;
+                    fresh = true;
+                }
+            } else if let Some(join) = &config.join {
+                let c = cluster.clone();
+                let join = join.clone();
+                let stop = shutdown.clone();
+                tracker.spawn(async move { c.join_loop(join, stop).await });
+            } else {
+                let mut members = BTreeMap::new();
+                members.insert(config.id as NodeId, BasicNode::new(&cluster.addr));
+                cluster.initialize(members).await?;
+                fresh = true;
+            }
+        }
+        let migrate = if fresh { local_topics } else { Vec::new() };
+        let c = cluster.clone();
+        let stop = shutdown.clone();
+        tracker.spawn(async move { c.register(cluster_id, migrate, stop).await });
+        let c = cluster.clone();
+        let stop = shutdown.clone();
+        tracker.spawn(async move { c.heartbeat_loop(stop).await });
+        let c = cluster.clone();
+        let stop = shutdown.clone();
+        let imbalance = Duration::from_millis(config.leader_imbalance_check_interval_ms);
+        tracker.spawn(async move { c.controller_loop(imbalance, stop).await });
+        Ok(cluster)
+    }
+
+    async fn initialize(&self, members: BTreeMap<NodeId, BasicNode>) -> Result<(), BrokerError> {
+        match self.raft.initialize(members).await {
+            Ok(()) => Ok(()),
+            Err(RaftError::APIError(e)) => {
+                tracing::debug!(error = %e, "quorum already initialised");
+                Ok(())
+            }
+            Err(e) => Err(BrokerError::Task(format!(
+                "could not initialise the metadata quorum: {e}"
+            ))),
+        }
+    }
+
+    /// Stops the Raft node and the peer connections.
+    pub async fn shutdown(&self) {
+        let _ = self.raft.shutdown().await;
+        self.links.close();
+    }
+
+    /// Whether the quorum is this broker alone (a single-broker cluster): then it
+    /// leads its partitions from the start, before the image is re-applied.
+    pub fn is_solo(&self) -> bool {
+        let metrics = self.raft.metrics();
+        let m = metrics.borrow();
+        let voters: Vec<NodeId> = m.membership_config.membership().voter_ids().collect();
+        voters == [self.broker_id as NodeId]
+    }
+
+    /// The committed metadata image.
+    pub fn image(&self) -> Arc<MetadataImage> {
+        self.image.borrow().clone()
+    }
+
+    /// A receiver that sees every new image.
+    pub fn watch_image(&self) -> watch::Receiver<Arc<MetadataImage>> {
+        self.image.clone()
+    }
+
+    /// Resolves once this broker has registered (and migrated old topics).
+    pub async fn wait_ready(&self) {
+        let mut rx = self.ready.subscribe();
+        let _ = rx.wait_for(|r| *r).await;
+    }
+
+    pub fn is_ready(&self) -> bool {
+        *self.ready.borrow()
+    }
+
+    /// The controller (quorum leader), if one is known.
+    pub fn controller(&self) -> Option<i32> {
+        self.raft
+            .metrics()
+            .borrow()
+            .current_leader
+            .map(|l| l as i32)
+    }
+
+    fn is_controller(&self) -> bool {
+        self.controller() == Some(self.broker_id)
+    }
+
+    /// The address of a quorum member.
+    fn member_addr(&self, id: i32) -> Option<String> {
+        let metrics = self.raft.metrics();
+        let m = metrics.borrow();
+        m.membership_config
+            .membership()
+            .get_node(&(id as NodeId))
+            .map(|n| n.addr.clone())
+    }
+
+    async fn controller_addr(&self) -> Result<(i32, String), ErrorInfo> {
+        let deadline = Instant::now() + LEADER_WAIT_MAX;
+        loop {
+            if let Some(l) = self.controller()
+                && let Some(addr) = self.member_addr(l)
+            {
+                return Ok((l, addr));
+            }
+            if Instant::now() >= deadline {
+                return Err(err(
+                    ErrorCode::ClusterNotReady,
+                    format!(
+                        "broker {}: the metadata quorum has no leader after {LEADER_WAIT_MAX:?}: \
+                         are a majority of the brokers up?",
+                        self.broker_id
+                    ),
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Commits a metadata command (here if this broker is the controller, else
+    /// through the controller) and returns its outcome once applied there.
+    pub async fn propose(&self, command: Command) -> Result<Outcome, ErrorInfo> {
+        let (leader, addr) = self.controller_addr().await?;
+        if leader == self.broker_id {
+            return self.propose_local(command).await;
+        }
+        let bytes = serde_json::to_vec(&command)
+            .map_err(|e| err(ErrorCode::InternalError, e.to_string()))?;
+        let (resp, _) = self
+            .links
+            .call(
+                &addr,
+                &MetadataWriteRequest { command: bytes },
+                CONTROLLER_CALL_TIMEOUT,
+            )
+            .await
+            .map_err(|e| match e {
+                peers::PeerError::Remote { info, .. } => info,
+                other => err(
+                    ErrorCode::ClusterNotReady,
+                    format!("controller {leader}: {other}"),
+                ),
+            })?;
+        serde_json::from_slice(&resp.outcome).map_err(|e| {
+            err(
+                ErrorCode::InternalError,
+                format!("undecodable outcome: {e}"),
+            )
+        })
+    }
+
+    async fn propose_local(&self, command: Command) -> Result<Outcome, ErrorInfo> {
+        match self.raft.client_write(command).await {
+            Ok(resp) => Ok(resp.data),
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => Err(err(
+                ErrorCode::NotController,
+                format!(
+                    "broker {} is no longer the controller (now {:?}); retry",
+                    self.broker_id, f.leader_id
+                ),
+            )),
+            Err(e) => Err(err(
+                ErrorCode::ClusterNotReady,
+                format!("the metadata quorum could not commit: {e}"),
+            )),
+        }
+    }
+
+    /// Waits until the local image satisfies `f` (bounded).
+    pub async fn wait_image(&self, within: Duration, f: impl Fn(&MetadataImage) -> bool) -> bool {
+        let mut rx = self.image.clone();
+        tokio::time::timeout(within, rx.wait_for(|i| f(i)))
+            .await
+            .is_ok_and(|r| r.is_ok())
+    }
+
+    // ------------------------------------------------------------ request handlers
+
+    /// `RaftRpc`: a Raft message from a peer.
+    pub async fn handle_raft_rpc(&self, req: RaftRpcRequest) -> Result<RaftRpcResponse, ErrorInfo> {
+        if req.to != self.broker_id {
+            return Err(err(
+                ErrorCode::InvalidRequest,
+                format!(
+                    "Raft RPC from broker {} meant for broker {} reached broker {}: check the peer addresses",
+                    req.from, req.to, self.broker_id
+                ),
+            ));
+        }
+        raft::serve_rpc(&self.raft, &req)
+            .await
+            .map(|body| RaftRpcResponse { body })
+            .map_err(|e| err(ErrorCode::InvalidRequest, e))
+    }
+
+    /// `MetadataWrite`: a command forwarded by another broker.
+    pub async fn handle_metadata_write(
+        &self,
+        req: MetadataWriteRequest,
+    ) -> Result<MetadataWriteResponse, ErrorInfo> {
+        let command: Command = serde_json::from_slice(&req.command).map_err(|e| {
+            err(
+                ErrorCode::InvalidRequest,
+                format!("undecodable command: {e}"),
+            )
+        })?;
+        let outcome = self.propose_local(command).await?;
+        Ok(MetadataWriteResponse {
+            outcome: serde_json::to_vec(&outcome)
+                .map_err(|e| err(ErrorCode::InternalError, e.to_string()))?,
+        })
+    }
+
+    /// `JoinCluster`: adds a broker to the quorum as a voter (on the controller;
+    /// other brokers forward).
+    pub async fn handle_join(
+        &self,
+        req: JoinClusterRequest,
+    ) -> Result<JoinClusterResponse, ErrorInfo> {
+        let (leader, addr) = self.controller_addr().await?;
+        if leader != self.broker_id {
+            let (resp, _) = self
+                .links
+                .call(&addr, &req, CONTROLLER_CALL_TIMEOUT * 2)
+                .await
+                .map_err(|e| match e {
+                    peers::PeerError::Remote { info, .. } => info,
+                    other => err(ErrorCode::ClusterNotReady, other.to_string()),
+                })?;
+            return Ok(resp);
+        }
+        let id = req.broker_id as NodeId;
+        let voters: BTreeSet<NodeId> = self
+            .raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .voter_ids()
+            .collect();
+        let change_err = |e: RaftError<NodeId, ClientWriteError<NodeId, BasicNode>>| {
+            err(
+                ErrorCode::ClusterNotReady,
+                format!("could not add broker {id}: {e}"),
+            )
+        };
+        if !voters.contains(&id) {
+            self.raft
+                .add_learner(id, BasicNode::new(&req.addr), true)
+                .await
+                .map_err(change_err)?;
+            let mut all = voters.clone();
+            all.insert(id);
+            self.raft
+                .change_membership(all, false)
+                .await
+                .map_err(change_err)?;
+            tracing::info!(broker = req.broker_id, addr = %req.addr, "broker joined the metadata quorum");
+        }
+        let voters = self
+            .raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .voter_ids()
+            .map(|v| v as i32)
+            .collect();
+        Ok(JoinClusterResponse {
+            cluster_id: self.image().cluster_id.clone(),
+            voters,
+        })
+    }
+
+    /// `BrokerHeartbeat`: renews a broker's session (controller only).
+    pub fn handle_heartbeat(
+        &self,
+        req: BrokerHeartbeatRequest,
+    ) -> Result<BrokerHeartbeatResponse, ErrorInfo> {
+        if !self.is_controller() {
+            return Err(err(
+                ErrorCode::NotController,
+                format!(
+                    "broker {} is not the controller (it is {:?})",
+                    self.broker_id,
+                    self.controller()
+                ),
+            ));
+        }
+        self.sessions
+            .lock()
+            .last_seen
+            .insert(req.broker_id, Instant::now());
+        let alive = self
+            .image()
+            .brokers
+            .get(&req.broker_id)
+            .is_some_and(|b| !b.fenced);
+        Ok(BrokerHeartbeatResponse { alive })
+    }
+
+    // ------------------------------------------------------------ background tasks
+
+    async fn join_loop(self: Arc<Self>, join: String, stop: CancellationToken) {
+        let req = JoinClusterRequest {
+            broker_id: self.broker_id,
+            addr: self.addr.clone(),
+        };
+        loop {
+            if stop.is_cancelled() {
+                return;
+            }
+            match self
+                .links
+                .call(&join, &req, CONTROLLER_CALL_TIMEOUT * 3)
+                .await
+            {
+                Ok((resp, _)) => {
+                    tracing::info!(via = %join, voters = ?resp.voters, "joined the cluster");
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(via = %join, error = %e, "could not join the cluster yet; retrying")
+                }
+            }
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(JOIN_RETRY_INTERVAL) => {}
+            }
+        }
+    }
+
+    /// Registers this broker (address, unfenced), sets the cluster id on a new
+    /// cluster and moves the topics of an old single broker into the quorum.
+    async fn register(
+        self: Arc<Self>,
+        cluster_id: String,
+        migrate: Vec<TopicRecord>,
+        stop: CancellationToken,
+    ) {
+        let mut commands = vec![Command::RegisterBroker {
+            id: self.broker_id,
+            addr: self.addr.clone(),
+        }];
+        if !migrate.is_empty() || self.image().cluster_id.is_empty() {
+            commands.insert(0, Command::SetClusterId { cluster_id });
+        }
+        for t in migrate {
+            tracing::info!(topic = %t.name, "moving topic from topics.toml into the metadata quorum");
+            commands.push(Command::CreateTopic {
+                assignment: vec![vec![self.broker_id]; t.partitions as usize],
+                name: t.name,
+                id: t.id,
+                internal: t.internal,
+                configs: t.configs,
+            });
+        }
+        for command in commands {
+            loop {
+                if stop.is_cancelled() {
+                    return;
+                }
+                match self.propose(command.clone()).await {
+                    Ok(_) => break,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "registration with the quorum not yet possible; retrying");
+                        tokio::select! {
+                            _ = stop.cancelled() => return,
+                            _ = tokio::time::sleep(JOIN_RETRY_INTERVAL) => {}
+                        }
+                    }
+                }
+            }
+        }
+        tracing::info!(broker = self.broker_id, "registered with the cluster");
+        self.ready.send_replace(true);
+    }
+
+    async fn heartbeat_loop(self: Arc<Self>, stop: CancellationToken) {
+        let mut timer = tokio::time::interval(self.heartbeat_interval);
+        timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = timer.tick() => {}
+            }
+            let Some(leader) = self.controller() else {
+                continue;
+            };
+            let req = BrokerHeartbeatRequest {
+                broker_id: self.broker_id,
+                addr: self.addr.clone(),
+            };
+            if leader == self.broker_id {
+                let _ = self.handle_heartbeat(req);
+                continue;
+            }
+            let Some(addr) = self.member_addr(leader) else {
+                continue;
+            };
+            if let Err(e) = self
+                .links
+                .call(&addr, &req, self.heartbeat_interval * 4)
+                .await
+            {
+                tracing::debug!(controller = leader, error = %e, "heartbeat failed");
+            }
+        }
+    }
+
+    /// On the controller: fences brokers whose session lapsed, unfences those
+    /// that came back, and runs the preferred-leader election on its timer.
+    async fn controller_loop(self: Arc<Self>, imbalance_every: Duration, stop: CancellationToken) {
+        let mut timer = tokio::time::interval(self.heartbeat_interval);
+        timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut last_election = Instant::now();
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = timer.tick() => {}
+            }
+            if !self.is_controller() {
+                self.sessions.lock().since = None;
+                continue;
+            }
+            let now = Instant::now();
+            let image = self.image();
+            let decisions: Vec<Command> = {
+                let mut s = self.sessions.lock();
+                let since = *s.since.get_or_insert(now);
+                s.last_seen.insert(self.broker_id, now);
+                image
+                    .brokers
+                    .values()
+                    .filter_map(|b| {
+                        let seen = s.last_seen.get(&b.id).copied().unwrap_or(since).max(since);
+                        let lapsed = now.duration_since(seen) > self.session_timeout;
+                        match (b.fenced, lapsed) {
+                            (false, true) => Some(Command::FenceBroker { id: b.id }),
+                            (true, false) if s.last_seen.contains_key(&b.id) => {
+                                Some(Command::UnfenceBroker { id: b.id })
+                            }
+                            _ => None,
+                        }
+                    })
+                    .collect()
+            };
+            for command in decisions {
+                tracing::info!(?command, "controller: broker session change");
+                if let Err(e) = self.propose_local(command).await {
+                    tracing::warn!(error = %e, "controller could not commit a session change");
+                }
+            }
+            if !imbalance_every.is_zero() && last_election.elapsed() >= imbalance_every {
+                last_election = Instant::now();
+                match self
+                    .propose_local(Command::ElectPreferred { topics: None })
+                    .await
+                {
+                    Ok(Outcome::Moved(m)) if !m.is_empty() => {
+                        tracing::info!(moved = ?m, "preferred leader election")
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+}

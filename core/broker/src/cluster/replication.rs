@@ -1,0 +1,384 @@
+//! Replication: followers fetch from their leader over QUIC with the ordinary
+//! Fetch (`replica_id` set), truncating first by the leader's epoch boundary
+//! (KIP-101 OffsetForLeaderEpoch, never to their own high watermark); leaders
+//! track each follower's log end offset, move the high watermark to the lowest
+//! one in the ISR, and ask the controller to shrink the ISR of a follower that
+//! lagged more than `replica.lag.time.max.ms` and to expand it again once the
+//! follower caught up (KIP-966 style: ISR changes go through the quorum).
+//!
+//! The ISR decision is a plain function ([`isr_change`]) of the leader's view and
+//! a time, unit-tested without a runtime.
+
+use crate::partition::{FollowerState, Partition};
+use crate::state::BrokerState;
+use rill_proto::types::now_ms;
+use rill_proto::wire::*;
+use rill_proto::{LeaderEpoch, Offset};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+pub use super::image::{
+    MIN_INSYNC_REPLICAS_CONFIG, REPLICA_LAG_TIME_MAX_MS_CONFIG, UNCLEAN_ELECTION_CONFIG,
+};
+
+/// Longest a follower's fetch waits at the leader for new data.
+pub const REPLICA_FETCH_WAIT: Duration = Duration::from_millis(500);
+/// Most bytes one follower fetch asks for.
+pub const REPLICA_FETCH_BYTES_MAX: u32 = 8 * 1024 * 1024;
+/// Pause after a failed follower fetch before the next try.
+pub const REPLICA_RETRY_BACKOFF: Duration = Duration::from_millis(100);
+/// How often a leader checks its partitions' ISR.
+pub const ISR_CHECK_INTERVAL: Duration = Duration::from_millis(200);
+
+/// Topic configs owned by replication (not by the log).
+pub fn is_replication_key(key: &str) -> bool {
+    matches!(
+        key,
+        MIN_INSYNC_REPLICAS_CONFIG | UNCLEAN_ELECTION_CONFIG | REPLICA_LAG_TIME_MAX_MS_CONFIG
+    )
+}
+
+/// Their defaults, as DescribeConfigs shows them.
+pub fn config_defaults() -> [(&'static str, &'static str); 3] {
+    [
+        (MIN_INSYNC_REPLICAS_CONFIG, "1"),
+        (UNCLEAN_ELECTION_CONFIG, "false"),
+        (REPLICA_LAG_TIME_MAX_MS_CONFIG, "10000"),
+    ]
+}
+
+/// Checks a replication config value.
+pub fn validate_config(key: &str, value: &str) -> Result<(), String> {
+    let ok = match key {
+        MIN_INSYNC_REPLICAS_CONFIG => value.parse::<u16>().is_ok_and(|v| v >= 1),
+        UNCLEAN_ELECTION_CONFIG => value == "true" || value == "false",
+        REPLICA_LAG_TIME_MAX_MS_CONFIG => value.parse::<u64>().is_ok_and(|v| v >= 1),
+        _ => false,
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "config {key}={value:?} is not valid: {}",
+            match key {
+                MIN_INSYNC_REPLICAS_CONFIG => "use a whole number >= 1",
+                UNCLEAN_ELECTION_CONFIG => "use true or false",
+                _ => "use a whole number of milliseconds >= 1",
+            }
+        ))
+    }
+}
+
+/// The topic's min.insync.replicas and replica.lag.time.max.ms.
+pub fn topic_replication_settings(state: &BrokerState, topic: &str) -> (usize, Duration) {
+    let image = state.cluster.image();
+    let configs = image.topics.get(topic).map(|t| &t.configs);
+    let min_isr = configs
+        .and_then(|c| c.get(MIN_INSYNC_REPLICAS_CONFIG))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    let lag = configs
+        .and_then(|c| c.get(REPLICA_LAG_TIME_MAX_MS_CONFIG))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(state.config.replica_lag_time_max_ms);
+    (min_isr, Duration::from_millis(lag))
+}
+
+/// The ISR a leader should ask for, or `None` to keep it: followers in the ISR
+/// not caught up within `lag_max` leave; replicas out of it whose log end
+/// reached the high watermark (and the leader's epoch start) join.
+pub fn isr_change(
+    leader: i32,
+    replicas: &[i32],
+    isr: &[i32],
+    followers: &BTreeMap<i32, FollowerState>,
+    high_watermark: Offset,
+    epoch_start: Offset,
+    became_leader_at: Instant,
+    lag_max: Duration,
+    now: Instant,
+) -> Option<Vec<i32>> {
+    let mut new: Vec<i32> = Vec::new();
+    for &r in replicas {
+        let f = followers.get(&r);
+        let keep = if r == leader {
+            true
+        } else if isr.contains(&r) {
+            let since = f.map_or(became_leader_at, |f| f.caught_up_at.max(became_leader_at));
+            now.duration_since(since) <= lag_max
+        } else {
+            f.is_some_and(|f| f.log_end_offset >= high_watermark && f.log_end_offset >= epoch_start)
+        };
+        if keep {
+            new.push(r);
+        }
+    }
+    new.sort_unstable();
+    let mut old = isr.to_vec();
+    old.sort_unstable();
+    (new != old).then_some(new)
+}
+
+/// On a leader, every [`ISR_CHECK_INTERVAL`]: proposes ISR changes for the
+/// partitions it leads.
+pub async fn isr_loop(state: Arc<BrokerState>) {
+    let mut leading_since: BTreeMap<(String, u32, LeaderEpoch), Instant> = BTreeMap::new();
+    let mut timer = tokio::time::interval(ISR_CHECK_INTERVAL);
+    timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = state.shutdown.cancelled() => return,
+            _ = timer.tick() => {}
+        }
+        let now = Instant::now();
+        let mut live = BTreeMap::new();
+        for p in state.registry.partitions() {
+            if !p.is_leader() {
+                continue;
+            }
+            let key = (p.topic().to_string(), p.index(), p.leader_epoch());
+            let since = *leading_since.entry(key.clone()).or_insert(now);
+            live.insert(key, since);
+            let (_, lag_max) = topic_replication_settings(&state, p.topic());
+            let epoch_start = p
+                .end_offset_for_epoch(LeaderEpoch(p.leader_epoch().0 - 1))
+                .ok()
+                .flatten()
+                .map_or(Offset(0), |(_, end)| end);
+            let Some(new_isr) = isr_change(
+                state.config.id,
+                &p.replicas(),
+                &p.isr(),
+                &p.followers(),
+                p.high_watermark(),
+                epoch_start,
+                since,
+                lag_max,
+                now,
+            ) else {
+                continue;
+            };
+            tracing::info!(partition = %format!("{}-{}", p.topic(), p.index()), old = ?p.isr(), new = ?new_isr, "asking the controller to change the ISR");
+            let command = super::image::Command::AlterIsr {
+                broker_id: state.config.id,
+                topic: p.topic().to_string(),
+                partition: p.index(),
+                leader_epoch: p.leader_epoch(),
+                new_isr,
+            };
+            if let Err(e) = state.cluster.propose(command).await {
+                tracing::debug!(error = %e, "ISR change not committed");
+            }
+        }
+        leading_since = live;
+    }
+}
+
+/// Follows one partition's leader until `stop`: truncates by the leader's epoch
+/// boundary, then fetches and appends, keeping the high watermark the leader sends.
+pub async fn follow(
+    state: Arc<BrokerState>,
+    p: Arc<Partition>,
+    leader_addr: String,
+    epoch: LeaderEpoch,
+    stop: CancellationToken,
+) {
+    let tp = format!("{}-{}", p.topic(), p.index());
+    let timeout = REPLICA_FETCH_WAIT + Duration::from_secs(2);
+    // KIP-101: ask where our latest epoch ends on the leader; cut what is past it.
+    loop {
+        if stop.is_cancelled() {
+            return;
+        }
+        let ours = p.latest_epoch();
+        let Some(ours) = ours else { break };
+        let req = OffsetForLeaderEpochRequest {
+            topic: p.topic().to_string(),
+            partition: p.index(),
+            current_leader_epoch: epoch,
+            leader_epoch: ours,
+        };
+        match state.cluster.links.call(&leader_addr, &req, timeout).await {
+            Ok((resp, _)) => {
+                let end = match resp.leader_epoch {
+                    // Our epoch (or an earlier one the leader has) ends at end_offset;
+                    // when the leader only has an earlier epoch, that epoch's end is
+                    // also where ours diverges.
+                    Some(_) => resp.end_offset,
+                    None => Offset(0),
+                };
+                if end < p.log_end_offset() {
+                    tracing::info!(partition = %tp, from = %p.log_end_offset(), to = %end, leader_epoch = %epoch, "truncating to the leader's epoch boundary");
+                    if let Err(e) = p.truncate_to(end) {
+                        tracing::error!(partition = %tp, error = %e, "truncation failed");
+                    }
+                }
+                break;
+            }
+            Err(e) => {
+                tracing::debug!(partition = %tp, error = %e, "OffsetForLeaderEpoch failed; retrying");
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep(REPLICA_RETRY_BACKOFF) => {}
+                }
+            }
+        }
+    }
+    loop {
+        if stop.is_cancelled() {
+            return;
+        }
+        let req = FetchRequest {
+            max_wait_ms: REPLICA_FETCH_WAIT.as_millis() as u32,
+            min_bytes: 1,
+            max_bytes: REPLICA_FETCH_BYTES_MAX,
+            replica_id: Some(state.config.id),
+            partitions: vec![FetchPartition {
+                topic: p.topic().to_string(),
+                partition: p.index(),
+                offset: p.log_end_offset(),
+                max_bytes: REPLICA_FETCH_BYTES_MAX,
+                current_leader_epoch: Some(epoch),
+            }],
+        };
+        let fetched = tokio::select! {
+            _ = stop.cancelled() => return,
+            r = state.cluster.links.call(&leader_addr, &req, timeout) => r,
+        };
+        let failed = match fetched {
+            Ok((resp, payload)) => match resp.partitions.first() {
+                Some(fp) if fp.error.is_none() => {
+                    if fp.bytes_len > 0 {
+                        let bytes = payload.slice(..(fp.bytes_len as usize).min(payload.len()));
+                        let p2 = p.clone();
+                        let appended = tokio::task::spawn_blocking(move || {
+                            p2.append_replicated(&bytes, now_ms())
+                        })
+                        .await;
+                        match appended {
+                            Ok(Ok(())) => {}
+                            Ok(Err(e)) => {
+                                tracing::warn!(partition = %tp, error = %e, "could not append replicated batches");
+                            }
+                            Err(e) => {
+                                tracing::error!(partition = %tp, error = %e, "append task failed")
+                            }
+                        }
+                    }
+                    p.raise_high_watermark(fp.high_watermark);
+                    false
+                }
+                Some(fp) => {
+                    tracing::debug!(partition = %tp, error = ?fp.error, "replica fetch refused");
+                    true
+                }
+                None => true,
+            },
+            Err(e) => {
+                tracing::debug!(partition = %tp, error = %e, "replica fetch failed");
+                true
+            }
+        };
+        if failed {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(REPLICA_RETRY_BACKOFF) => {}
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn f(leo: i64, at: Instant) -> FollowerState {
+        FollowerState {
+            log_end_offset: Offset(leo),
+            caught_up_at: at,
+        }
+    }
+
+    #[test]
+    fn lagging_follower_leaves_and_caught_up_follower_rejoins() {
+        let t0 = Instant::now();
+        let lag = Duration::from_millis(1000);
+        let mut followers = BTreeMap::new();
+        followers.insert(1, f(10, t0));
+        followers.insert(2, f(4, t0));
+        // Within the lag: no change.
+        let at = t0 + Duration::from_millis(500);
+        assert_eq!(
+            isr_change(
+                0,
+                &[0, 1, 2],
+                &[0, 1, 2],
+                &followers,
+                Offset(4),
+                Offset(0),
+                t0,
+                lag,
+                at
+            ),
+            None
+        );
+        // Broker 2 has not caught up for longer than the lag: it leaves.
+        followers.insert(1, f(10, t0 + Duration::from_millis(1400)));
+        let at = t0 + Duration::from_millis(1500);
+        assert_eq!(
+            isr_change(
+                0,
+                &[0, 1, 2],
+                &[0, 1, 2],
+                &followers,
+                Offset(10),
+                Offset(0),
+                t0,
+                lag,
+                at
+            ),
+            Some(vec![0, 1])
+        );
+        // It reaches the high watermark: it rejoins.
+        followers.insert(2, f(10, at));
+        assert_eq!(
+            isr_change(
+                0,
+                &[0, 1, 2],
+                &[0, 1],
+                &followers,
+                Offset(10),
+                Offset(0),
+                t0,
+                lag,
+                at
+            ),
+            Some(vec![0, 1, 2])
+        );
+        // Not before it holds the current epoch's first offset.
+        assert_eq!(
+            isr_change(
+                0,
+                &[0, 1, 2],
+                &[0, 1],
+                &followers,
+                Offset(10),
+                Offset(11),
+                t0,
+                lag,
+                at
+            ),
+            None
+        );
+    }
+
+    #[test]
+    fn replication_configs_are_checked() {
+        validate_config(MIN_INSYNC_REPLICAS_CONFIG, "2").unwrap();
+        assert!(validate_config(MIN_INSYNC_REPLICAS_CONFIG, "0").is_err());
+        assert!(validate_config(UNCLEAN_ELECTION_CONFIG, "yes").is_err());
+        assert!(is_replication_key("min.insync.replicas") && !is_replication_key("retention.ms"));
+    }
+}

@@ -1,0 +1,257 @@
+//! A cluster of real `rill broker` processes on loopback, sharing one RILL_HOME
+//! (so they trust each other's development-CA certificates), each with its own
+//! data directory and fixed port (so a restart comes back on the same address).
+//!
+//! Every wait is bounded; a failing test prints every broker's log.
+
+#![allow(dead_code)]
+
+use super::{
+    BROKER_EXIT_TIMEOUT, BROKER_START_TIMEOUT, COMMAND_TIMEOUT, rill_command, run_bounded,
+    wait_bounded,
+};
+use std::fs::OpenOptions;
+use std::io::{BufRead, BufReader, Write};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Output, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// Session timeout the test clusters use (short, so failover is quick).
+pub const TEST_SESSION_TIMEOUT_MS: &str = "1500";
+/// Longest a test waits for the cluster to reach a described state.
+pub const CONVERGE_TIMEOUT: Duration = Duration::from_secs(40);
+
+pub struct ClusterBroker {
+    pub id: i32,
+    pub addr: SocketAddr,
+    child: Option<Child>,
+    args: Vec<String>,
+    starts: u32,
+}
+
+pub struct TestCluster {
+    pub dir: tempfile::TempDir,
+    pub brokers: Vec<ClusterBroker>,
+}
+
+fn free_port() -> SocketAddr {
+    super::unused_udp_addr()
+}
+
+impl TestCluster {
+    /// Starts broker 0 alone, then brokers 1.. with `--join` to broker 0, as the
+    /// quickstart does. `extra` is passed to every broker.
+    pub fn start_joined(n: usize, extra: &[&str]) -> TestCluster {
+        let dir = tempfile::Builder::new()
+            .prefix("rill-cluster-")
+            .tempdir()
+            .expect("temp dir");
+        std::fs::create_dir_all(dir.path().join("home")).unwrap();
+        let mut c = TestCluster {
+            dir,
+            brokers: Vec::new(),
+        };
+        let first = free_port();
+        for id in 0..n as i32 {
+            let addr = if id == 0 { first } else { free_port() };
+            let mut args: Vec<String> = vec![
+                "--id".into(),
+                id.to_string(),
+                "--session-timeout-ms".into(),
+                TEST_SESSION_TIMEOUT_MS.into(),
+            ];
+            if id > 0 {
+                args.push("--join".into());
+                args.push(first.to_string());
+            }
+            args.extend(extra.iter().map(|s| s.to_string()));
+            c.brokers.push(ClusterBroker {
+                id,
+                addr,
+                child: None,
+                args,
+                starts: 0,
+            });
+            c.spawn(id as usize);
+        }
+        c
+    }
+
+    pub fn home(&self) -> PathBuf {
+        self.dir.path().join("home")
+    }
+
+    pub fn data_dir(&self, i: usize) -> PathBuf {
+        self.dir.path().join(format!("data-{i}"))
+    }
+
+    fn log_path(&self, i: usize) -> PathBuf {
+        self.dir.path().join(format!("broker-{i}.log"))
+    }
+
+    pub fn spawn(&mut self, i: usize) {
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path(i))
+            .unwrap();
+        let home = self.home();
+        let data = self.data_dir(i);
+        let b = &mut self.brokers[i];
+        assert!(b.child.is_none(), "broker {i} already running");
+        b.starts += 1;
+        let mut marker = log.try_clone().unwrap();
+        let _ = writeln!(marker, "==== harness: broker start #{} ====", b.starts);
+        let mut child = rill_command(&home)
+            .env("RUST_LOG", "info,openraft=warn")
+            .arg("broker")
+            .arg("--listen")
+            .arg(b.addr.to_string())
+            .arg("--data")
+            .arg(&data)
+            .args(&b.args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(log))
+            .spawn()
+            .expect("spawn rill broker");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        thread::spawn(move || {
+            let mut reader = BufReader::new(stdout);
+            let mut line = String::new();
+            let mut sent = false;
+            while matches!(reader.read_line(&mut line), Ok(n) if n > 0) {
+                if !sent && line.contains(" listening on ") {
+                    sent = true;
+                    let _ = tx.send(());
+                }
+                line.clear();
+            }
+        });
+        b.child = Some(child);
+        if rx.recv_timeout(BROKER_START_TIMEOUT).is_err() {
+            panic!("broker {i} did not start\n{}", self.logs());
+        }
+    }
+
+    /// Every broker's log, for a failure message.
+    pub fn logs(&self) -> String {
+        (0..self.brokers.len())
+            .map(|i| {
+                format!(
+                    "--- broker {i} log ---\n{}\n",
+                    std::fs::read_to_string(self.log_path(i)).unwrap_or_default()
+                )
+            })
+            .collect()
+    }
+
+    /// `host:port,host:port,...` of every broker.
+    pub fn bootstrap(&self) -> String {
+        self.brokers
+            .iter()
+            .map(|b| b.addr.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// Runs `rill <args>` against the cluster (every broker as bootstrap).
+    pub fn rill(&self, args: &[&str], input: &[u8]) -> Output {
+        let mut cmd = rill_command(&self.home());
+        cmd.env("RILL_BOOTSTRAP", self.bootstrap()).args(args);
+        run_bounded(&mut cmd, input, COMMAND_TIMEOUT)
+    }
+
+    /// `rill <args>`, asserting success; stdout.
+    pub fn rill_ok(&self, args: &[&str], input: &[u8]) -> String {
+        let out = self.rill(args, input);
+        assert!(
+            out.status.success(),
+            "`rill {}` failed: {}\nstdout: {}\nstderr: {}\n{}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+            self.logs()
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// Polls `rill <args>` until `ok(stdout)` holds (bounded by [`CONVERGE_TIMEOUT`]).
+    pub fn wait_for(&self, what: &str, args: &[&str], ok: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + CONVERGE_TIMEOUT;
+        let mut last = String::new();
+        while Instant::now() < deadline {
+            let out = self.rill(args, b"");
+            last = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            if out.status.success() && ok(&String::from_utf8_lossy(&out.stdout)) {
+                return String::from_utf8_lossy(&out.stdout).to_string();
+            }
+            thread::sleep(Duration::from_millis(200));
+        }
+        panic!(
+            "timed out waiting for {what} (`rill {}`); last output:\n{last}\n{}",
+            args.join(" "),
+            self.logs()
+        );
+    }
+
+    #[allow(unsafe_code)]
+    pub fn signal(&mut self, i: usize, signal: i32) {
+        let child = self.brokers[i].child.as_ref().expect("running");
+        let pid = child.id() as libc::pid_t;
+        // SAFETY: kill(2) has no memory-safety preconditions; the pid is our
+        // unreaped child, so it is not reused.
+        let rc = unsafe { libc::kill(pid, signal) };
+        assert_eq!(rc, 0, "kill({pid}, {signal})");
+    }
+
+    /// SIGKILLs broker `i` and reaps it.
+    pub fn kill(&mut self, i: usize) {
+        self.signal(i, libc::SIGKILL);
+        let mut child = self.brokers[i].child.take().unwrap();
+        wait_bounded(&mut child, BROKER_EXIT_TIMEOUT).expect("killed broker exits");
+    }
+
+    pub fn is_running(&self, i: usize) -> bool {
+        self.brokers[i].child.is_some()
+    }
+}
+
+impl Drop for TestCluster {
+    fn drop(&mut self) {
+        for b in &mut self.brokers {
+            if let Some(mut c) = b.child.take() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+        if thread::panicking() {
+            eprintln!("{}", self.logs());
+        }
+    }
+}
+
+/// The `(leader, replicas, isr)` of partition 0 in `rill topic describe` output.
+pub fn partition0(describe: &str) -> Option<(Option<i32>, Vec<i32>, Vec<i32>)> {
+    let line = describe.lines().find(|l| l.contains("Partition: 0"))?;
+    let field = |name: &str| -> Option<String> {
+        line.split('\t')
+            .find_map(|f| f.trim().strip_prefix(name).map(|v| v.trim().to_string()))
+    };
+    let list = |v: String| -> Vec<i32> {
+        let mut l: Vec<i32> = v.split(',').filter_map(|x| x.trim().parse().ok()).collect();
+        l.sort_unstable();
+        l
+    };
+    let leader = field("Leader:")?.parse().ok();
+    Some((leader, list(field("Replicas:")?), list(field("Isr:")?)))
+}
