@@ -59,6 +59,8 @@ pub enum BenchCommand {
     Consume(ConsumeBench),
     /// Produce at a fixed rate while consuming; measures produce-to-consume latency.
     E2e(E2eBench),
+    /// Records/s through a WebAssembly transform vs plain consume-and-produce.
+    Transform(super::bench_transform::TransformBench),
 }
 
 #[derive(Debug, Clone, Args)]
@@ -136,6 +138,7 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Produce(b) => bench_produce(b).await,
         BenchCommand::Consume(b) => bench_consume(b).await,
         BenchCommand::E2e(b) => bench_e2e(b).await,
+        BenchCommand::Transform(b) => super::bench_transform::run(b).await,
     }
 }
 

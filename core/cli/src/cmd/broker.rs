@@ -50,6 +50,10 @@ pub struct BrokerArgs {
     /// Create a topic (with broker defaults) when a client first produces to it.
     #[arg(long)]
     pub auto_create_topics: bool,
+    /// Do not run WebAssembly transforms in this broker process (by default its
+    /// transform supervisor runs deployed transforms; see `rill transform`).
+    #[arg(long)]
+    pub no_transforms: bool,
 }
 
 /// Builds the broker config: file (or defaults), then flags.
@@ -100,6 +104,11 @@ pub async fn run(args: BrokerArgs) -> anyhow::Result<()> {
     let config = build_config(&args)?;
     let id = config.id;
     let data_dir = config.data_dir.clone();
+    let transform_tls = crate::cmd::transform_host::client_tls(
+        config.rill_home.clone(),
+        config.tls.cert.is_some(),
+        config.tls.ca.is_some(),
+    );
     let handle = Broker::start(config)
         .await
         .with_context(|| format!("cannot start broker {id}"))?;
@@ -116,8 +125,26 @@ pub async fn run(args: BrokerArgs) -> anyhow::Result<()> {
         .context("cannot write the `listening on` line to stdout")?;
     }
 
+    let transforms = match (args.no_transforms, transform_tls) {
+        (true, _) => None,
+        (false, Some(tls)) => Some(crate::cmd::transform_host::start(
+            id,
+            handle.local_addr(),
+            tls,
+        )),
+        (false, None) => {
+            tracing::warn!(
+                "transforms are off in this broker: with its own TLS certificate set RILL_TLS_CA (or use `rill transform run`)"
+            );
+            None
+        }
+    };
+
     let signal = wait_for_shutdown_signal().await?;
     tracing::info!("{signal} received: shutting down broker {id}");
+    if let Some(t) = transforms {
+        t.stop().await;
+    }
     handle
         .shutdown()
         .await
@@ -197,6 +224,7 @@ mod tests {
             tls_ca: None,
             metrics: None,
             auto_create_topics: true,
+            no_transforms: false,
         };
         let config = build_config(&args).unwrap();
         assert_eq!(config.id, 3, "from the file");

@@ -2,8 +2,11 @@
 //! `async fn run(args) -> anyhow::Result<()>`.
 
 pub mod bench;
+pub mod bench_transform;
 pub mod broker;
 pub mod cluster;
 pub mod consume;
 pub mod produce;
 pub mod topic;
+pub mod transform;
+pub mod transform_host;
