@@ -1,15 +1,15 @@
 //! The transforms' records in the cluster, through the client library: the
 //! deployments (`__transforms`, compacted), the instances' status
 //! (`__transform_status`, compacted, key `<name>/<instance>`), their log lines
-//! (`__transform_logs`, key `<name>`, kept [`LOGS_RETENTION_MS`]) and, for the
-//! runner, each transform's committed input offsets (`__transform_offsets`,
-//! compacted, key `<name>/<topic>/<partition>`).
+//! (`__transform_logs`, key `<name>`, kept [`LOGS_RETENTION_MS`]). Committed
+//! input offsets are the consumer group's (`__transform-<name>`).
 //!
 //! Every internal topic is created on first use with one partition (they are
 //! small and read whole); `__transforms` allows records up to
 //! [`TRANSFORMS_MESSAGE_BYTES_MAX`] so a module fits in one record.
 
 use std::collections::{BTreeMap, HashMap};
+
 use std::time::{Duration, Instant};
 
 use rill_client::{
@@ -25,7 +25,6 @@ use crate::module::MODULE_BYTES_MAX;
 
 pub const STATUS_TOPIC: &str = "__transform_status";
 pub const LOGS_TOPIC: &str = "__transform_logs";
-pub const OFFSETS_TOPIC: &str = "__transform_offsets";
 /// `max.message.bytes` of `__transforms`: a module and its settings in one batch.
 pub const TRANSFORMS_MESSAGE_BYTES_MAX: usize = MODULE_BYTES_MAX + 1024 * 1024;
 /// How long log lines are kept.
@@ -69,7 +68,6 @@ pub async fn ensure_internal_topics(client: &Client) -> Result<(), ClientError> 
     ));
     ensure_topic(client, TRANSFORMS_TOPIC, 1, transforms).await?;
     ensure_topic(client, STATUS_TOPIC, 1, compacted()).await?;
-    ensure_topic(client, OFFSETS_TOPIC, 1, compacted()).await?;
     ensure_topic(
         client,
         LOGS_TOPIC,
@@ -276,39 +274,4 @@ pub async fn load_logs(client: &Client, name: &str) -> Result<Vec<LogRecord>, Tr
         }
     }
     Ok(out)
-}
-
-/// Committed input offsets of `name` (the next offset to process).
-pub async fn load_offsets(
-    client: &Client,
-    name: &str,
-) -> Result<HashMap<TopicPartition, Offset>, TransformError> {
-    let prefix = format!("{name}/");
-    let mut out = HashMap::new();
-    for (key, r) in read_table(client, OFFSETS_TOPIC).await? {
-        let Ok(key) = std::str::from_utf8(&key) else {
-            continue;
-        };
-        let Some(rest) = key.strip_prefix(&prefix) else {
-            continue;
-        };
-        let Some((topic, partition)) = rest.rsplit_once('/') else {
-            continue;
-        };
-        let (Ok(partition), Some(value)) = (partition.parse::<u32>(), r.value.as_deref()) else {
-            continue;
-        };
-        if let Ok(bytes) = <[u8; 8]>::try_from(value) {
-            out.insert(
-                TopicPartition::new(topic, partition),
-                Offset(i64::from_be_bytes(bytes)),
-            );
-        }
-    }
-    Ok(out)
-}
-
-/// The key of a committed offset record.
-pub fn offset_key(name: &str, tp: &TopicPartition) -> String {
-    format!("{name}/{}/{}", tp.topic, tp.partition)
 }

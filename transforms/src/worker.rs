@@ -1,16 +1,21 @@
-//! Runs one deployment in this process until it is stopped or halts: reads
-//! the input partitions, drives the [`Runner`], commits offsets, publishes
-//! status.
+//! Runs one deployment in this process as a member of the consumer group
+//! `__transform-<name>` until it is stopped or halts: the coordinator assigns
+//! this member a share of the input partitions (and moves them when a member
+//! joins, leaves or fails); the [`Runner`] processes them and offsets are
+//! committed to the group only after the outputs are acknowledged.
 //!
-//! Offsets: committed to `__transform_offsets` (key `<name>/<topic>/<partition>`,
-//! value the next offset, 8 bytes big-endian), read back on start; a partition
-//! without one starts per the deployment's `--from`.
+//! Rebalances: on `Assigned` the partitions' instances start (state restored
+//! from the changelog); on `Revoked` every pending commit point is resolved and
+//! committed *before* the revocation is acknowledged (the group consumer
+//! acknowledges it on the next commit), so the next owner starts exactly after
+//! what was written. A partition without a committed offset starts per the
+//! deployment's `--from`.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rill_client::{
-    Client, ClientError, ConsumerConfig, Offset, OffsetReset, Producer, ProducerRecord,
+    Client, ClientError, GroupConfig, GroupConsumer, GroupEvent, Offset, OffsetReset, OffsetSpec,
     TopicPartition,
 };
 use tokio::sync::watch;
@@ -18,59 +23,40 @@ use tokio::sync::watch;
 use crate::deployment::{Deployment, StartFrom};
 use crate::error::TransformError;
 use crate::module::TransformModule;
-use crate::registry::{
-    OFFSETS_TOPIC, control_producer, load_offsets, offset_key, store_deployment,
-};
-use crate::runner::{OffsetSink, RunEnd, Runner};
+use crate::registry::store_deployment;
+use crate::runner::{OffsetSink, RunEnd, Runner, STATUS_INTERVAL};
 
 /// How long one poll of the inputs waits for records.
 pub const INPUT_POLL: Duration = Duration::from_millis(200);
+/// A transform instance that stops heartbeating for this long loses its
+/// partitions to the other members.
+pub const GROUP_SESSION_TIMEOUT_MS: u32 = 10_000;
+pub const GROUP_HEARTBEAT_INTERVAL_MS: u32 = 1_000;
 
-/// Commits offsets as records of `__transform_offsets`.
-#[derive(Debug)]
-pub struct TopicOffsets {
-    name: String,
-    producer: Producer,
-}
+/// Commits to the group.
+struct GroupOffsets<'a>(&'a mut GroupConsumer);
 
-impl TopicOffsets {
-    pub fn new(client: &Client, name: &str) -> Result<TopicOffsets, ClientError> {
-        Ok(TopicOffsets {
-            name: name.to_string(),
-            producer: control_producer(client)?,
-        })
-    }
-}
-
-impl OffsetSink for TopicOffsets {
+impl OffsetSink for GroupOffsets<'_> {
     async fn commit(&mut self, offsets: Vec<(TopicPartition, Offset)>) -> Result<(), ClientError> {
-        let mut pending = Vec::with_capacity(offsets.len());
-        for (tp, o) in offsets {
-            let record = ProducerRecord::new(OFFSETS_TOPIC, o.0.to_be_bytes().to_vec())
-                .key(offset_key(&self.name, &tp));
-            pending.push(self.producer.send(record).await?);
-        }
-        for p in pending {
-            p.await?;
-        }
-        Ok(())
+        self.0.commit_offsets(&offsets).await
     }
 }
 
-/// Every partition of the deployment's inputs.
-async fn input_partitions(
-    client: &Client,
-    d: &Deployment,
-) -> Result<Vec<TopicPartition>, ClientError> {
-    let mut tps = Vec::new();
-    for topic in &d.inputs {
-        let n = client.partition_count(topic).await?;
-        tps.extend((0..n).map(|p| TopicPartition::new(topic.clone(), p)));
-    }
-    Ok(tps)
+/// The group config a deployment runs with.
+pub fn group_config(d: &Deployment) -> GroupConfig {
+    let mut config = GroupConfig::new(d.group_id(), d.inputs.clone());
+    config.auto_offset_reset = match d.from {
+        StartFrom::Earliest => OffsetReset::Earliest,
+        StartFrom::Latest => OffsetReset::Latest,
+    };
+    config.enable_auto_commit = false;
+    config.session_timeout_ms = GROUP_SESSION_TIMEOUT_MS;
+    config.heartbeat_interval_ms = GROUP_HEARTBEAT_INTERVAL_MS;
+    config.consumer.fetch_max_wait = INPUT_POLL;
+    config
 }
 
-/// Runs `d` over every partition of its inputs until `stop` turns true.
+/// Runs `d` as a group member until `stop` turns true.
 pub async fn run_deployment(
     client: Client,
     d: Deployment,
@@ -78,38 +64,38 @@ pub async fn run_deployment(
     instance_id: String,
     mut stop: watch::Receiver<bool>,
 ) -> Result<RunEnd, TransformError> {
-    let mut sink = TopicOffsets::new(&client, &d.name)?;
-    let mut consumer = client.consumer(ConsumerConfig {
-        auto_offset_reset: match d.from {
-            StartFrom::Earliest => OffsetReset::Earliest,
-            StartFrom::Latest => OffsetReset::Latest,
-        },
-        fetch_max_wait: INPUT_POLL,
-        ..ConsumerConfig::default()
-    })?;
-    let tps = input_partitions(&client, &d).await?;
-    let committed = load_offsets(&client, &d.name).await?;
-    consumer.assign(tps.clone());
-    for tp in &tps {
-        if let Some(o) = committed.get(tp) {
-            consumer.seek(tp, *o)?;
-        }
-    }
+    let mut group = client.group_consumer(group_config(&d)).await?;
     let mut runner = Runner::new(client.clone(), d.clone(), module, instance_id).await?;
-    runner.assign(&tps).await?;
+    let mut lag = 0u64;
+    let mut lag_at = Instant::now() - STATUS_INTERVAL;
     let end = loop {
         let records = tokio::select! {
             _ = stop.changed() => break RunEnd::Stopped,
-            r = consumer.poll(INPUT_POLL) => r?,
+            r = group.poll(INPUT_POLL) => r?,
         };
-        if let Some(reason) = runner.process(records, &mut sink).await? {
+        for event in group.take_events() {
+            match event {
+                GroupEvent::Assigned(tps) => runner.assign(&tps).await?,
+                GroupEvent::Revoked(tps) => {
+                    runner.revoke(&tps, &mut GroupOffsets(&mut group)).await?
+                }
+            }
+        }
+        if let Some(reason) = runner.process(records, &mut GroupOffsets(&mut group)).await? {
             break RunEnd::Halted(reason);
         }
-        let mut lag = 0u64;
-        for tp in &tps {
-            if let (Some(hw), Ok(pos)) = (consumer.high_watermark(tp), consumer.position(tp).await)
+        if lag_at.elapsed() >= STATUS_INTERVAL {
+            lag_at = Instant::now();
+            let tps: Vec<TopicPartition> = runner.assignment().into_iter().collect();
+            lag = 0;
+            if !tps.is_empty()
+                && let Ok(ends) = client.list_offsets(&tps, OffsetSpec::Latest).await
             {
-                lag += (hw.0 - pos.0).max(0) as u64;
+                for (tp, end) in ends {
+                    if let Some(pos) = group.position(&tp) {
+                        lag += (end.0 - pos.0).max(0) as u64;
+                    }
+                }
             }
         }
         runner.publish_status("running", lag, false).await?;
@@ -118,7 +104,10 @@ pub async fn run_deployment(
         RunEnd::Halted(reason) => Some(runner.halted_deployment(reason)),
         RunEnd::Stopped => None,
     };
-    runner.finish(&mut sink, &end).await?;
+    runner.finish(&mut GroupOffsets(&mut group), &end).await?;
+    if let Err(e) = group.close().await {
+        tracing::debug!(error = %e, "leaving the group failed (the session will expire)");
+    }
     if let Some(h) = halted {
         store_deployment(&client, &h).await?;
     }

@@ -59,6 +59,11 @@ pub struct TlsConfig {
 /// | `flush_check_interval_ms` | 1000 | how often time-based flush / roll run |
 /// | `[topic_defaults]` | none | Kafka topic configs for every topic (`"retention.ms" = "3600000"`) |
 /// | `shutdown_timeout_ms` | 10000 | how long shutdown waits for in-flight requests |
+/// | `offsets_topic_num_partitions` | 8 | partitions of `__consumer_offsets` when the broker creates it |
+/// | `offsets_topic_replication_factor` | 3 | its replication factor (capped at the live brokers) |
+/// | `group_min_session_timeout_ms` | 1000 | shortest session timeout a group member may ask for |
+/// | `group_max_session_timeout_ms` | 1800000 | longest session timeout a group member may ask for |
+/// | `group_max_size` | 1000 | most members in one consumer group |
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct BrokerConfig {
@@ -80,6 +85,11 @@ pub struct BrokerConfig {
     pub flush_check_interval_ms: u64,
     pub topic_defaults: BTreeMap<String, String>,
     pub shutdown_timeout_ms: u64,
+    pub offsets_topic_num_partitions: u32,
+    pub offsets_topic_replication_factor: u16,
+    pub group_min_session_timeout_ms: u32,
+    pub group_max_session_timeout_ms: u32,
+    pub group_max_size: usize,
 }
 
 impl Default for BrokerConfig {
@@ -103,6 +113,11 @@ impl Default for BrokerConfig {
             flush_check_interval_ms: 1000,
             topic_defaults: BTreeMap::new(),
             shutdown_timeout_ms: 10_000,
+            offsets_topic_num_partitions: 8,
+            offsets_topic_replication_factor: 3,
+            group_min_session_timeout_ms: 1000,
+            group_max_session_timeout_ms: 30 * 60 * 1000,
+            group_max_size: 1000,
         }
     }
 }
@@ -185,6 +200,37 @@ impl BrokerConfig {
             if value == 0 {
                 return Err(bad(key, "must be >= 1".into()));
             }
+        }
+        if self.offsets_topic_num_partitions == 0
+            || self.offsets_topic_num_partitions > PARTITIONS_PER_TOPIC_MAX
+        {
+            return Err(bad(
+                "offsets_topic_num_partitions",
+                format!(
+                    "must be in 1..={PARTITIONS_PER_TOPIC_MAX}, got {}",
+                    self.offsets_topic_num_partitions
+                ),
+            ));
+        }
+        if self.offsets_topic_replication_factor == 0 {
+            return Err(bad(
+                "offsets_topic_replication_factor",
+                "must be >= 1".into(),
+            ));
+        }
+        if self.group_min_session_timeout_ms == 0
+            || self.group_min_session_timeout_ms > self.group_max_session_timeout_ms
+        {
+            return Err(bad(
+                "group_min_session_timeout_ms",
+                format!(
+                    "must be >= 1 and <= group_max_session_timeout_ms ({}), got {}",
+                    self.group_max_session_timeout_ms, self.group_min_session_timeout_ms
+                ),
+            ));
+        }
+        if self.group_max_size == 0 {
+            return Err(bad("group_max_size", "must be >= 1".into()));
         }
         if self.tls.cert.is_some() != self.tls.key.is_some() {
             return Err(bad(

@@ -150,6 +150,13 @@ pub async fn dispatch(
             let req: ListOffsetsRequest = decode(&meta)?;
             Ok(Reply::meta(&Ok(list_offsets(state, req))))
         }
+        ApiKey::FindCoordinator
+        | ApiKey::ConsumerGroupHeartbeat
+        | ApiKey::OffsetCommit
+        | ApiKey::OffsetFetch
+        | ApiKey::ListGroups
+        | ApiKey::DescribeGroups
+        | ApiKey::DeleteGroups => crate::group::service::dispatch(state, api, &meta).await,
     }
 }
 

@@ -7,7 +7,9 @@
 //! partition: replicas = ISR = [this broker], the high watermark is the log end
 //! offset, acks=all equals acks=1. `Partition` already carries a leader epoch,
 //! replica and ISR lists and a high watermark so replication can fill them in.
-//! Consumer groups and tiering come later. The `rill` binary (rill-cli) wraps it.
+//! Consumer groups: [`group`] (coordinator state machine, assignors, the
+//! `__consumer_offsets` records). Tiering comes later. The `rill` binary
+//! (rill-cli) wraps it.
 //!
 //! Invariants:
 //! - Topic metadata is durable (`<data_dir>/__meta/topics.toml`, crash-safe
@@ -25,6 +27,7 @@
 
 pub mod config;
 pub mod error;
+pub mod group;
 pub mod handlers;
 pub mod metadata;
 pub mod metrics;
@@ -80,10 +83,12 @@ impl Broker {
             metrics::install(addr)?;
         }
         let load_config = config.clone();
-        let (registry, cluster_id) = tokio::task::spawn_blocking(move || {
+        let (registry, cluster_id, groups) = tokio::task::spawn_blocking(move || {
             let registry = TopicRegistry::load(&load_config)?;
             let cluster_id = load_or_create_cluster_id(&load_config.data_dir)?;
-            Ok::<_, BrokerError>((registry, cluster_id))
+            let groups = group::GroupService::new(&load_config);
+            groups.load(&registry)?;
+            Ok::<_, BrokerError>((registry, cluster_id, groups))
         })
         .await
         .map_err(|e| BrokerError::Task(e.to_string()))??;
@@ -134,6 +139,7 @@ impl Broker {
             produce_budget: Arc::new(Semaphore::new(permits as usize)),
             produce_budget_permits: permits,
             connections: AtomicUsize::new(0),
+            groups: Arc::new(groups),
             config,
         });
         let tracker = TaskTracker::new();
@@ -144,6 +150,7 @@ impl Broker {
         ));
         tracker.spawn(maintenance_loop(state.clone(), Maintenance::Tick));
         tracker.spawn(maintenance_loop(state.clone(), Maintenance::Clean));
+        tracker.spawn(group::service::timer_loop(state.clone()));
         tracing::info!(
             id = state.config.id,
             listen = %local_addr,

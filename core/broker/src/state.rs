@@ -4,6 +4,7 @@
 //! (the topic registry, the produce budget, the connection count).
 
 use crate::config::BrokerConfig;
+use crate::group::GroupService;
 use crate::metrics::BrokerMetrics;
 use crate::topics::TopicRegistry;
 use std::sync::Arc;
@@ -27,4 +28,6 @@ pub struct BrokerState {
     pub produce_budget_permits: u32,
     /// Open connections.
     pub connections: AtomicUsize,
+    /// The group coordinator.
+    pub groups: Arc<GroupService>,
 }

@@ -42,6 +42,9 @@ enum Command {
     Produce(cmd::produce::ProduceArgs),
     /// Print records of a topic, one per line.
     Consume(cmd::consume::ConsumeArgs),
+    /// List, describe, reset and delete consumer groups.
+    #[command(subcommand)]
+    Group(cmd::group::GroupCommand),
     /// Show the cluster: brokers and cluster id.
     #[command(subcommand)]
     Cluster(cmd::cluster::ClusterCommand),
@@ -85,6 +88,7 @@ fn main() -> ExitCode {
             Command::Topic(c) => cmd::topic::run(c).await,
             Command::Produce(args) => cmd::produce::run(args).await,
             Command::Consume(args) => cmd::consume::run(args).await,
+            Command::Group(c) => cmd::group::run(c).await,
             Command::Cluster(c) => cmd::cluster::run(c).await,
             Command::Bench(c) => cmd::bench::run(c).await,
             Command::Transform(c) => cmd::transform::run(c).await,

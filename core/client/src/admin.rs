@@ -34,7 +34,7 @@ pub struct ClusterInfo {
 /// Topic and config administration. Get one with [`Client::admin`].
 #[derive(Debug, Clone)]
 pub struct Admin {
-    client: Client,
+    pub(crate) client: Client,
 }
 
 impl Admin {

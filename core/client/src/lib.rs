@@ -9,8 +9,12 @@
 //! produce requests, back-pressure) and [`Consumer`] (assigned partitions,
 //! seeks, pipelined fetches, CRC-checked zero-copy decoding).
 //!
-//! What it is not: no consumer groups yet (assign partitions explicitly), no
-//! idempotent or transactional producer.
+//! Consumer groups: [`GroupConsumer`] (via [`Client::group_consumer`]) joins a
+//! group whose coordinator assigns it partitions, commits offsets, and reports
+//! assignment changes as [`GroupEvent`]s; [`Admin`] lists, describes, resets and
+//! deletes groups.
+//!
+//! What it is not: no idempotent or transactional producer.
 //!
 //! Invariants: every request is bounded in time (`request_timeout`) and size
 //! (`max_request_bytes`, `max_response_bytes`); the producer's memory is bounded
@@ -69,6 +73,7 @@ mod client;
 mod config;
 mod consumer;
 mod error;
+mod group;
 pub mod partitioner;
 mod producer;
 
@@ -84,12 +89,17 @@ pub use consumer::{
     BUFFERED_RESPONSES_PER_PARTITION_MAX, Consumer, ConsumerRecord, FETCH_RETRY_BACKOFF,
 };
 pub use error::ClientError;
+pub use group::{
+    COORDINATOR_RETRY_BACKOFF, DEFAULT_AUTO_COMMIT_INTERVAL_MS, DEFAULT_HEARTBEAT_INTERVAL_MS,
+    DEFAULT_SESSION_TIMEOUT_MS, GroupConfig, GroupConsumer, GroupDescription, GroupEvent,
+    GroupMember, GroupPartition, LEAVE_ON_DROP_TIMEOUT, ResetSpec,
+};
 pub use producer::{DeliveryFuture, Producer, ProducerRecord, RecordMetadata};
 
 // The wire and batch types the API speaks, so users need not depend on rill-proto.
 pub use rill_proto::wire::{
-    Acks, BrokerInfo, ConfigEntry, ErrorCode, ErrorInfo, MetadataResponse, NewTopic, OffsetSpec,
-    PartitionMetadata, TopicMetadata,
+    Acks, BrokerInfo, ConfigEntry, ErrorCode, ErrorInfo, GroupListing, MetadataResponse, NewTopic,
+    OffsetSpec, PartitionMetadata, TopicMetadata,
 };
 pub use rill_proto::{Compression, Header, Offset};
 

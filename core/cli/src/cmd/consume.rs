@@ -9,13 +9,26 @@
 //! Stops after `--max-messages` records, or when no new record arrived for
 //! `--timeout-ms` (without it: runs until interrupted). stdout is buffered and
 //! flushed on exit; a closed pipe (`| head`) ends the command quietly with exit 0.
+//!
+//! With `--group G` the command is a member of consumer group G: the
+//! coordinator assigns it partitions, it starts at the group's committed offsets
+//! (without one: the end, or the beginning with `--from-beginning`), and after
+//! each batch of printed records is flushed it commits the offsets after them
+//! (so a record is committed only once printed; a crash may print it again). On
+//! Ctrl-C / SIGTERM / `--max-messages` / `--timeout-ms` it commits and leaves the
+//! group, so the partitions move to the other members at once.
 
 use std::io::{BufWriter, ErrorKind, Write};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Args;
-use rill_client::{ConsumerConfig, Offset, OffsetReset, TopicPartition};
+use std::collections::HashMap;
+
+use rill_client::{
+    Consumer, ConsumerConfig, ConsumerRecord, GroupConfig, GroupConsumer, GroupEvent, Offset,
+    OffsetReset, TopicPartition,
+};
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::client_args::{ClientArgs, client_error};
@@ -33,11 +46,33 @@ pub struct ConsumeArgs {
     #[arg(long, conflicts_with = "offset")]
     pub from_beginning: bool,
     /// Start at this offset (in every partition read).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", conflicts_with = "group")]
     pub offset: Option<i64>,
     /// Read only this partition (default: all).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", conflicts_with = "group")]
     pub partition: Option<u32>,
+    /// Consume as a member of this consumer group (partitions assigned by the
+    /// group's coordinator; resumes from and commits the group's offsets).
+    #[arg(long, value_name = "GROUP")]
+    pub group: Option<String>,
+    /// With --group: a static member id (group.instance.id) that keeps its
+    /// partitions across a restart quicker than the session timeout.
+    #[arg(long, value_name = "ID", requires = "group")]
+    pub group_instance_id: Option<String>,
+    /// With --group: how long without a heartbeat before the member is removed.
+    #[arg(long, value_name = "MS", requires = "group", default_value_t = rill_client::DEFAULT_SESSION_TIMEOUT_MS)]
+    pub session_timeout_ms: u32,
+    /// With --group: how often the member heartbeats.
+    #[arg(long, value_name = "MS", requires = "group", default_value_t = rill_client::DEFAULT_HEARTBEAT_INTERVAL_MS)]
+    pub heartbeat_interval_ms: u32,
+    /// With --group: the assignor, uniform or range.
+    #[arg(
+        long,
+        value_name = "NAME",
+        requires = "group",
+        default_value = "uniform"
+    )]
+    pub assignor: String,
     /// Exit after printing this many records.
     #[arg(long, value_name = "N")]
     pub max_messages: Option<u64>,
@@ -57,10 +92,119 @@ pub struct ConsumeArgs {
     pub client: ClientArgs,
 }
 
+/// Where the records come from: assigned partitions, or a consumer group.
+enum Source {
+    Plain(Consumer),
+    Group {
+        member: GroupConsumer,
+        /// The next offset to commit per partition (after the last printed record).
+        printed: HashMap<TopicPartition, Offset>,
+    },
+}
+
+impl Source {
+    async fn poll(
+        &mut self,
+        wait: Duration,
+    ) -> Result<Vec<ConsumerRecord>, rill_client::ClientError> {
+        match self {
+            Source::Plain(c) => c.poll(wait).await,
+            Source::Group { member, .. } => member.poll(wait).await,
+        }
+    }
+
+    /// After `records` were printed and flushed: commit past them (group only).
+    async fn printed(
+        &mut self,
+        records: &[ConsumerRecord],
+    ) -> Result<(), rill_client::ClientError> {
+        let Source::Group { member, printed } = self else {
+            return Ok(());
+        };
+        for r in records {
+            printed.insert(
+                TopicPartition::new(r.topic.to_string(), r.partition),
+                r.offset.plus(1),
+            );
+        }
+        let revoked: Vec<TopicPartition> = member
+            .take_events()
+            .into_iter()
+            .flat_map(|e| match e {
+                GroupEvent::Revoked(tps) => tps,
+                GroupEvent::Assigned(tps) => {
+                    for tp in &tps {
+                        tracing::info!("assigned {tp}");
+                    }
+                    Vec::new()
+                }
+            })
+            .collect();
+        let offsets: Vec<(TopicPartition, Offset)> =
+            printed.iter().map(|(tp, o)| (tp.clone(), *o)).collect();
+        // Commits the revoked partitions too (they are still ours until this
+        // call acknowledges the revocation).
+        member.commit_offsets(&offsets).await?;
+        for tp in revoked {
+            tracing::info!("revoked {tp}");
+            printed.remove(&tp);
+        }
+        Ok(())
+    }
+
+    /// At exit: commit and leave the group.
+    async fn finish(self) -> Result<(), rill_client::ClientError> {
+        match self {
+            Source::Plain(_) => Ok(()),
+            Source::Group {
+                mut member,
+                printed,
+            } => {
+                let offsets: Vec<(TopicPartition, Offset)> = printed.into_iter().collect();
+                let committed = member.commit_offsets(&offsets).await;
+                let left = member.close().await;
+                committed.and(left)
+            }
+        }
+    }
+}
+
+async fn group_source(
+    args: &ConsumeArgs,
+    client: &rill_client::Client,
+    group: &str,
+) -> Result<Source, rill_client::ClientError> {
+    let mut config = GroupConfig::new(group, vec![args.topic.clone()]);
+    config.group_instance_id = args.group_instance_id.clone();
+    config.session_timeout_ms = args.session_timeout_ms;
+    config.heartbeat_interval_ms = args.heartbeat_interval_ms;
+    config.assignor = args.assignor.clone();
+    config.auto_offset_reset = if args.from_beginning {
+        OffsetReset::Earliest
+    } else {
+        OffsetReset::Latest
+    };
+    // Commits are explicit: after the records are printed.
+    config.enable_auto_commit = false;
+    client.partition_count(&args.topic).await?;
+    let member = client.group_consumer(config).await?;
+    Ok(Source::Group {
+        member,
+        printed: HashMap::new(),
+    })
+}
+
 pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
     let topic = args.topic.clone();
     let what = format!("cannot consume from topic {topic}");
     let client = args.client.connect().await?;
+    if let Some(group) = &args.group {
+        let what = format!("cannot consume from topic {topic} in group {group}");
+        let source = group_source(&args, &client, group)
+            .await
+            .map_err(|e| client_error(&what, e))?;
+        return print_records(&args, source, &what).await;
+    }
     let config = ConsumerConfig {
         auto_offset_reset: if args.from_beginning {
             OffsetReset::Earliest
@@ -112,7 +256,11 @@ pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
         })?;
         tracing::info!("consuming from {tp} at offset {}", position.0);
     }
+    print_records(&args, Source::Plain(consumer), &what).await
+}
 
+/// The print loop: poll, print, flush, commit (group), until a stop condition.
+async fn print_records(args: &ConsumeArgs, mut source: Source, what: &str) -> anyhow::Result<()> {
     let mut interrupt =
         signal(SignalKind::interrupt()).context("cannot install the Ctrl-C handler")?;
     let mut terminate =
@@ -136,19 +284,24 @@ pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
                 None => POLL_WAIT_MAX,
             };
             let records = tokio::select! {
-                r = consumer.poll(wait) => r.map_err(|e| client_error(&what, e))?,
+                r = source.poll(wait) => r.map_err(|e| client_error(what, e))?,
                 _ = interrupt.recv() => return Ok(()),
                 _ = terminate.recv() => return Ok(()),
             };
             if records.is_empty() {
+                source
+                    .printed(&[])
+                    .await
+                    .map_err(|e| client_error(what, e))?;
                 continue;
             }
             last_record = Instant::now();
+            let mut count = 0;
             for r in &records {
                 line.clear();
                 format_record(
                     &mut line,
-                    &args,
+                    args,
                     r.partition,
                     r.offset.0,
                     r.key.as_deref(),
@@ -156,15 +309,24 @@ pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
                 );
                 out.write_all(&line)?;
                 printed += 1;
+                count += 1;
                 if args.max_messages.is_some_and(|max| printed >= max) {
                     break;
                 }
             }
             out.flush()?;
+            source
+                .printed(&records[..count])
+                .await
+                .map_err(|e| client_error(what, e))?;
         }
     }
     .await;
     let result = result.and_then(|()| out.flush().map_err(anyhow::Error::from));
+    // Commit and leave the group whatever ended the loop (after an error the
+    // first error is what is reported).
+    let finished = source.finish().await.map_err(|e| client_error(what, e));
+    let result = result.and(finished);
     match result {
         Err(e) if is_broken_pipe(&e) => Ok(()),
         Err(e) if e.downcast_ref::<std::io::Error>().is_some() => {

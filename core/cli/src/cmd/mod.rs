@@ -6,6 +6,7 @@ pub mod bench_transform;
 pub mod broker;
 pub mod cluster;
 pub mod consume;
+pub mod group;
 pub mod produce;
 pub mod topic;
 pub mod transform;

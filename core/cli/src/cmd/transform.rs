@@ -20,7 +20,7 @@ use rill_transforms::deployment::{
 };
 use rill_transforms::instance::{CALL_TIMEOUT_DEFAULT, MEMORY_BYTES_MAX_DEFAULT, now_ms};
 use rill_transforms::registry::{
-    self, OFFSETS_TOPIC, STATUS_TOPIC, ensure_internal_topics, ensure_topic, load_deployment,
+    self, STATUS_TOPIC, ensure_internal_topics, ensure_topic, load_deployment,
     load_deployments, load_logs, load_status, store_deployment,
 };
 use rill_transforms::{TransformModule, supervisor};
@@ -29,6 +29,8 @@ use crate::client_args::ClientArgs;
 
 /// An instance whose status is older than this is shown as gone.
 const STATUS_STALE_MS: i64 = 10_000;
+/// How long `delete` waits for the group to empty before deleting it.
+const GROUP_DELETE_WAIT: Duration = Duration::from_secs(10);
 /// How long `deploy` waits for an instance to report the new version.
 const DEPLOY_WAIT: Duration = Duration::from_secs(10);
 
@@ -48,7 +50,7 @@ pub enum TransformCommand {
     Pause(NameArgs),
     /// Start a paused or halted transform again.
     Resume(NameArgs),
-    /// Remove a transform, its state topic, offsets and status.
+    /// Remove a transform, its state topic, group (offsets) and status.
     Delete(NameArgs),
     /// Print a transform's log lines.
     Logs(NameArgs),
@@ -528,12 +530,23 @@ async fn delete(a: NameArgs) -> anyhow::Result<()> {
         .map(|s| s.key())
         .collect();
     registry::delete_keys(&client, STATUS_TOPIC, &status).await?;
-    let offsets: Vec<String> = registry::load_offsets(&client, &d.name)
-        .await?
-        .keys()
-        .map(|tp| registry::offset_key(&d.name, tp))
-        .collect();
-    registry::delete_keys(&client, OFFSETS_TOPIC, &offsets).await?;
+    // The runners leave the group once they see the tombstone; then it can go.
+    let deadline = tokio::time::Instant::now() + GROUP_DELETE_WAIT;
+    loop {
+        match client.admin().delete_group(&d.group_id()).await {
+            Ok(()) => break,
+            Err(e) if e.code() == Some(rill_client::ErrorCode::GroupIdNotFound) => break,
+            Err(e) if tokio::time::Instant::now() >= deadline => {
+                eprintln!(
+                    "warning: could not delete group {} ({e}); `rill group delete {}` removes its offsets",
+                    d.group_id(),
+                    d.group_id()
+                );
+                break;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(300)).await,
+        }
+    }
     match client.admin().delete_topic(&d.state_topic()).await {
         Ok(()) => {}
         Err(rill_client::ClientError::UnknownTopic(_)) => {}

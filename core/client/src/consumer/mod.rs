@@ -213,6 +213,11 @@ impl Consumer {
             .ok_or_else(|| ClientError::Config(format!("no position for {tp} yet: seek first")))
     }
 
+    /// The next offset `poll` returns for `tp`, if it has one (no lookup).
+    pub fn current_position(&self, tp: &TopicPartition) -> Option<Offset> {
+        self.partitions.get(tp).and_then(|s| s.position)
+    }
+
     /// The high watermark of `tp` as of the last fetch (`None` before one).
     pub fn high_watermark(&self, tp: &TopicPartition) -> Option<Offset> {
         self.partitions.get(tp).and_then(|s| s.high_watermark)

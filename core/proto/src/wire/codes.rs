@@ -88,6 +88,8 @@ error_codes! {
     OutOfOrderSequence = 31, false, "The producer sequence number is out of order.";
     DuplicateSequence = 32, false, "The batch was written already (idempotent producer).";
     InvalidProducerEpoch = 33, false, "The producer epoch is stale.";
+    GroupMaxSizeReached = 34, false, "The group has as many members as the broker allows.";
+    InconsistentGroupProtocol = 35, false, "The member's assignor differs from the group's, or is unknown.";
 }
 
 fn to_screaming_snake(camel: &str) -> String {

@@ -28,10 +28,18 @@ pub enum ApiKey {
     Produce = 6,
     Fetch = 7,
     ListOffsets = 8,
+    // Consumer groups (9..=19), messages in `groups.rs`.
+    FindCoordinator = 9,
+    ConsumerGroupHeartbeat = 10,
+    OffsetCommit = 11,
+    OffsetFetch = 12,
+    ListGroups = 13,
+    DescribeGroups = 14,
+    DeleteGroups = 15,
 }
 
 impl ApiKey {
-    pub const ALL: [ApiKey; 9] = [
+    pub const ALL: [ApiKey; 16] = [
         ApiKey::ApiVersions,
         ApiKey::Metadata,
         ApiKey::CreateTopics,
@@ -41,6 +49,13 @@ impl ApiKey {
         ApiKey::Produce,
         ApiKey::Fetch,
         ApiKey::ListOffsets,
+        ApiKey::FindCoordinator,
+        ApiKey::ConsumerGroupHeartbeat,
+        ApiKey::OffsetCommit,
+        ApiKey::OffsetFetch,
+        ApiKey::ListGroups,
+        ApiKey::DescribeGroups,
+        ApiKey::DeleteGroups,
     ];
 
     pub fn from_u16(n: u16) -> Option<ApiKey> {
@@ -59,6 +74,13 @@ impl ApiKey {
             ApiKey::Produce => "produce",
             ApiKey::Fetch => "fetch",
             ApiKey::ListOffsets => "list_offsets",
+            ApiKey::FindCoordinator => "find_coordinator",
+            ApiKey::ConsumerGroupHeartbeat => "consumer_group_heartbeat",
+            ApiKey::OffsetCommit => "offset_commit",
+            ApiKey::OffsetFetch => "offset_fetch",
+            ApiKey::ListGroups => "list_groups",
+            ApiKey::DescribeGroups => "describe_groups",
+            ApiKey::DeleteGroups => "delete_groups",
         }
     }
 }

@@ -5,10 +5,12 @@
 
 pub mod codes;
 pub mod frame;
+pub mod groups;
 pub mod messages;
 
 pub use codes::{ErrorCode, ErrorInfo};
 pub use frame::{FRAME_HEADER_LEN, FrameHeader};
+pub use groups::*;
 pub use messages::*;
 
 use crate::error::DecodeError;

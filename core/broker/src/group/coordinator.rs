@@ -1,0 +1,1029 @@
+//! `GroupCoordinator`: the consumer-group state machine of one broker, in the
+//! `step(now, input) -> output` shape. No clock, no I/O, no randomness inside:
+//! the shell (`service.rs`) passes the monotonic time in milliseconds, writes the
+//! records an output asks for to `__consumer_offsets`, and feeds every record
+//! written back as [`Input::Replay`] (the same path as loading at startup).
+//!
+//! Model (Kafka's KIP-848): the group has an epoch, bumped whenever its
+//! membership, the subscriptions or the subscribed topics' partition counts
+//! change. For each group epoch the assignor computes a *target* assignment.
+//! Each member converges to its target one heartbeat at a time:
+//! - partitions it owns but should not are *revoked*: taken out of its
+//!   assignment and held in `revoking` until a heartbeat no longer reports them;
+//! - partitions it should own are *added* once no other member holds them
+//!   (assigned or still revoking).
+//!
+//! So a partition never has two owners, and a member joining or leaving moves
+//! only what the (sticky) assignor moves. A member's epoch becomes the group epoch
+//! whenever its assignment changes; commits are fenced by member id, member epoch
+//! (the current or the one before, in case a heartbeat response was lost) and
+//! ownership of the partition.
+//!
+//! Durable state (committed offsets, group epochs) changes only through
+//! [`Input::Replay`]: a commit is validated, its records are written, and only
+//! then is it visible to OffsetFetch. Membership is volatile: after a restart
+//! members are unknown and rejoin (their heartbeats get UNKNOWN_MEMBER_ID).
+//!
+//! Invariants (asserted in `check_invariants`, run by the tests after every
+//! step): no partition is held (assigned or revoking) by two members; every
+//! member's epoch is at most the group epoch.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use rill_proto::TimestampMs;
+use rill_proto::wire::*;
+
+use super::assignor::{self, ASSIGNORS, MemberSpec, Tp};
+use super::records::{GroupRecord, GroupValue, OffsetValue};
+
+/// Monotonic milliseconds, as the shell counts them.
+pub type Millis = u64;
+
+/// Longest group id.
+pub const GROUP_ID_LEN_MAX: usize = 249;
+/// Longest member id or instance id.
+pub const MEMBER_ID_LEN_MAX: usize = 255;
+/// Most topics one member may subscribe to.
+pub const SUBSCRIBED_TOPICS_MAX: usize = 1000;
+/// Most partitions in one heartbeat's owned list or one commit.
+pub const PARTITIONS_PER_REQUEST_MAX: usize = 100_000;
+/// Longest metadata string stored with a committed offset.
+pub const OFFSET_METADATA_BYTES_MAX: usize = 4096;
+/// Heartbeat interval told to a member that is waiting for partitions to be
+/// released to it (so it takes them as soon as they are free).
+pub const RECONCILE_HEARTBEAT_INTERVAL_MS: u32 = 50;
+
+/// The coordinator's bounds.
+#[derive(Debug, Clone)]
+pub struct CoordinatorConfig {
+    pub session_timeout_ms_min: u32,
+    pub session_timeout_ms_max: u32,
+    pub members_per_group_max: usize,
+    pub groups_max: usize,
+}
+
+impl Default for CoordinatorConfig {
+    fn default() -> Self {
+        CoordinatorConfig {
+            session_timeout_ms_min: 1000,
+            session_timeout_ms_max: 30 * 60 * 1000,
+            members_per_group_max: 1000,
+            groups_max: 10_000,
+        }
+    }
+}
+
+/// What the coordinator is asked to do.
+#[derive(Debug, Clone)]
+pub enum Input {
+    /// A member's heartbeat, with the partition counts of the topics this broker
+    /// knows (the coordinator looks up the group's subscriptions in it).
+    Heartbeat {
+        request: ConsumerGroupHeartbeatRequest,
+        partition_counts: BTreeMap<String, u32>,
+    },
+    /// A commit; `wall_ms` is stored as the commit time.
+    CommitOffsets {
+        request: OffsetCommitRequest,
+        wall_ms: TimestampMs,
+    },
+    FetchOffsets(OffsetFetchRequest),
+    ListGroups,
+    DescribeGroups(DescribeGroupsRequest),
+    DeleteGroups(DeleteGroupsRequest),
+    /// Time passed: expire members whose session ran out.
+    Tick,
+    /// A record that is durable in `__consumer_offsets` (written or loaded).
+    Replay(GroupRecord),
+}
+
+/// The answer to an input.
+#[derive(Debug, Clone)]
+pub enum Reply {
+    None,
+    Heartbeat(ConsumerGroupHeartbeatResponse),
+    Commit(OffsetCommitResponse),
+    Fetch(OffsetFetchResponse),
+    List(ListGroupsResponse),
+    Describe(DescribeGroupsResponse),
+    Delete(DeleteGroupsResponse),
+}
+
+/// What a step produced: the reply, and records to make durable (then replay)
+/// before the reply is sent.
+#[derive(Debug, Clone)]
+pub struct Output {
+    pub reply: Reply,
+    pub records: Vec<GroupRecord>,
+}
+
+impl Output {
+    fn reply(reply: Reply) -> Output {
+        Output {
+            reply,
+            records: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Member {
+    instance_id: Option<String>,
+    client_id: String,
+    epoch: i32,
+    prev_epoch: i32,
+    subscribed: Vec<String>,
+    session_timeout_ms: u32,
+    heartbeat_interval_ms: u32,
+    deadline: Millis,
+    assigned: BTreeSet<Tp>,
+    revoking: BTreeSet<Tp>,
+    /// A static member that left with epoch -2 (keeps its place until `deadline`).
+    left: bool,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Group {
+    epoch: i32,
+    /// The epoch last sent out to be written.
+    persisted_epoch: i32,
+    assignor: String,
+    members: BTreeMap<String, Member>,
+    target: BTreeMap<String, BTreeSet<Tp>>,
+    target_epoch: i32,
+    /// Partition counts of the subscribed topics as of the last heartbeat.
+    topics: BTreeMap<String, u32>,
+    offsets: BTreeMap<Tp, OffsetValue>,
+}
+
+impl Group {
+    fn bump(&mut self) {
+        self.epoch += 1;
+    }
+
+    fn state(&self) -> &'static str {
+        if self.members.is_empty() {
+            "Empty"
+        } else if self.members.iter().any(|(id, m)| {
+            !m.revoking.is_empty() || self.target.get(id).is_none_or(|t| *t != m.assigned)
+        }) || self.target_epoch != self.epoch
+        {
+            "Reconciling"
+        } else {
+            "Stable"
+        }
+    }
+
+    fn subscribed_counts(&self, counts: &BTreeMap<String, u32>) -> BTreeMap<String, u32> {
+        let mut out = BTreeMap::new();
+        for m in self.members.values() {
+            for t in &m.subscribed {
+                out.insert(t.clone(), counts.get(t).copied().unwrap_or(0));
+            }
+        }
+        out
+    }
+
+    fn compute_target(&mut self) {
+        let specs: Vec<MemberSpec<'_>> = self
+            .members
+            .iter()
+            .map(|(id, m)| MemberSpec {
+                member_id: id,
+                topics: &m.subscribed,
+                current: self.target.get(id).unwrap_or(&m.assigned),
+            })
+            .collect();
+        let target = assignor::assign(&self.assignor, &specs, &self.topics);
+        self.target = target;
+        self.target_epoch = self.epoch;
+    }
+
+    /// Moves one member towards its target: revoke what it should not own, add
+    /// what it should own and nobody else holds.
+    fn reconcile(&mut self, member_id: &str) {
+        let target = self.target.get(member_id).cloned().unwrap_or_default();
+        let held: BTreeSet<Tp> = self
+            .members
+            .iter()
+            .filter(|(id, _)| id.as_str() != member_id)
+            .flat_map(|(_, m)| m.assigned.iter().chain(m.revoking.iter()).cloned())
+            .collect();
+        let group_epoch = self.epoch;
+        let m = self.members.get_mut(member_id).expect("member exists");
+        let before = m.assigned.clone();
+        let revoke: Vec<Tp> = m.assigned.difference(&target).cloned().collect();
+        for tp in revoke {
+            m.assigned.remove(&tp);
+            m.revoking.insert(tp);
+        }
+        for tp in target {
+            if !held.contains(&tp) && !m.assigned.contains(&tp) {
+                m.revoking.remove(&tp);
+                m.assigned.insert(tp);
+            }
+        }
+        if m.assigned != before || m.epoch == 0 {
+            m.prev_epoch = m.epoch;
+            m.epoch = group_epoch;
+        }
+    }
+
+    fn remove_member(&mut self, member_id: &str) -> bool {
+        if self.members.remove(member_id).is_some() {
+            self.target.remove(member_id);
+            self.bump();
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// The consumer groups this broker coordinates.
+#[derive(Debug)]
+pub struct GroupCoordinator {
+    config: CoordinatorConfig,
+    groups: BTreeMap<String, Group>,
+}
+
+fn err(code: ErrorCode, message: impl Into<String>) -> Option<ErrorInfo> {
+    Some(ErrorInfo::new(code, message))
+}
+
+fn to_topic_partitions(set: &BTreeSet<Tp>) -> Vec<TopicPartitions> {
+    let mut out: Vec<TopicPartitions> = Vec::new();
+    for (topic, p) in set {
+        match out.last_mut() {
+            Some(last) if last.topic == *topic => last.partitions.push(*p),
+            _ => out.push(TopicPartitions {
+                topic: topic.clone(),
+                partitions: vec![*p],
+            }),
+        }
+    }
+    out
+}
+
+fn from_topic_partitions(list: &[TopicPartitions]) -> BTreeSet<Tp> {
+    list.iter()
+        .flat_map(|t| t.partitions.iter().map(|p| (t.topic.clone(), *p)))
+        .collect()
+}
+
+/// Checks a group id: non-empty, bounded, printable.
+pub fn validate_group_id(group_id: &str) -> Result<(), ErrorInfo> {
+    if group_id.is_empty() || group_id.len() > GROUP_ID_LEN_MAX {
+        return Err(ErrorInfo::new(
+            ErrorCode::InvalidGroupId,
+            format!(
+                "group id {group_id:?} is not valid: it must be 1 to {GROUP_ID_LEN_MAX} bytes long"
+            ),
+        ));
+    }
+    if group_id.chars().any(char::is_control) {
+        return Err(ErrorInfo::new(
+            ErrorCode::InvalidGroupId,
+            format!("group id {group_id:?} is not valid: it contains control characters"),
+        ));
+    }
+    Ok(())
+}
+
+fn heartbeat_error(error: Option<ErrorInfo>, req: &ConsumerGroupHeartbeatRequest) -> Reply {
+    Reply::Heartbeat(ConsumerGroupHeartbeatResponse {
+        error,
+        member_id: req.member_id.clone(),
+        member_epoch: req.member_epoch,
+        heartbeat_interval_ms: 0,
+        session_timeout_ms: 0,
+        assignment: Vec::new(),
+    })
+}
+
+impl GroupCoordinator {
+    pub fn new(config: CoordinatorConfig) -> GroupCoordinator {
+        GroupCoordinator {
+            config,
+            groups: BTreeMap::new(),
+        }
+    }
+
+    /// Applies one input at time `now`.
+    pub fn step(&mut self, now: Millis, input: Input) -> Output {
+        let out = match input {
+            Input::Heartbeat {
+                request,
+                partition_counts,
+            } => self.heartbeat(now, request, &partition_counts),
+            Input::CommitOffsets { request, wall_ms } => self.commit(request, wall_ms),
+            Input::FetchOffsets(req) => Output::reply(Reply::Fetch(self.fetch(req))),
+            Input::ListGroups => Output::reply(Reply::List(self.list())),
+            Input::DescribeGroups(req) => Output::reply(Reply::Describe(self.describe(req))),
+            Input::DeleteGroups(req) => self.delete(req),
+            Input::Tick => self.tick(now),
+            Input::Replay(record) => {
+                self.replay(record);
+                Output::reply(Reply::None)
+            }
+        };
+        #[cfg(debug_assertions)]
+        self.check_invariants();
+        out
+    }
+
+    /// Panics if an invariant is broken (see the module doc).
+    pub fn check_invariants(&self) {
+        for (gid, g) in &self.groups {
+            let mut holders: BTreeMap<&Tp, &str> = BTreeMap::new();
+            for (mid, m) in &g.members {
+                assert!(
+                    m.epoch <= g.epoch,
+                    "group {gid}: member {mid} epoch {} above group epoch {}",
+                    m.epoch,
+                    g.epoch
+                );
+                for tp in m.assigned.iter().chain(m.revoking.iter()) {
+                    if let Some(other) = holders.insert(tp, mid) {
+                        panic!("group {gid}: {tp:?} held by both {other} and {mid}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// The next time a session can expire (for the shell's timer), if any member.
+    pub fn next_deadline(&self) -> Option<Millis> {
+        self.groups
+            .values()
+            .flat_map(|g| g.members.values().map(|m| m.deadline))
+            .min()
+    }
+
+    /// Whether the group has members (live, or static ones that left for a moment).
+    pub fn has_members(&self, group_id: &str) -> bool {
+        self.groups
+            .get(group_id)
+            .is_some_and(|g| !g.members.is_empty())
+    }
+
+    fn validate_heartbeat(&self, req: &ConsumerGroupHeartbeatRequest) -> Result<(), ErrorInfo> {
+        validate_group_id(&req.group_id)?;
+        let invalid = |m: String| Err(ErrorInfo::new(ErrorCode::InvalidRequest, m));
+        if req.member_id.is_empty() || req.member_id.len() > MEMBER_ID_LEN_MAX {
+            return invalid(format!(
+                "group {}: member id must be 1 to {MEMBER_ID_LEN_MAX} bytes long",
+                req.group_id
+            ));
+        }
+        if req
+            .instance_id
+            .as_ref()
+            .is_some_and(|i| i.is_empty() || i.len() > MEMBER_ID_LEN_MAX)
+        {
+            return invalid(format!(
+                "group {}: instance id must be 1 to {MEMBER_ID_LEN_MAX} bytes long",
+                req.group_id
+            ));
+        }
+        if req.member_epoch < 0 {
+            return Ok(());
+        }
+        if req.subscribed_topics.len() > SUBSCRIBED_TOPICS_MAX {
+            return invalid(format!(
+                "group {}: member subscribes to {} topics; at most {SUBSCRIBED_TOPICS_MAX}",
+                req.group_id,
+                req.subscribed_topics.len()
+            ));
+        }
+        let owned: usize = req.owned.iter().map(|t| t.partitions.len()).sum();
+        if owned > PARTITIONS_PER_REQUEST_MAX {
+            return invalid(format!(
+                "group {}: heartbeat reports {owned} owned partitions; at most {PARTITIONS_PER_REQUEST_MAX}",
+                req.group_id
+            ));
+        }
+        if !ASSIGNORS.contains(&req.assignor.as_str()) {
+            return Err(ErrorInfo::new(
+                ErrorCode::InconsistentGroupProtocol,
+                format!(
+                    "group {}: unknown assignor {:?}; use one of {}",
+                    req.group_id,
+                    req.assignor,
+                    ASSIGNORS.join(", ")
+                ),
+            ));
+        }
+        let (min, max) = (
+            self.config.session_timeout_ms_min,
+            self.config.session_timeout_ms_max,
+        );
+        if req.session_timeout_ms < min || req.session_timeout_ms > max {
+            return Err(ErrorInfo::new(
+                ErrorCode::InvalidConfig,
+                format!(
+                    "group {}: session timeout {} ms is outside the broker's range [{min}, {max}] ms \
+                     (group_min_session_timeout_ms, group_max_session_timeout_ms)",
+                    req.group_id, req.session_timeout_ms
+                ),
+            ));
+        }
+        if req.heartbeat_interval_ms == 0 || req.heartbeat_interval_ms >= req.session_timeout_ms {
+            return Err(ErrorInfo::new(
+                ErrorCode::InvalidConfig,
+                format!(
+                    "group {}: heartbeat interval {} ms must be above 0 and below the session timeout {} ms",
+                    req.group_id, req.heartbeat_interval_ms, req.session_timeout_ms
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    fn heartbeat(
+        &mut self,
+        now: Millis,
+        req: ConsumerGroupHeartbeatRequest,
+        counts: &BTreeMap<String, u32>,
+    ) -> Output {
+        if let Err(e) = self.validate_heartbeat(&req) {
+            return Output::reply(heartbeat_error(Some(e), &req));
+        }
+        let gid = req.group_id.clone();
+        let mid = req.member_id.clone();
+
+        // Leaving.
+        if req.member_epoch == LEAVE_GROUP_EPOCH || req.member_epoch == LEAVE_GROUP_STATIC_EPOCH {
+            let mut records = Vec::new();
+            if let Some(g) = self.groups.get_mut(&gid) {
+                let is_static = g.members.get(&mid).is_some_and(|m| m.instance_id.is_some());
+                if req.member_epoch == LEAVE_GROUP_STATIC_EPOCH && is_static {
+                    let m = g.members.get_mut(&mid).expect("checked");
+                    m.left = true;
+                    m.deadline = now + m.session_timeout_ms as u64;
+                } else if g.remove_member(&mid) {
+                    records.extend(self.epoch_record(&gid));
+                }
+            }
+            return Output {
+                reply: Reply::Heartbeat(ConsumerGroupHeartbeatResponse {
+                    error: None,
+                    member_id: mid,
+                    member_epoch: req.member_epoch,
+                    heartbeat_interval_ms: 0,
+                    session_timeout_ms: 0,
+                    assignment: Vec::new(),
+                }),
+                records,
+            };
+        }
+        if req.member_epoch < 0 {
+            return Output::reply(heartbeat_error(
+                err(
+                    ErrorCode::InvalidRequest,
+                    format!(
+                        "group {gid}: member epoch {} is not valid (0 joins, -1 leaves, -2 leaves for a moment)",
+                        req.member_epoch
+                    ),
+                ),
+                &req,
+            ));
+        }
+
+        if !self.groups.contains_key(&gid) {
+            if req.member_epoch != JOIN_GROUP_EPOCH {
+                return Output::reply(heartbeat_error(
+                    err(
+                        ErrorCode::UnknownMemberId,
+                        format!(
+                            "group {gid} has no member {mid} (the coordinator restarted or moved?): rejoin"
+                        ),
+                    ),
+                    &req,
+                ));
+            }
+            if self.groups.len() >= self.config.groups_max {
+                return Output::reply(heartbeat_error(
+                    err(
+                        ErrorCode::GroupMaxSizeReached,
+                        format!(
+                            "this broker coordinates {} groups already, its maximum; delete unused groups (rill group delete)",
+                            self.config.groups_max
+                        ),
+                    ),
+                    &req,
+                ));
+            }
+            self.groups.insert(gid.clone(), Group::default());
+        }
+        let members_max = self.config.members_per_group_max;
+        let g = self.groups.get_mut(&gid).expect("present");
+        let others_assignor = g.members.keys().any(|k| *k != mid);
+        if others_assignor && g.assignor != req.assignor {
+            let assignor = g.assignor.clone();
+            return Output::reply(heartbeat_error(
+                err(
+                    ErrorCode::InconsistentGroupProtocol,
+                    format!(
+                        "group {gid} uses assignor {assignor:?} but this member asks for {:?}: use the same assignor in every member",
+                        req.assignor
+                    ),
+                ),
+                &req,
+            ));
+        }
+        g.assignor = req.assignor.clone();
+
+        if req.member_epoch == JOIN_GROUP_EPOCH {
+            if g.members.contains_key(&mid) {
+                // Rejoining under the same id: start over.
+                g.remove_member(&mid);
+            }
+            let replaced = req.instance_id.as_ref().and_then(|iid| {
+                g.members
+                    .iter()
+                    .find(|(_, m)| m.instance_id.as_ref() == Some(iid))
+                    .map(|(id, _)| id.clone())
+            });
+            let member = match replaced {
+                Some(old_id) => {
+                    // Static membership: the new incarnation takes over the old
+                    // one's place, epoch and assignment; the old id is fenced.
+                    let mut old = g.members.remove(&old_id).expect("found");
+                    if let Some(t) = g.target.remove(&old_id) {
+                        g.target.insert(mid.clone(), t);
+                    }
+                    old.revoking.clear();
+                    old.left = false;
+                    if old.subscribed != req.subscribed_topics {
+                        g.bump();
+                    }
+                    old
+                }
+                None => {
+                    if g.members.len() >= members_max {
+                        return Output::reply(heartbeat_error(
+                            err(
+                                ErrorCode::GroupMaxSizeReached,
+                                format!(
+                                    "group {gid} has {members_max} members, the broker's maximum (group_max_size)"
+                                ),
+                            ),
+                            &req,
+                        ));
+                    }
+                    g.bump();
+                    Member {
+                        instance_id: req.instance_id.clone(),
+                        client_id: String::new(),
+                        epoch: 0,
+                        prev_epoch: 0,
+                        subscribed: req.subscribed_topics.clone(),
+                        session_timeout_ms: req.session_timeout_ms,
+                        heartbeat_interval_ms: req.heartbeat_interval_ms,
+                        deadline: 0,
+                        assigned: BTreeSet::new(),
+                        revoking: BTreeSet::new(),
+                        left: false,
+                    }
+                }
+            };
+            g.members.insert(mid.clone(), member);
+        } else {
+            let Some(m) = g.members.get(&mid) else {
+                return Output::reply(heartbeat_error(
+                    err(
+                        ErrorCode::UnknownMemberId,
+                        format!(
+                            "group {gid} has no member {mid} (removed after its session timed out, or replaced by a newer instance): rejoin"
+                        ),
+                    ),
+                    &req,
+                ));
+            };
+            if req.member_epoch != m.epoch && req.member_epoch != m.prev_epoch {
+                let current = m.epoch;
+                return Output::reply(heartbeat_error(
+                    err(
+                        ErrorCode::FencedMemberEpoch,
+                        format!(
+                            "group {gid}: member {mid} sent epoch {} but its epoch is {current}: rejoin",
+                            req.member_epoch
+                        ),
+                    ),
+                    &req,
+                ));
+            }
+        }
+
+        // Refresh the member from its heartbeat.
+        let owned = from_topic_partitions(&req.owned);
+        let m = g.members.get_mut(&mid).expect("inserted above");
+        m.deadline = now + req.session_timeout_ms as u64;
+        m.session_timeout_ms = req.session_timeout_ms;
+        m.heartbeat_interval_ms = req.heartbeat_interval_ms;
+        m.client_id = req.client_id.clone();
+        m.instance_id = req.instance_id.clone();
+        m.left = false;
+        m.revoking.retain(|tp| owned.contains(tp));
+        let resubscribed = m.subscribed != req.subscribed_topics;
+        if resubscribed {
+            m.subscribed = req.subscribed_topics.clone();
+            g.bump();
+        }
+        let topics = g.subscribed_counts(counts);
+        if topics != g.topics {
+            g.topics = topics;
+            if g.target_epoch == g.epoch {
+                g.bump();
+            }
+        }
+        if g.target_epoch != g.epoch {
+            g.compute_target();
+        }
+        g.reconcile(&mid);
+
+        let m = &g.members[&mid];
+        let waiting = g.target.get(&mid).is_some_and(|t| *t != m.assigned);
+        let interval = if waiting {
+            m.heartbeat_interval_ms.min(RECONCILE_HEARTBEAT_INTERVAL_MS)
+        } else {
+            m.heartbeat_interval_ms
+        };
+        let reply = Reply::Heartbeat(ConsumerGroupHeartbeatResponse {
+            error: None,
+            member_id: mid,
+            member_epoch: m.epoch,
+            heartbeat_interval_ms: interval,
+            session_timeout_ms: m.session_timeout_ms,
+            assignment: to_topic_partitions(&m.assigned),
+        });
+        Output {
+            reply,
+            records: self.epoch_record(&gid).into_iter().collect(),
+        }
+    }
+
+    /// The group record to write when the epoch moved past what was written.
+    fn epoch_record(&mut self, gid: &str) -> Option<GroupRecord> {
+        let g = self.groups.get_mut(gid)?;
+        if g.epoch <= g.persisted_epoch {
+            return None;
+        }
+        g.persisted_epoch = g.epoch;
+        Some(GroupRecord::Group {
+            group: gid.to_string(),
+            value: Some(GroupValue {
+                group_epoch: g.epoch,
+                assignor: g.assignor.clone(),
+            }),
+        })
+    }
+
+    fn commit(&mut self, req: OffsetCommitRequest, wall_ms: TimestampMs) -> Output {
+        let whole = |e: ErrorInfo| {
+            Output::reply(Reply::Commit(OffsetCommitResponse {
+                error: Some(e),
+                partitions: Vec::new(),
+            }))
+        };
+        if let Err(e) = validate_group_id(&req.group_id) {
+            return whole(e);
+        }
+        if req.partitions.len() > PARTITIONS_PER_REQUEST_MAX {
+            return whole(ErrorInfo::new(
+                ErrorCode::InvalidRequest,
+                format!(
+                    "group {}: a commit carries at most {PARTITIONS_PER_REQUEST_MAX} partitions, this one {}",
+                    req.group_id,
+                    req.partitions.len()
+                ),
+            ));
+        }
+        let gid = &req.group_id;
+        let group = self.groups.get(gid);
+        let owner: Option<&Member> = match &req.member {
+            Some((mid, epoch)) => {
+                let Some(m) = group.and_then(|g| g.members.get(mid)) else {
+                    return whole(ErrorInfo::new(
+                        ErrorCode::UnknownMemberId,
+                        format!(
+                            "group {gid} has no member {mid} (removed after its session timed out?): \
+                             the commit is refused; rejoin and consume again from the last committed offsets"
+                        ),
+                    ));
+                };
+                if *epoch != m.epoch && *epoch != m.prev_epoch {
+                    return whole(ErrorInfo::new(
+                        ErrorCode::FencedMemberEpoch,
+                        format!(
+                            "group {gid}: member {mid} committed with epoch {epoch} but its epoch is {}: \
+                             the commit is refused",
+                            m.epoch
+                        ),
+                    ));
+                }
+                Some(m)
+            }
+            None => {
+                if let Some(g) = group
+                    && !g.members.is_empty()
+                {
+                    let ids: Vec<&str> = g.members.keys().map(String::as_str).take(5).collect();
+                    return whole(ErrorInfo::new(
+                        ErrorCode::NonEmptyGroup,
+                        format!(
+                            "group {gid} has {} member(s) ({}): stop them, or wait for their session timeout, \
+                             before resetting its offsets (see `rill group describe {gid}`)",
+                            g.members.len(),
+                            ids.join(", ")
+                        ),
+                    ));
+                }
+                None
+            }
+        };
+        let mut partitions = Vec::with_capacity(req.partitions.len());
+        let mut records = Vec::with_capacity(req.partitions.len());
+        for p in req.partitions {
+            let tp = (p.topic.clone(), p.partition);
+            let error = if p.offset.0 < 0 {
+                err(
+                    ErrorCode::InvalidRequest,
+                    format!(
+                        "group {gid}: offset {} for {}-{} is negative",
+                        p.offset, p.topic, p.partition
+                    ),
+                )
+            } else if p.metadata.len() > OFFSET_METADATA_BYTES_MAX {
+                err(
+                    ErrorCode::InvalidRequest,
+                    format!(
+                        "group {gid}: commit metadata for {}-{} is {} bytes; at most {OFFSET_METADATA_BYTES_MAX}",
+                        p.topic,
+                        p.partition,
+                        p.metadata.len()
+                    ),
+                )
+            } else if let Some(m) = owner
+                && !m.assigned.contains(&tp)
+                && !m.revoking.contains(&tp)
+            {
+                err(
+                    ErrorCode::UnknownMemberId,
+                    format!(
+                        "group {gid}: {}-{} is not assigned to this member (it moved to another): the commit is refused",
+                        p.topic, p.partition
+                    ),
+                )
+            } else {
+                records.push(GroupRecord::Offset {
+                    group: gid.clone(),
+                    topic: p.topic.clone(),
+                    partition: p.partition,
+                    value: Some(OffsetValue {
+                        offset: p.offset,
+                        metadata: p.metadata,
+                        commit_timestamp_ms: wall_ms,
+                    }),
+                });
+                None
+            };
+            partitions.push(OffsetCommitPartitionResponse {
+                topic: p.topic,
+                partition: p.partition,
+                error,
+            });
+        }
+        Output {
+            reply: Reply::Commit(OffsetCommitResponse {
+                error: None,
+                partitions,
+            }),
+            records,
+        }
+    }
+
+    fn committed(gid: &str, g: Option<&Group>, tp: &Tp) -> CommittedOffset {
+        let _ = gid;
+        let v = g.and_then(|g| g.offsets.get(tp));
+        CommittedOffset {
+            topic: tp.0.clone(),
+            partition: tp.1,
+            offset: v.map(|v| v.offset),
+            metadata: v.map(|v| v.metadata.clone()).unwrap_or_default(),
+            commit_timestamp_ms: v.map_or(-1, |v| v.commit_timestamp_ms),
+        }
+    }
+
+    fn fetch(&self, req: OffsetFetchRequest) -> OffsetFetchResponse {
+        if let Err(e) = validate_group_id(&req.group_id) {
+            return OffsetFetchResponse {
+                error: Some(e),
+                offsets: Vec::new(),
+            };
+        }
+        let g = self.groups.get(&req.group_id);
+        let offsets = match req.partitions {
+            None => g
+                .map(|g| {
+                    g.offsets
+                        .keys()
+                        .map(|tp| Self::committed(&req.group_id, Some(g), tp))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            Some(list) => from_topic_partitions(&list)
+                .iter()
+                .map(|tp| Self::committed(&req.group_id, g, tp))
+                .collect(),
+        };
+        OffsetFetchResponse {
+            error: None,
+            offsets,
+        }
+    }
+
+    fn list(&self) -> ListGroupsResponse {
+        ListGroupsResponse {
+            groups: self
+                .groups
+                .iter()
+                .map(|(id, g)| GroupListing {
+                    group_id: id.clone(),
+                    state: g.state().to_string(),
+                    members: g.members.len() as u32,
+                })
+                .collect(),
+        }
+    }
+
+    fn describe(&self, req: DescribeGroupsRequest) -> DescribeGroupsResponse {
+        let groups = req
+            .group_ids
+            .into_iter()
+            .map(|gid| match self.groups.get(&gid) {
+                None => GroupDescription {
+                    error: err(
+                        ErrorCode::GroupIdNotFound,
+                        format!("group {gid} does not exist (no members, no committed offsets)"),
+                    ),
+                    group_id: gid,
+                    state: "Dead".into(),
+                    group_epoch: 0,
+                    assignor: String::new(),
+                    members: Vec::new(),
+                    offsets: Vec::new(),
+                },
+                Some(g) => GroupDescription {
+                    error: None,
+                    state: g.state().to_string(),
+                    group_epoch: g.epoch,
+                    assignor: g.assignor.clone(),
+                    members: g
+                        .members
+                        .iter()
+                        .map(|(id, m)| GroupMemberDescription {
+                            member_id: id.clone(),
+                            instance_id: m.instance_id.clone(),
+                            client_id: m.client_id.clone(),
+                            member_epoch: m.epoch,
+                            subscribed_topics: m.subscribed.clone(),
+                            assignment: to_topic_partitions(&m.assigned),
+                            revoking: to_topic_partitions(&m.revoking),
+                            left: m.left,
+                        })
+                        .collect(),
+                    offsets: g
+                        .offsets
+                        .keys()
+                        .map(|tp| Self::committed(&gid, Some(g), tp))
+                        .collect(),
+                    group_id: gid,
+                },
+            })
+            .collect();
+        DescribeGroupsResponse { groups }
+    }
+
+    fn delete(&mut self, req: DeleteGroupsRequest) -> Output {
+        let mut results = Vec::new();
+        let mut records = Vec::new();
+        for gid in req.group_ids {
+            let error = match self.groups.get(&gid) {
+                None => err(
+                    ErrorCode::GroupIdNotFound,
+                    format!("group {gid} does not exist"),
+                ),
+                Some(g) if !g.members.is_empty() => err(
+                    ErrorCode::NonEmptyGroup,
+                    format!(
+                        "group {gid} has {} member(s): stop them, or wait for their session timeout, before deleting it",
+                        g.members.len()
+                    ),
+                ),
+                Some(g) => {
+                    for tp in g.offsets.keys() {
+                        records.push(GroupRecord::Offset {
+                            group: gid.clone(),
+                            topic: tp.0.clone(),
+                            partition: tp.1,
+                            value: None,
+                        });
+                    }
+                    records.push(GroupRecord::Group {
+                        group: gid.clone(),
+                        value: None,
+                    });
+                    None
+                }
+            };
+            results.push(GroupResult {
+                group_id: gid,
+                error,
+            });
+        }
+        Output {
+            reply: Reply::Delete(DeleteGroupsResponse { results }),
+            records,
+        }
+    }
+
+    fn tick(&mut self, now: Millis) -> Output {
+        let mut records = Vec::new();
+        let ids: Vec<String> = self.groups.keys().cloned().collect();
+        for gid in ids {
+            let g = self.groups.get_mut(&gid).expect("listed");
+            let expired: Vec<String> = g
+                .members
+                .iter()
+                .filter(|(_, m)| m.deadline <= now)
+                .map(|(id, _)| id.clone())
+                .collect();
+            for mid in &expired {
+                g.remove_member(mid);
+            }
+            if !expired.is_empty() {
+                records.extend(self.epoch_record(&gid));
+            }
+            let g = &self.groups[&gid];
+            if g.members.is_empty() && g.offsets.is_empty() {
+                let persisted = g.persisted_epoch > 0;
+                self.groups.remove(&gid);
+                if persisted {
+                    records.push(GroupRecord::Group {
+                        group: gid,
+                        value: None,
+                    });
+                }
+            }
+        }
+        Output {
+            reply: Reply::None,
+            records,
+        }
+    }
+
+    fn replay(&mut self, record: GroupRecord) {
+        match record {
+            GroupRecord::Offset {
+                group,
+                topic,
+                partition,
+                value,
+            } => match value {
+                Some(v) => {
+                    self.groups
+                        .entry(group)
+                        .or_default()
+                        .offsets
+                        .insert((topic, partition), v);
+                }
+                None => {
+                    if let Some(g) = self.groups.get_mut(&group) {
+                        g.offsets.remove(&(topic, partition));
+                    }
+                }
+            },
+            GroupRecord::Group { group, value } => match value {
+                Some(v) => {
+                    let g = self.groups.entry(group).or_default();
+                    g.epoch = g.epoch.max(v.group_epoch);
+                    g.persisted_epoch = g.persisted_epoch.max(v.group_epoch);
+                    if g.members.is_empty() {
+                        g.assignor = v.assignor;
+                    }
+                }
+                None => {
+                    if self
+                        .groups
+                        .get(&group)
+                        .is_some_and(|g| g.members.is_empty())
+                    {
+                        self.groups.remove(&group);
+                    }
+                }
+            },
+        }
+    }
+}

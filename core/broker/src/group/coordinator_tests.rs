@@ -1,0 +1,547 @@
+//! Tests of the `GroupCoordinator` state machine under a simulated clock
+//! (plain numbers for `now`), with invariants checked after every step.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use rill_proto::Offset;
+use rill_proto::wire::*;
+
+use super::coordinator::*;
+use super::records::GroupRecord;
+
+const SESSION_MS: u32 = 1000;
+const INTERVAL_MS: u32 = 100;
+
+fn counts(topic: &str, n: u32) -> BTreeMap<String, u32> {
+    [(topic.to_string(), n)].into_iter().collect()
+}
+
+/// A member as a test drives it: it owns what the coordinator gave it and acks
+/// revocations on its next heartbeat (like the client does).
+#[derive(Debug, Clone)]
+struct Sim {
+    id: String,
+    instance: Option<String>,
+    epoch: i32,
+    owned: BTreeSet<(String, u32)>,
+}
+
+impl Sim {
+    fn new(id: &str) -> Sim {
+        Sim {
+            id: id.into(),
+            instance: None,
+            epoch: 0,
+            owned: BTreeSet::new(),
+        }
+    }
+
+    fn request(&self, group: &str, assignor: &str) -> ConsumerGroupHeartbeatRequest {
+        let mut owned: Vec<TopicPartitions> = Vec::new();
+        for (t, p) in &self.owned {
+            match owned.last_mut() {
+                Some(last) if last.topic == *t => last.partitions.push(*p),
+                _ => owned.push(TopicPartitions {
+                    topic: t.clone(),
+                    partitions: vec![*p],
+                }),
+            }
+        }
+        ConsumerGroupHeartbeatRequest {
+            group_id: group.into(),
+            member_id: self.id.clone(),
+            member_epoch: self.epoch,
+            instance_id: self.instance.clone(),
+            client_id: "test".into(),
+            subscribed_topics: vec!["t".into()],
+            assignor: assignor.into(),
+            session_timeout_ms: SESSION_MS,
+            heartbeat_interval_ms: INTERVAL_MS,
+            owned,
+        }
+    }
+}
+
+struct World {
+    c: GroupCoordinator,
+    counts: BTreeMap<String, u32>,
+    assignor: &'static str,
+}
+
+impl World {
+    fn new(partitions: u32) -> World {
+        World {
+            c: GroupCoordinator::new(CoordinatorConfig::default()),
+            counts: counts("t", partitions),
+            assignor: "uniform",
+        }
+    }
+
+    /// Steps and replays the output's records (as the shell does after writing).
+    fn step(&mut self, now: Millis, input: Input) -> Reply {
+        let out = self.c.step(now, input);
+        for r in out.records {
+            self.c.step(now, Input::Replay(r));
+        }
+        self.c.check_invariants();
+        out.reply
+    }
+
+    fn heartbeat_raw(
+        &mut self,
+        now: Millis,
+        req: ConsumerGroupHeartbeatRequest,
+    ) -> ConsumerGroupHeartbeatResponse {
+        let input = Input::Heartbeat {
+            request: req,
+            partition_counts: self.counts.clone(),
+        };
+        match self.step(now, input) {
+            Reply::Heartbeat(r) => r,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    /// One heartbeat of `m`: applies the assignment (owned = what it was given).
+    fn heartbeat(&mut self, now: Millis, m: &mut Sim) -> ConsumerGroupHeartbeatResponse {
+        let resp = self.heartbeat_raw(now, m.request("g", self.assignor));
+        assert!(resp.error.is_none(), "{:?}", resp.error);
+        m.epoch = resp.member_epoch;
+        m.owned = resp
+            .assignment
+            .iter()
+            .flat_map(|t| t.partitions.iter().map(|p| (t.topic.clone(), *p)))
+            .collect();
+        resp
+    }
+
+    fn commit(
+        &mut self,
+        member: Option<(&str, i32)>,
+        partition: u32,
+        offset: i64,
+    ) -> OffsetCommitResponse {
+        let input = Input::CommitOffsets {
+            request: OffsetCommitRequest {
+                group_id: "g".into(),
+                member: member.map(|(m, e)| (m.to_string(), e)),
+                partitions: vec![OffsetCommitPartition {
+                    topic: "t".into(),
+                    partition,
+                    offset: Offset(offset),
+                    metadata: String::new(),
+                }],
+            },
+            wall_ms: 1,
+        };
+        match self.step(0, input) {
+            Reply::Commit(r) => r,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    fn committed(&mut self, partition: u32) -> Option<Offset> {
+        let input = Input::FetchOffsets(OffsetFetchRequest {
+            group_id: "g".into(),
+            partitions: Some(vec![TopicPartitions {
+                topic: "t".into(),
+                partitions: vec![partition],
+            }]),
+        });
+        match self.step(0, input) {
+            Reply::Fetch(r) => r.offsets[0].offset,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}
+
+/// Heartbeats every member in turn until nothing changes (bounded rounds).
+fn settle(w: &mut World, now: &mut Millis, members: &mut [Sim]) {
+    for _ in 0..10 {
+        let before: Vec<BTreeSet<(String, u32)>> =
+            members.iter().map(|m| m.owned.clone()).collect();
+        for m in members.iter_mut() {
+            w.heartbeat(*now, m);
+        }
+        *now += 10;
+        let after: Vec<BTreeSet<(String, u32)>> = members.iter().map(|m| m.owned.clone()).collect();
+        if before == after {
+            return;
+        }
+    }
+    panic!("the group did not settle in 10 rounds");
+}
+
+#[test]
+fn three_members_share_six_partitions_two_each() {
+    let mut w = World::new(6);
+    let mut now = 0;
+    let mut ms = vec![Sim::new("a"), Sim::new("b"), Sim::new("c")];
+    settle(&mut w, &mut now, &mut ms);
+    let mut all = BTreeSet::new();
+    for m in &ms {
+        assert_eq!(m.owned.len(), 2, "{m:?}");
+        assert!(m.epoch > 0);
+        all.extend(m.owned.iter().cloned());
+    }
+    assert_eq!(all.len(), 6);
+}
+
+#[test]
+fn a_joining_member_gets_partitions_only_after_they_are_released() {
+    let mut w = World::new(6);
+    let mut a = Sim::new("a");
+    w.heartbeat(0, &mut a);
+    assert_eq!(a.owned.len(), 6);
+    let kept_before = a.owned.clone();
+
+    let mut b = Sim::new("b");
+    let first = w.heartbeat(10, &mut b);
+    assert!(b.owned.is_empty(), "a still owns everything");
+    assert_eq!(
+        first.heartbeat_interval_ms, RECONCILE_HEARTBEAT_INTERVAL_MS,
+        "b waits for partitions: heartbeat sooner"
+    );
+    // a learns of its revocation: it keeps three and stops reporting the rest
+    // only on its next heartbeat.
+    let revoked_owned = a.owned.clone();
+    let resp = w.heartbeat_raw(20, a.request("g", "uniform"));
+    let assigned: BTreeSet<(String, u32)> = resp
+        .assignment
+        .iter()
+        .flat_map(|t| t.partitions.iter().map(|p| ("t".to_string(), *p)))
+        .collect();
+    assert_eq!(assigned.len(), 3);
+    assert!(assigned.is_subset(&kept_before), "a keeps 3 of its own");
+    a.epoch = resp.member_epoch;
+    // a still reports all six (the application has not acknowledged yet).
+    a.owned = revoked_owned;
+    w.heartbeat_raw(25, a.request("g", "uniform"));
+    w.heartbeat(30, &mut b);
+    assert!(b.owned.is_empty(), "not released yet");
+    // a acknowledges: owned = its assignment.
+    a.owned = assigned.clone();
+    w.heartbeat(40, &mut a);
+    w.heartbeat(50, &mut b);
+    assert_eq!(b.owned.len(), 3);
+    assert!(b.owned.is_disjoint(&a.owned));
+    assert_eq!(a.owned, assigned, "a's kept partitions never moved");
+}
+
+#[test]
+fn a_silent_member_is_removed_after_its_session_timeout() {
+    let mut w = World::new(4);
+    let mut now = 0;
+    let mut ms = vec![Sim::new("a"), Sim::new("b")];
+    settle(&mut w, &mut now, &mut ms);
+    let mut a = ms[0].clone();
+    // b goes silent; a keeps heartbeating.
+    let mut t = now;
+    while t < now + SESSION_MS as u64 + 200 {
+        w.heartbeat(t, &mut a);
+        w.step(t, Input::Tick);
+        t += INTERVAL_MS as u64;
+    }
+    w.heartbeat(t, &mut a);
+    assert_eq!(a.owned.len(), 4, "a took over b's partitions");
+    let stale = ms[1].request("g", "uniform");
+    let resp = w.heartbeat_raw(t, stale);
+    assert_eq!(resp.error.unwrap().code, ErrorCode::UnknownMemberId);
+    // b's commit is refused: it is no longer a member.
+    let c = w.commit(Some(("b", ms[1].epoch)), 0, 5);
+    assert_eq!(c.error.unwrap().code, ErrorCode::UnknownMemberId);
+}
+
+#[test]
+fn a_static_member_gets_its_partitions_back_after_a_quick_restart() {
+    let mut w = World::new(6);
+    let mut now = 0;
+    let mut ms = vec![Sim::new("a"), Sim::new("b"), Sim::new("c")];
+    ms[1].instance = Some("worker-b".into());
+    settle(&mut w, &mut now, &mut ms);
+    let b_had = ms[1].owned.clone();
+    // b leaves for a moment (epoch -2) ...
+    let mut leave = ms[1].request("g", "uniform");
+    leave.member_epoch = LEAVE_GROUP_STATIC_EPOCH;
+    w.heartbeat_raw(now, leave);
+    // ... the others heartbeat meanwhile and keep what they have ...
+    let (a_had, c_had) = (ms[0].owned.clone(), ms[2].owned.clone());
+    for m in [0, 2] {
+        let mut sim = ms[m].clone();
+        w.heartbeat(now + 100, &mut sim);
+        ms[m] = sim;
+    }
+    assert_eq!(ms[0].owned, a_had);
+    assert_eq!(ms[2].owned, c_had);
+    // ... and a new incarnation (new member id, same instance id) takes b's place.
+    let mut b2 = Sim::new("b-2");
+    b2.instance = Some("worker-b".into());
+    w.heartbeat(now + 200, &mut b2);
+    assert_eq!(b2.owned, b_had);
+    // The old incarnation is fenced.
+    let old = w.heartbeat_raw(now + 210, ms[1].request("g", "uniform"));
+    assert_eq!(old.error.unwrap().code, ErrorCode::UnknownMemberId);
+}
+
+#[test]
+fn a_static_member_that_does_not_come_back_loses_its_partitions() {
+    let mut w = World::new(4);
+    let mut now = 0;
+    let mut ms = vec![Sim::new("a"), Sim::new("b")];
+    ms[1].instance = Some("worker-b".into());
+    settle(&mut w, &mut now, &mut ms);
+    let mut leave = ms[1].request("g", "uniform");
+    leave.member_epoch = LEAVE_GROUP_STATIC_EPOCH;
+    w.heartbeat_raw(now, leave);
+    let mut a = ms[0].clone();
+    let end = now + SESSION_MS as u64 + 100;
+    while now < end {
+        w.heartbeat(now, &mut a);
+        w.step(now, Input::Tick);
+        now += INTERVAL_MS as u64;
+    }
+    w.heartbeat(now, &mut a);
+    assert_eq!(a.owned.len(), 4);
+}
+
+#[test]
+fn commits_are_fenced_by_member_epoch_and_ownership() {
+    let mut w = World::new(2);
+    let mut now = 0;
+    let mut ms = vec![Sim::new("a"), Sim::new("b")];
+    settle(&mut w, &mut now, &mut ms);
+    let a_part = ms[0].owned.iter().next().unwrap().1;
+    let b_part = ms[1].owned.iter().next().unwrap().1;
+    let ok = w.commit(Some(("a", ms[0].epoch)), a_part, 10);
+    assert!(
+        ok.error.is_none() && ok.partitions[0].error.is_none(),
+        "{ok:?}"
+    );
+    assert_eq!(w.committed(a_part), Some(Offset(10)));
+    // Not a's partition.
+    let not_owned = w.commit(Some(("a", ms[0].epoch)), b_part, 10);
+    assert!(not_owned.partitions[0].error.is_some());
+    assert_eq!(w.committed(b_part), None);
+    // A stale epoch.
+    let stale = w.commit(Some(("a", ms[0].epoch + 7)), a_part, 11);
+    assert_eq!(stale.error.unwrap().code, ErrorCode::FencedMemberEpoch);
+    // Admin resets are refused while members are there ...
+    let refused = w.commit(None, a_part, 0);
+    let e = refused.error.unwrap();
+    assert_eq!(e.code, ErrorCode::NonEmptyGroup);
+    assert!(e.message.contains("member"), "{}", e.message);
+    assert_eq!(w.committed(a_part), Some(Offset(10)));
+    // ... and allowed once they left.
+    for m in &ms {
+        let mut leave = m.request("g", "uniform");
+        leave.member_epoch = LEAVE_GROUP_EPOCH;
+        w.heartbeat_raw(now, leave);
+    }
+    let reset = w.commit(None, a_part, 0);
+    assert!(reset.error.is_none());
+    assert_eq!(w.committed(a_part), Some(Offset(0)));
+}
+
+#[test]
+fn durable_state_survives_a_replay_into_a_new_coordinator() {
+    let mut w = World::new(2);
+    let mut a = Sim::new("a");
+    // Capture every record written, as the log would.
+    let mut log: Vec<GroupRecord> = Vec::new();
+    let out = w.c.step(
+        0,
+        Input::Heartbeat {
+            request: a.request("g", "uniform"),
+            partition_counts: w.counts.clone(),
+        },
+    );
+    let Reply::Heartbeat(resp) = out.reply else {
+        panic!()
+    };
+    a.epoch = resp.member_epoch;
+    log.extend(out.records.iter().cloned());
+    for r in out.records {
+        w.c.step(0, Input::Replay(r));
+    }
+    let out = w.c.step(
+        0,
+        Input::CommitOffsets {
+            request: OffsetCommitRequest {
+                group_id: "g".into(),
+                member: Some(("a".into(), a.epoch)),
+                partitions: vec![OffsetCommitPartition {
+                    topic: "t".into(),
+                    partition: 1,
+                    offset: Offset(77),
+                    metadata: "m".into(),
+                }],
+            },
+            wall_ms: 5,
+        },
+    );
+    // Not replayed yet: not visible.
+    assert_eq!(w.committed(1), None);
+    log.extend(out.records.iter().cloned());
+    for r in out.records {
+        w.c.step(0, Input::Replay(r));
+    }
+    assert_eq!(w.committed(1), Some(Offset(77)));
+
+    let mut restarted = World::new(2);
+    for r in log {
+        restarted.step(0, Input::Replay(r));
+    }
+    assert_eq!(restarted.committed(1), Some(Offset(77)));
+    // The member is unknown after the restart and must rejoin; its new epoch is
+    // above the old one (the group epoch was durable).
+    let resp = restarted.heartbeat_raw(0, a.request("g", "uniform"));
+    assert_eq!(resp.error.unwrap().code, ErrorCode::UnknownMemberId);
+    let mut again = Sim::new("a2");
+    restarted.heartbeat(0, &mut again);
+    assert!(again.epoch > a.epoch, "{} > {}", again.epoch, a.epoch);
+}
+
+#[test]
+fn delete_is_refused_with_members_and_removes_offsets_after() {
+    let mut w = World::new(1);
+    let mut a = Sim::new("a");
+    w.heartbeat(0, &mut a);
+    w.commit(Some(("a", a.epoch)), 0, 3);
+    let del = |w: &mut World| match w.step(
+        0,
+        Input::DeleteGroups(DeleteGroupsRequest {
+            group_ids: vec!["g".into()],
+        }),
+    ) {
+        Reply::Delete(r) => r.results[0].error.clone(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(del(&mut w).unwrap().code, ErrorCode::NonEmptyGroup);
+    let mut leave = a.request("g", "uniform");
+    leave.member_epoch = LEAVE_GROUP_EPOCH;
+    w.heartbeat_raw(0, leave);
+    assert!(del(&mut w).is_none());
+    assert_eq!(w.committed(0), None);
+    assert_eq!(del(&mut w).unwrap().code, ErrorCode::GroupIdNotFound);
+}
+
+#[test]
+fn bad_heartbeats_get_clear_errors() {
+    let mut w = World::new(1);
+    let mut req = Sim::new("a").request("g", "roundrobin");
+    let e = w.heartbeat_raw(0, req.clone()).error.unwrap();
+    assert_eq!(e.code, ErrorCode::InconsistentGroupProtocol);
+    assert!(e.message.contains("uniform, range"), "{}", e.message);
+    req.assignor = "uniform".into();
+    req.session_timeout_ms = 10;
+    let e = w.heartbeat_raw(0, req.clone()).error.unwrap();
+    assert_eq!(e.code, ErrorCode::InvalidConfig);
+    assert!(e.message.contains("session timeout 10 ms"), "{}", e.message);
+    req.session_timeout_ms = SESSION_MS;
+    req.group_id = String::new();
+    assert_eq!(
+        w.heartbeat_raw(0, req).error.unwrap().code,
+        ErrorCode::InvalidGroupId
+    );
+    // A second member with another assignor is refused.
+    let mut a = Sim::new("a");
+    w.heartbeat(0, &mut a);
+    let other = Sim::new("b").request("g", "range");
+    let e = w.heartbeat_raw(0, other).error.unwrap();
+    assert_eq!(e.code, ErrorCode::InconsistentGroupProtocol);
+}
+
+#[test]
+fn range_assignor_through_the_coordinator() {
+    let mut w = World::new(5);
+    w.assignor = "range";
+    let mut now = 0;
+    let mut ms = vec![Sim::new("a"), Sim::new("b")];
+    settle(&mut w, &mut now, &mut ms);
+    let a: Vec<u32> = ms[0].owned.iter().map(|(_, p)| *p).collect();
+    let b: Vec<u32> = ms[1].owned.iter().map(|(_, p)| *p).collect();
+    assert_eq!(a, vec![0, 1, 2]);
+    assert_eq!(b, vec![3, 4]);
+}
+
+/// A small seeded generator (no randomness inside the state machine; the test
+/// picks its own inputs reproducibly).
+struct XorShift(u64);
+
+impl XorShift {
+    fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.0 = x;
+        x
+    }
+}
+
+#[test]
+fn seeded_random_membership_keeps_invariants_and_converges() {
+    for seed in 1..=20u64 {
+        let mut rng = XorShift(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        let mut w = World::new(7);
+        let mut members: Vec<Option<Sim>> = (0..5).map(|_| None).collect();
+        let mut now: Millis = 0;
+        for _ in 0..300 {
+            let i = (rng.next() % members.len() as u64) as usize;
+            match (rng.next() % 10, members[i].take()) {
+                (0, None) => {
+                    let mut m = Sim::new(&format!("m{i}-{now}"));
+                    w.heartbeat(now, &mut m);
+                    members[i] = Some(m);
+                }
+                (1, Some(m)) => {
+                    let mut leave = m.request("g", "uniform");
+                    leave.member_epoch = LEAVE_GROUP_EPOCH;
+                    w.heartbeat_raw(now, leave);
+                }
+                (2, Some(m)) => {
+                    // Crash: silent until the session expires.
+                    let _ = m;
+                }
+                (_, Some(mut m)) => {
+                    let resp = w.heartbeat_raw(now, m.request("g", "uniform"));
+                    if resp.error.is_none() {
+                        m.epoch = resp.member_epoch;
+                        m.owned = resp
+                            .assignment
+                            .iter()
+                            .flat_map(|t| t.partitions.iter().map(|p| (t.topic.clone(), *p)))
+                            .collect();
+                        members[i] = Some(m);
+                    }
+                }
+                (_, None) => {}
+            }
+            now += rng.next() % 150;
+            w.step(now, Input::Tick);
+        }
+        // Crashed members expire; the rest converge to a full, balanced split.
+        now += SESSION_MS as u64 + 1;
+        w.step(now, Input::Tick);
+        let live: Vec<Sim> = members.into_iter().flatten().collect();
+        let mut alive = Vec::new();
+        for mut m in live {
+            let resp = w.heartbeat_raw(now, m.request("g", "uniform"));
+            if resp.error.is_none() {
+                m.epoch = resp.member_epoch;
+                alive.push(m);
+            }
+        }
+        if alive.is_empty() {
+            continue;
+        }
+        settle(&mut w, &mut now, &mut alive);
+        let total: usize = alive.iter().map(|m| m.owned.len()).sum();
+        assert_eq!(total, 7, "seed {seed}: every partition owned");
+        let (min, max) = (
+            alive.iter().map(|m| m.owned.len()).min().unwrap(),
+            alive.iter().map(|m| m.owned.len()).max().unwrap(),
+        );
+        assert!(max - min <= 1, "seed {seed}: balanced ({min}..{max})");
+    }
+}

@@ -1,0 +1,182 @@
+//! The records of `__consumer_offsets`: what a group coordinator makes durable.
+//!
+//! Format (version 0 of each): a record's key is a big-endian `u16` key version
+//! then a postcard body; its value is a big-endian `u16` value version then a
+//! postcard body. A record without a value is a tombstone (the thing was deleted;
+//! compaction drops it after `delete.retention.ms`).
+//!
+//! | key version | key body                    | value body                         |
+//! |-------------|-----------------------------|------------------------------------|
+//! | 0 offset    | (group, topic, partition)   | v0: (offset, metadata, commit ts)  |
+//! | 1 group     | (group)                     | v0: (group epoch, assignor)        |
+//!
+//! Compaction keeps the newest record per key, so the topic holds the latest
+//! committed offset of every (group, partition) and the latest epoch of every
+//! group. A key version this build does not know is skipped on load (a newer
+//! broker wrote it), never an error; a known version that does not decode is.
+
+use bytes::Bytes;
+use rill_proto::{Offset, TimestampMs};
+use serde::{Deserialize, Serialize};
+
+/// Key version of a committed offset.
+pub const OFFSET_KEY_VERSION: u16 = 0;
+/// Key version of a group's metadata.
+pub const GROUP_KEY_VERSION: u16 = 1;
+/// Value version written by this build.
+pub const VALUE_VERSION: u16 = 0;
+
+/// A committed offset as stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OffsetValue {
+    pub offset: Offset,
+    pub metadata: String,
+    pub commit_timestamp_ms: TimestampMs,
+}
+
+/// A group's durable metadata.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupValue {
+    pub group_epoch: i32,
+    pub assignor: String,
+}
+
+/// One record of `__consumer_offsets`, decoded. `None` values are tombstones.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GroupRecord {
+    Offset {
+        group: String,
+        topic: String,
+        partition: u32,
+        value: Option<OffsetValue>,
+    },
+    Group {
+        group: String,
+        value: Option<GroupValue>,
+    },
+}
+
+impl GroupRecord {
+    /// The group the record belongs to (decides its partition).
+    pub fn group(&self) -> &str {
+        match self {
+            GroupRecord::Offset { group, .. } | GroupRecord::Group { group, .. } => group,
+        }
+    }
+
+    /// The record's key and value bytes.
+    pub fn encode(&self) -> (Bytes, Option<Bytes>) {
+        match self {
+            GroupRecord::Offset {
+                group,
+                topic,
+                partition,
+                value,
+            } => (
+                versioned(OFFSET_KEY_VERSION, &(group, topic, partition)),
+                value.as_ref().map(|v| versioned(VALUE_VERSION, v)),
+            ),
+            GroupRecord::Group { group, value } => (
+                versioned(GROUP_KEY_VERSION, &(group,)),
+                value.as_ref().map(|v| versioned(VALUE_VERSION, v)),
+            ),
+        }
+    }
+
+    /// Decodes a record. `Ok(None)`: a key version this build does not know.
+    pub fn decode(key: &[u8], value: Option<&[u8]>) -> Result<Option<GroupRecord>, String> {
+        let (key_version, key_body) = split_version(key, "key")?;
+        let value = match value {
+            None => None,
+            Some(v) => {
+                let (version, body) = split_version(v, "value")?;
+                if version != VALUE_VERSION {
+                    return Err(format!("unknown value version {version}"));
+                }
+                Some(body)
+            }
+        };
+        let bad = |what: &str, e: postcard::Error| format!("{what} does not decode: {e}");
+        Ok(Some(match key_version {
+            OFFSET_KEY_VERSION => {
+                let (group, topic, partition): (String, String, u32) =
+                    postcard::from_bytes(key_body).map_err(|e| bad("offset key", e))?;
+                let value = value
+                    .map(|v| postcard::from_bytes(v).map_err(|e| bad("offset value", e)))
+                    .transpose()?;
+                GroupRecord::Offset {
+                    group,
+                    topic,
+                    partition,
+                    value,
+                }
+            }
+            GROUP_KEY_VERSION => {
+                let (group,): (String,) =
+                    postcard::from_bytes(key_body).map_err(|e| bad("group key", e))?;
+                let value = value
+                    .map(|v| postcard::from_bytes(v).map_err(|e| bad("group value", e)))
+                    .transpose()?;
+                GroupRecord::Group { group, value }
+            }
+            _ => return Ok(None),
+        }))
+    }
+}
+
+fn versioned<T: Serialize>(version: u16, body: &T) -> Bytes {
+    let mut out = version.to_be_bytes().to_vec();
+    out.extend_from_slice(&postcard::to_allocvec(body).expect("encoding into a Vec cannot fail"));
+    Bytes::from(out)
+}
+
+fn split_version<'a>(bytes: &'a [u8], what: &str) -> Result<(u16, &'a [u8]), String> {
+    if bytes.len() < 2 {
+        return Err(format!(
+            "{what} of {} bytes is shorter than its version",
+            bytes.len()
+        ));
+    }
+    Ok((u16::from_be_bytes([bytes[0], bytes[1]]), &bytes[2..]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip_and_unknown_keys_are_skipped() {
+        let records = [
+            GroupRecord::Offset {
+                group: "g".into(),
+                topic: "t".into(),
+                partition: 3,
+                value: Some(OffsetValue {
+                    offset: Offset(42),
+                    metadata: "m".into(),
+                    commit_timestamp_ms: 7,
+                }),
+            },
+            GroupRecord::Offset {
+                group: "g".into(),
+                topic: "t".into(),
+                partition: 3,
+                value: None,
+            },
+            GroupRecord::Group {
+                group: "g".into(),
+                value: Some(GroupValue {
+                    group_epoch: 9,
+                    assignor: "uniform".into(),
+                }),
+            },
+        ];
+        for r in records {
+            let (k, v) = r.encode();
+            assert_eq!(GroupRecord::decode(&k, v.as_deref()).unwrap(), Some(r));
+        }
+        assert_eq!(GroupRecord::decode(&[0, 99, 1], None).unwrap(), None);
+        assert!(GroupRecord::decode(&[0], None).is_err());
+        assert!(GroupRecord::decode(&[0, 0, 0xff], None).is_err());
+    }
+}
