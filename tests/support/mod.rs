@@ -57,6 +57,8 @@ pub struct TestBroker {
     dir: tempfile::TempDir,
     /// Extra arguments given at start, reused on restart.
     extra_args: Vec<String>,
+    /// Extra environment variables of the broker process, reused on restart.
+    envs: Vec<(String, String)>,
     starts: u32,
 }
 
@@ -68,6 +70,11 @@ impl TestBroker {
 
     /// Starts a broker with extra `rill broker` arguments.
     pub fn start_with(extra_args: &[&str]) -> TestBroker {
+        TestBroker::start_with_env(extra_args, &[])
+    }
+
+    /// Starts a broker with extra arguments and environment variables.
+    pub fn start_with_env(extra_args: &[&str], envs: &[(&str, &str)]) -> TestBroker {
         let dir = tempfile::Builder::new()
             .prefix("rill-e2e-")
             .tempdir()
@@ -79,6 +86,10 @@ impl TestBroker {
             id: -1,
             dir,
             extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
+            envs: envs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
             starts: 0,
         };
         broker.spawn("127.0.0.1:0".parse().unwrap());
@@ -132,6 +143,7 @@ impl TestBroker {
             .arg("--data")
             .arg(self.data_dir())
             .args(&self.extra_args)
+            .envs(self.envs.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(log))

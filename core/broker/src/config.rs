@@ -37,6 +37,39 @@ pub struct TlsConfig {
     pub ca: Option<PathBuf>,
 }
 
+/// Tiered storage: the object store segments are uploaded to (`[object_store]`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ObjectStoreConfig {
+    /// `url`: `file:///path`, `s3://bucket/prefix`, `gs://bucket/prefix` or
+    /// `az://container/prefix`; credentials, region and endpoint come from the
+    /// usual environment variables (`AWS_*`, `GOOGLE_*`, `AZURE_*`).
+    pub url: String,
+    /// `cache_bytes`: bound on the in-memory cache of remote segment data.
+    pub cache_bytes: u64,
+    /// `upload_interval_ms`: how often the uploader looks for segments to upload.
+    pub upload_interval_ms: u64,
+    /// `fetch_timeout_ms`: how long a fetch waits for the object store (its own
+    /// limit, longer than a fetch's `max_wait_ms`, sized for object storage).
+    pub fetch_timeout_ms: u64,
+}
+
+/// Default `object_store.upload_interval_ms`.
+pub const DEFAULT_UPLOAD_INTERVAL_MS: u64 = 1000;
+/// Default `object_store.fetch_timeout_ms`.
+pub const DEFAULT_REMOTE_FETCH_TIMEOUT_MS: u64 = 30_000;
+
+impl Default for ObjectStoreConfig {
+    fn default() -> Self {
+        ObjectStoreConfig {
+            url: String::new(),
+            cache_bytes: crate::tier::reader::DEFAULT_REMOTE_CACHE_BYTES,
+            upload_interval_ms: DEFAULT_UPLOAD_INTERVAL_MS,
+            fetch_timeout_ms: DEFAULT_REMOTE_FETCH_TIMEOUT_MS,
+        }
+    }
+}
+
 /// The broker's configuration. TOML keys are the field names (snake_case):
 ///
 /// | key | default | meaning |
@@ -59,6 +92,7 @@ pub struct TlsConfig {
 /// | `flush_check_interval_ms` | 1000 | how often time-based flush / roll run |
 /// | `[topic_defaults]` | none | Kafka topic configs for every topic (`"retention.ms" = "3600000"`) |
 /// | `shutdown_timeout_ms` | 10000 | how long shutdown waits for in-flight requests |
+/// | `[object_store]` `url`, ... | none (tiering off) | see [`ObjectStoreConfig`] |
 /// | `offsets_topic_num_partitions` | 8 | partitions of `__consumer_offsets` when the broker creates it |
 /// | `offsets_topic_replication_factor` | 3 | its replication factor (capped at the live brokers) |
 /// | `group_min_session_timeout_ms` | 1000 | shortest session timeout a group member may ask for |
@@ -85,6 +119,7 @@ pub struct BrokerConfig {
     pub flush_check_interval_ms: u64,
     pub topic_defaults: BTreeMap<String, String>,
     pub shutdown_timeout_ms: u64,
+    pub object_store: Option<ObjectStoreConfig>,
     pub offsets_topic_num_partitions: u32,
     pub offsets_topic_replication_factor: u16,
     pub group_min_session_timeout_ms: u32,
@@ -113,6 +148,7 @@ impl Default for BrokerConfig {
             flush_check_interval_ms: 1000,
             topic_defaults: BTreeMap::new(),
             shutdown_timeout_ms: 10_000,
+            object_store: None,
             offsets_topic_num_partitions: 8,
             offsets_topic_replication_factor: 3,
             group_min_session_timeout_ms: 1000,
@@ -244,6 +280,25 @@ impl BrokerConfig {
                 "client certificate verification needs `cert` and `key` too".into(),
             ));
         }
+        if let Some(os) = &self.object_store {
+            if os.url.trim().is_empty() {
+                return Err(bad(
+                    "object_store.url",
+                    "must name the object store (file:///path, s3://bucket/prefix, gs://..., az://...); \
+                     remove [object_store] to run without tiered storage"
+                        .into(),
+                ));
+            }
+            for (key, value) in [
+                ("object_store.cache_bytes", os.cache_bytes),
+                ("object_store.upload_interval_ms", os.upload_interval_ms),
+                ("object_store.fetch_timeout_ms", os.fetch_timeout_ms),
+            ] {
+                if value == 0 {
+                    return Err(bad(key, "must be >= 1".into()));
+                }
+            }
+        }
         self.topic_log_defaults()?;
         Ok(())
     }
@@ -286,6 +341,25 @@ mod tests {
             c.topic_defaults.get("retention.ms").map(String::as_str),
             Some("604800000")
         );
+    }
+
+    #[test]
+    fn object_store_section() {
+        let c = BrokerConfig::from_toml_str(
+            "[object_store]\nurl = \"s3://b/p\"\nfetch_timeout_ms = 5000\n",
+        )
+        .unwrap();
+        let os = c.object_store.clone().unwrap();
+        assert_eq!(os.url, "s3://b/p");
+        assert_eq!(os.fetch_timeout_ms, 5000);
+        assert_eq!(os.upload_interval_ms, DEFAULT_UPLOAD_INTERVAL_MS);
+        c.validate().unwrap();
+        let c =
+            BrokerConfig::from_toml_str("[object_store]\ncache_bytes = 0\nurl = \"x\"\n").unwrap();
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("object_store.cache_bytes"), "{e}");
+        let e = BrokerConfig::from_toml_str("[object_store]\nulr = \"x\"\n").unwrap_err();
+        assert!(e.contains("ulr"), "{e}");
     }
 
     #[test]

@@ -18,11 +18,10 @@
 //!   and shutdown, produce's wait for in-flight budget by its `timeout_ms`
 //!   (capped at [`PRODUCE_BUDGET_WAIT_MAX`]).
 
-use crate::partition::Partition;
+use crate::partition::{Partition, ReadPlan};
 use crate::state::BrokerState;
 use crate::topics::TopicSpec;
 use bytes::{Bytes, BytesMut};
-use rill_log::FileSlice;
 use rill_proto::types::now_ms;
 use rill_proto::wire::*;
 use rill_proto::{Offset, TimestampMs};
@@ -45,6 +44,9 @@ pub const FETCH_RESPONSE_BYTES_MAX: usize = 64 * 1024 * 1024;
 pub const APPEND_INLINE_MAX: usize = 1024 * 1024;
 /// Fetch responses larger than this are read on the blocking pool.
 pub const FETCH_INLINE_READ_MAX: usize = 64 * 1024;
+/// Longest a topic deletion spends removing the topic's objects from the object
+/// store (what is left stays as orphans no manifest names).
+pub const TOPIC_REMOTE_DELETE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Software name sent in ApiVersions.
 pub const SOFTWARE: &str = concat!("rill-broker/", env!("CARGO_PKG_VERSION"));
 
@@ -149,6 +151,10 @@ pub async fn dispatch(
         ApiKey::ListOffsets => {
             let req: ListOffsetsRequest = decode(&meta)?;
             Ok(Reply::meta(&Ok(list_offsets(state, req))))
+        }
+        ApiKey::DescribeStorage => {
+            let req: DescribeStorageRequest = decode(&meta)?;
+            Ok(Reply::meta(&Ok(describe_storage(state, req))))
         }
         ApiKey::FindCoordinator
         | ApiKey::ConsumerGroupHeartbeat
@@ -303,6 +309,12 @@ async fn delete_topics(
     req: DeleteTopicsRequest,
 ) -> Result<DeleteTopicsResponse, ErrorInfo> {
     let registry = state.registry.clone();
+    // Topic ids, for removing the remote objects of what gets deleted.
+    let ids: Vec<Option<String>> = req
+        .names
+        .iter()
+        .map(|n| state.registry.topic(n).map(|t| t.id.clone()))
+        .collect();
     let results = blocking(move || {
         req.names
             .into_iter()
@@ -313,9 +325,18 @@ async fn delete_topics(
             .collect::<Vec<_>>()
     })
     .await?;
-    for r in &results {
+    for (r, id) in results.iter().zip(ids) {
         if let Some(e) = &r.error {
             state.metrics.error(ApiKey::DeleteTopics.name(), e.code);
+        } else if let (Some(tier), Some(id)) = (&state.tier, id) {
+            let removal =
+                crate::tier::upload::delete_topic_objects(tier.clone(), r.name.clone(), id);
+            if tokio::time::timeout(TOPIC_REMOTE_DELETE_TIMEOUT, removal)
+                .await
+                .is_err()
+            {
+                tracing::warn!(topic = %r.name, "removing the remote objects of a deleted topic took too long; the rest stay as orphans");
+            }
         }
     }
     Ok(DeleteTopicsResponse { results })
@@ -512,7 +533,7 @@ struct FetchPlan {
     error: Option<ErrorInfo>,
     high_watermark: Offset,
     log_start_offset: Offset,
-    slice: Option<FileSlice>,
+    read: Option<ReadPlan>,
 }
 
 fn check_epoch(p: &Partition, fp: &FetchPartition) -> Result<(), ErrorInfo> {
@@ -559,7 +580,7 @@ fn fetch_pass(
                     error: Some(e.clone()),
                     high_watermark: Offset(-1),
                     log_start_offset: Offset(-1),
-                    slice: None,
+                    read: None,
                 });
                 continue;
             }
@@ -568,22 +589,26 @@ fn fetch_pass(
             error: None,
             high_watermark: p.high_watermark(),
             log_start_offset: p.log_start_offset(),
-            slice: None,
+            read: None,
         };
         if let Err(e) = check_epoch(p, fp) {
             plan.error = Some(e);
         } else if first || remaining > 0 {
             let max = (fp.max_bytes as usize).min(remaining);
             match p.read(fp.offset, max) {
-                Ok(Some(slice)) => {
-                    let len = slice.len as usize;
+                Ok(Some(read)) => {
+                    // A remote read is not measured yet: it reserves its whole share.
+                    let len = match &read {
+                        ReadPlan::Local(slice) => slice.len as usize,
+                        ReadPlan::Remote { max_bytes, .. } => *max_bytes,
+                    };
                     // Only the first partition with data may exceed the bounds
                     // (by one batch), so a consumer always makes progress.
                     if first || len <= remaining {
                         first = false;
                         remaining = remaining.saturating_sub(len);
                         total += len;
-                        plan.slice = Some(slice);
+                        plan.read = Some(read);
                     }
                 }
                 Ok(None) => {}
@@ -643,24 +668,7 @@ async fn fetch(state: &Arc<BrokerState>, req: FetchRequest) -> Result<Reply, Err
         }
     };
 
-    // Read the file bytes outside every lock; large reads on the blocking pool.
-    let total: usize = plans
-        .iter()
-        .filter_map(|p| p.slice.as_ref())
-        .map(|s| s.len as usize)
-        .sum();
-    let slices: Vec<Option<FileSlice>> = plans.iter().map(|p| p.slice.clone()).collect();
-    let read_all = move || -> Vec<Option<std::io::Result<Bytes>>> {
-        slices
-            .iter()
-            .map(|s| s.as_ref().map(|s| s.read()))
-            .collect()
-    };
-    let datas = if total > FETCH_INLINE_READ_MAX {
-        blocking(read_all).await?
-    } else {
-        read_all()
-    };
+    let datas = read_plans(state, &req, &plans).await?;
 
     let mut out = Vec::with_capacity(plans.len());
     let mut payload = Vec::with_capacity(plans.len());
@@ -674,16 +682,7 @@ async fn fetch(state: &Arc<BrokerState>, req: FetchRequest) -> Result<Reply, Err
                 bytes_out += bytes.len() as u64;
                 payload.push(bytes);
             }
-            Some(Err(e)) => {
-                tracing::error!(partition = %format!("{}-{}", fp.topic, fp.partition), error = %e, "could not read the log");
-                error = Some(ErrorInfo::new(
-                    ErrorCode::StorageError,
-                    format!(
-                        "partition {}-{}: could not read the log at offset {}: {e}",
-                        fp.topic, fp.partition, fp.offset
-                    ),
-                ));
-            }
+            Some(Err(e)) => error = Some(e),
             None => {}
         }
         if let Some(e) = &error {
@@ -705,6 +704,159 @@ async fn fetch(state: &Arc<BrokerState>, req: FetchRequest) -> Result<Reply, Err
     })
 }
 
+/// Reads what the plans found: local file bytes outside every lock (large reads
+/// on the blocking pool), remote segments concurrently, each within the object
+/// store's own wait limit (`object_store.fetch_timeout_ms`).
+async fn read_plans(
+    state: &Arc<BrokerState>,
+    req: &FetchRequest,
+    plans: &[FetchPlan],
+) -> Result<Vec<Option<Result<Bytes, ErrorInfo>>>, ErrorInfo> {
+    let local_total: usize = plans
+        .iter()
+        .filter_map(|p| match &p.read {
+            Some(ReadPlan::Local(s)) => Some(s.len as usize),
+            _ => None,
+        })
+        .sum();
+    let slices: Vec<Option<rill_log::FileSlice>> = plans
+        .iter()
+        .map(|p| match &p.read {
+            Some(ReadPlan::Local(s)) => Some(s.clone()),
+            _ => None,
+        })
+        .collect();
+    let read_all = move || -> Vec<Option<std::io::Result<Bytes>>> {
+        slices
+            .iter()
+            .map(|s| s.as_ref().map(|s| s.read()))
+            .collect()
+    };
+    let locals = if local_total > FETCH_INLINE_READ_MAX {
+        blocking(read_all).await?
+    } else {
+        read_all()
+    };
+    let remote_reads = plans.iter().zip(&req.partitions).map(|(plan, fp)| async move {
+        let Some(ReadPlan::Remote {
+            remote,
+            segment,
+            offset,
+            max_bytes,
+        }) = &plan.read
+        else {
+            return None;
+        };
+        let tp = format!("{}-{}", fp.topic, fp.partition);
+        let Some(tier) = &state.tier else {
+            return Some(Err(ErrorInfo::new(
+                ErrorCode::RemoteStorageUnavailable,
+                format!("partition {tp}: offset {offset} is in the object store but this broker has none configured"),
+            )));
+        };
+        let limit = Duration::from_millis(tier.config.fetch_timeout_ms);
+        let read = tier.read_segment(&remote.prefix, segment, *offset, *max_bytes);
+        Some(match tokio::time::timeout(limit, read).await {
+            Ok(Ok(bytes)) => Ok(bytes),
+            Ok(Err(e)) => {
+                tracing::warn!(partition = %tp, %offset, error = %e, "remote read failed");
+                Err(ErrorInfo::new(
+                    ErrorCode::RemoteStorageUnavailable,
+                    format!("partition {tp}: could not read offset {offset} from the object store {}: {e}; retry later", tier.url),
+                ))
+            }
+            Err(_) => {
+                tier.metrics.error("download_timeout");
+                tracing::warn!(partition = %tp, %offset, ?limit, "remote read timed out");
+                Err(ErrorInfo::new(
+                    ErrorCode::RemoteStorageUnavailable,
+                    format!(
+                        "partition {tp}: the object store {} did not answer within {} ms reading offset {offset}; retry later",
+                        tier.url,
+                        limit.as_millis()
+                    ),
+                ))
+            }
+        })
+    });
+    let remotes = futures::future::join_all(remote_reads).await;
+    Ok(locals
+        .into_iter()
+        .zip(remotes)
+        .zip(&req.partitions)
+        .map(|((local, remote), fp)| match (local, remote) {
+            (Some(Ok(bytes)), _) => Some(Ok(bytes)),
+            (Some(Err(e)), _) => {
+                tracing::error!(partition = %format!("{}-{}", fp.topic, fp.partition), error = %e, "could not read the log");
+                Some(Err(ErrorInfo::new(
+                    ErrorCode::StorageError,
+                    format!(
+                        "partition {}-{}: could not read the log at offset {}: {e}",
+                        fp.topic, fp.partition, fp.offset
+                    ),
+                )))
+            }
+            (None, Some(Ok(bytes))) if bytes.is_empty() => None,
+            (None, remote) => remote,
+        })
+        .collect())
+}
+
+// ---------------------------------------------------------------- describe storage
+
+fn describe_storage(state: &BrokerState, req: DescribeStorageRequest) -> DescribeStorageResponse {
+    let mut partitions = Vec::new();
+    for name in req.topics {
+        let Some(topic) = state.registry.topic(&name) else {
+            partitions.push(PartitionStorage {
+                topic: name.clone(),
+                partition: 0,
+                error: Some(ErrorInfo::new(
+                    ErrorCode::UnknownTopicOrPartition,
+                    format!("topic {name:?} does not exist"),
+                )),
+                log_start_offset: Offset(-1),
+                local_log_start_offset: Offset(-1),
+                log_end_offset: Offset(-1),
+                local_size_bytes: 0,
+                remote_size_bytes: 0,
+                remote_segments: 0,
+                remote_end_offset: Offset(-1),
+                remote_storage_enable: false,
+            });
+            continue;
+        };
+        for p in &topic.partitions {
+            let remote = p.remote();
+            let manifest = remote.as_ref().map(|r| &r.manifest);
+            let config = p.log_config();
+            let (local_size_bytes, error) = match p.local_size_bytes() {
+                Ok(n) => (n, None),
+                Err(e) => (0, Some(e)),
+            };
+            partitions.push(PartitionStorage {
+                topic: name.clone(),
+                partition: p.index(),
+                error,
+                log_start_offset: p.log_start_offset(),
+                local_log_start_offset: p.local_log_start_offset(),
+                log_end_offset: p.log_end_offset(),
+                local_size_bytes,
+                remote_size_bytes: manifest.map_or(0, |m| m.size_bytes()),
+                remote_segments: manifest.map_or(0, |m| m.segments.len() as u32),
+                remote_end_offset: manifest
+                    .and_then(|m| m.end_offset())
+                    .unwrap_or(p.log_start_offset()),
+                remote_storage_enable: config.is_ok_and(|c| c.remote_storage_enable),
+            });
+        }
+    }
+    DescribeStorageResponse {
+        object_store: state.tier.as_ref().map(|t| t.url.clone()),
+        partitions,
+    }
+}
+
 // ---------------------------------------------------------------- list offsets
 
 fn list_offsets(state: &BrokerState, req: ListOffsetsRequest) -> ListOffsetsResponse {
@@ -716,7 +868,10 @@ fn list_offsets(state: &BrokerState, req: ListOffsetsRequest) -> ListOffsetsResp
                 .registry
                 .partition(&lp.topic, lp.partition)
                 .and_then(|p| match lp.spec {
-                    OffsetSpec::Earliest => Ok((p.log_start_offset(), None)),
+                    OffsetSpec::Earliest => {
+                        p.check_remote_known()?;
+                        Ok((p.log_start_offset(), None))
+                    }
                     OffsetSpec::Latest => Ok((p.high_watermark(), None)),
                     OffsetSpec::Timestamp(ts) => Ok(match p.offset_for_timestamp(ts)? {
                         Some((offset, ts)) => (offset, Some(ts)),

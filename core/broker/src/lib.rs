@@ -8,7 +8,7 @@
 //! offset, acks=all equals acks=1. `Partition` already carries a leader epoch,
 //! replica and ISR lists and a high watermark so replication can fill them in.
 //! Consumer groups: [`group`] (coordinator state machine, assignors, the
-//! `__consumer_offsets` records). Tiering comes later. The `rill` binary
+//! `__consumer_offsets` records). Tiered storage: [`tier`]. The `rill` binary
 //! (rill-cli) wraps it.
 //!
 //! Invariants:
@@ -23,7 +23,8 @@
 //!
 //! Modules: [`config`] (BrokerConfig, TOML), [`error`], [`metadata`] (topics.toml),
 //! [`partition`] (Partition, Topic), [`topics`] (TopicRegistry), [`handlers`]
-//! (one function per api), `server` (QUIC accept / stream loop), [`metrics`].
+//! (one function per api), `server` (QUIC accept / stream loop), [`metrics`],
+//! [`tier`] (tiered storage: uploads, manifests, remote reads).
 
 pub mod config;
 pub mod error;
@@ -34,9 +35,10 @@ pub mod metrics;
 pub mod partition;
 mod server;
 mod state;
+pub mod tier;
 pub mod topics;
 
-pub use config::{BrokerConfig, TlsConfig};
+pub use config::{BrokerConfig, ObjectStoreConfig, TlsConfig};
 pub use error::BrokerError;
 pub use server::{CLOSE_SHUTDOWN, CLOSE_TOO_MANY_CONNECTIONS, REQUEST_READ_TIMEOUT};
 
@@ -82,6 +84,11 @@ impl Broker {
             // Before the partitions register their gauges.
             metrics::install(addr)?;
         }
+        // A bad object store URL fails the start before anything touches the disk.
+        let tier = match &config.object_store {
+            Some(os) => Some(Arc::new(tier::Tier::open(os)?)),
+            None => None,
+        };
         let load_config = config.clone();
         let (registry, cluster_id, groups) = tokio::task::spawn_blocking(move || {
             let registry = TopicRegistry::load(&load_config)?;
@@ -139,9 +146,13 @@ impl Broker {
             produce_budget: Arc::new(Semaphore::new(permits as usize)),
             produce_budget_permits: permits,
             connections: AtomicUsize::new(0),
+            tier: tier.clone(),
             groups: Arc::new(groups),
             config,
         });
+        if let Some(tier) = &tier {
+            tier::upload::load_all(&state, tier).await;
+        }
         let tracker = TaskTracker::new();
         tracker.spawn(server::accept_loop(
             state.clone(),
@@ -150,6 +161,10 @@ impl Broker {
         ));
         tracker.spawn(maintenance_loop(state.clone(), Maintenance::Tick));
         tracker.spawn(maintenance_loop(state.clone(), Maintenance::Clean));
+        if let Some(tier) = &tier {
+            tracker.spawn(tier::upload::run(state.clone(), tier.clone()));
+            tracing::info!(object_store = %tier.url, "tiered storage on");
+        }
         tracker.spawn(group::service::timer_loop(state.clone()));
         tracing::info!(
             id = state.config.id,

@@ -14,9 +14,15 @@
 //! - Every append (and close) wakes the fetches waiting on the partition.
 //! - Once closed (shutdown, topic deleted) the log is gone; every operation
 //!   answers `UNKNOWN_TOPIC_OR_PARTITION` (deleted) or `BROKER_NOT_AVAILABLE`.
+//! - Tiered storage: the log's own start is the *local* log start offset; the
+//!   partition's log start offset is the earlier of it and the remote manifest's
+//!   start. Reads below the local start are planned as remote reads
+//!   ([`ReadPlan::Remote`]). With `remote.storage.enable`, local retention deletes
+//!   only segments the published manifest covers.
 
+use crate::tier::{RemoteLog, RemoteSegment};
 use parking_lot::{Mutex, RwLock};
-use rill_log::{AppendInfo, FileSlice, Log, LogConfig, LogError};
+use rill_log::{AppendInfo, FileSlice, Log, LogConfig, LogError, TierableSegment};
 use rill_proto::wire::{ErrorCode, ErrorInfo};
 use rill_proto::{LeaderEpoch, Offset, TimestampMs};
 use std::collections::BTreeMap;
@@ -38,6 +44,21 @@ pub enum LogOp {
 struct PartitionGauges {
     log_start_offset: metrics::Gauge,
     log_end_offset: metrics::Gauge,
+    remote_size_bytes: metrics::Gauge,
+}
+
+/// Where a read at some offset is served from.
+#[derive(Debug, Clone)]
+pub enum ReadPlan {
+    /// Bytes of a local segment file.
+    Local(FileSlice),
+    /// A segment in the object store (the offset is below the local log start).
+    Remote {
+        remote: Arc<RemoteLog>,
+        segment: RemoteSegment,
+        offset: Offset,
+        max_bytes: usize,
+    },
 }
 
 /// One partition this broker leads.
@@ -51,6 +72,13 @@ pub struct Partition {
     replicas: Vec<i32>,
     isr: RwLock<Vec<i32>>,
     log_start_offset: AtomicI64,
+    local_log_start_offset: AtomicI64,
+    /// The manifest of the remote copy, once the tier has loaded it.
+    remote: RwLock<Option<Arc<RemoteLog>>>,
+    /// The broker tiers but could not load this partition's manifest yet: what
+    /// lies below the local start is unknown (reads there are retriable errors,
+    /// not "out of range", so no consumer resets past remote data).
+    remote_pending: AtomicBool,
     high_watermark: AtomicI64,
     log_end_offset: AtomicI64,
     deleted: AtomicBool,
@@ -82,6 +110,7 @@ impl Partition {
         let gauges = PartitionGauges {
             log_start_offset: metrics::gauge!(crate::metrics::PARTITION_LOG_START_OFFSET, &labels),
             log_end_offset: metrics::gauge!(crate::metrics::PARTITION_LOG_END_OFFSET, &labels),
+            remote_size_bytes: metrics::gauge!(crate::tier::TIER_REMOTE_SIZE_BYTES, &labels),
         };
         gauges.log_start_offset.set(start.0 as f64);
         gauges.log_end_offset.set(end.0 as f64);
@@ -94,6 +123,9 @@ impl Partition {
             replicas: vec![broker_id],
             isr: RwLock::new(vec![broker_id]),
             log_start_offset: AtomicI64::new(start.0),
+            local_log_start_offset: AtomicI64::new(start.0),
+            remote: RwLock::new(None),
+            remote_pending: AtomicBool::new(false),
             // One broker: everything appended is on every in-sync replica.
             high_watermark: AtomicI64::new(end.0),
             log_end_offset: AtomicI64::new(end.0),
@@ -122,8 +154,13 @@ impl Partition {
     pub fn isr(&self) -> Vec<i32> {
         self.isr.read().clone()
     }
+    /// The first offset kept, locally or in the object store.
     pub fn log_start_offset(&self) -> Offset {
         Offset(self.log_start_offset.load(Ordering::Acquire))
+    }
+    /// The first offset on local disk.
+    pub fn local_log_start_offset(&self) -> Offset {
+        Offset(self.local_log_start_offset.load(Ordering::Acquire))
     }
     pub fn high_watermark(&self) -> Offset {
         Offset(self.high_watermark.load(Ordering::Acquire))
@@ -166,9 +203,20 @@ impl Partition {
 
     /// Refreshes the cached offsets from the log (caller holds the mutex).
     fn refresh_offsets(&self, log: &Log) {
-        let start = log.log_start_offset();
+        let local_start = log.log_start_offset();
         let end = log.log_end_offset();
-        debug_assert!(start <= end, "log start {start} beyond log end {end}");
+        debug_assert!(
+            local_start <= end,
+            "log start {local_start} beyond log end {end}"
+        );
+        let remote_start = self
+            .remote
+            .read()
+            .as_ref()
+            .and_then(|r| r.manifest.start_offset());
+        let start = remote_start.map_or(local_start, |r| r.min(local_start));
+        self.local_log_start_offset
+            .store(local_start.0, Ordering::Release);
         self.log_start_offset.store(start.0, Ordering::Release);
         self.log_end_offset.store(end.0, Ordering::Release);
         // One broker: the high watermark is the log end offset.
@@ -190,24 +238,119 @@ impl Partition {
     }
 
     /// Whole batches from `from` below the high watermark, up to `max_bytes` (at
-    /// least one batch). `None`: nothing to read yet at `from`.
-    pub fn read(&self, from: Offset, max_bytes: usize) -> Result<Option<FileSlice>, ErrorInfo> {
+    /// least one batch), from local disk or (below the local log start) the object
+    /// store. `None`: nothing to read yet at `from`.
+    pub fn read(&self, from: Offset, max_bytes: usize) -> Result<Option<ReadPlan>, ErrorInfo> {
+        let remote = self.remote();
+        if from < self.local_log_start_offset() {
+            self.check_remote_known()?;
+        }
         self.with_log(LogOp::Read, |log| {
-            let start = log.log_start_offset();
+            let local_start = log.log_start_offset();
             let end = log.log_end_offset();
-            if from < start || from > end {
+            let mut at = from;
+            if from < local_start
+                && let Some(remote) = &remote
+                && remote.manifest.start_offset().is_some_and(|s| s <= from)
+            {
+                if let Some(segment) = remote.manifest.segment_for(from) {
+                    return Ok(Some(ReadPlan::Remote {
+                        remote: remote.clone(),
+                        segment: segment.clone(),
+                        offset: from,
+                        max_bytes,
+                    }));
+                }
+                // Past the remote end but before the local start (tiering was
+                // switched off and local retention ran): continue locally.
+                at = local_start;
+            }
+            if at < local_start || at > end {
                 return Err(LogError::OffsetOutOfRange {
                     requested: from,
-                    start,
+                    start: self.log_start_offset().min(local_start),
                     end,
                 });
             }
             let hw = self.high_watermark();
-            if from >= hw {
+            if at >= hw {
                 return Ok(None);
             }
-            log.read(from, max_bytes, hw)
+            Ok(log.read(at, max_bytes, hw)?.map(ReadPlan::Local))
         })
+    }
+
+    /// Marks the remote copy as unknown until a manifest is published.
+    pub fn set_remote_pending(&self) {
+        self.remote_pending.store(true, Ordering::Release);
+    }
+
+    /// An error while the remote copy is unknown (its manifest not loaded yet).
+    pub fn check_remote_known(&self) -> Result<(), ErrorInfo> {
+        if self.remote_pending.load(Ordering::Acquire) {
+            return Err(ErrorInfo::new(
+                ErrorCode::RemoteStorageUnavailable,
+                format!(
+                    "partition {}-{}: the object store has not answered yet, so offsets below the \
+                     local log start {} are not known; retry later",
+                    self.topic,
+                    self.index,
+                    self.local_log_start_offset()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The remote copy's manifest, once loaded.
+    pub fn remote(&self) -> Option<Arc<RemoteLog>> {
+        self.remote.read().clone()
+    }
+
+    /// Publishes a (newer) manifest of the remote copy; returns it.
+    pub fn set_remote(&self, remote: RemoteLog) -> Arc<RemoteLog> {
+        let remote = Arc::new(remote);
+        self.gauges
+            .remote_size_bytes
+            .set(remote.manifest.size_bytes() as f64);
+        *self.remote.write() = Some(remote.clone());
+        self.remote_pending.store(false, Ordering::Release);
+        if let Some(log) = self.log.lock().as_ref() {
+            self.refresh_offsets(log);
+        }
+        remote
+    }
+
+    /// Forgets the published manifest (the tier re-reads the stored one); reads
+    /// below the local start wait for it.
+    pub fn clear_remote(&self) {
+        self.remote_pending.store(true, Ordering::Release);
+        *self.remote.write() = None;
+    }
+
+    /// The log's current config.
+    pub fn log_config(&self) -> Result<LogConfig, ErrorInfo> {
+        self.with_log(LogOp::Maintain, |log| Ok(log.config().clone()))
+    }
+
+    /// Bytes of local segments holding offsets at or after `offset`.
+    pub fn local_size_from(&self, offset: Offset) -> Result<u64, ErrorInfo> {
+        self.with_log(LogOp::Maintain, |log| Ok(log.size_bytes_from(offset)))
+    }
+
+    /// Bytes on local disk.
+    pub fn local_size_bytes(&self) -> Result<u64, ErrorInfo> {
+        self.with_log(LogOp::Maintain, |log| Ok(log.size_bytes()))
+    }
+
+    /// Closed segments below the high watermark ending after `from`, for upload.
+    pub fn tierable_segments(
+        &self,
+        from: Offset,
+        max: usize,
+    ) -> Result<Vec<TierableSegment>, ErrorInfo> {
+        let hw = self.high_watermark();
+        self.with_log(LogOp::Maintain, |log| log.tierable_segments(from, hw, max))
     }
 
     /// A future that completes at the next append (or close). Create it, then
@@ -243,8 +386,21 @@ impl Partition {
 
     /// Retention then compaction; returns (segments deleted, compacted).
     pub fn clean(&self, now_ms: TimestampMs) -> Result<(usize, bool), ErrorInfo> {
+        let uploaded_end = self
+            .remote()
+            .and_then(|r| r.manifest.end_offset())
+            .unwrap_or(Offset::ZERO);
         self.with_log(LogOp::Maintain, |log| {
-            let deleted = log.apply_retention(now_ms)?;
+            let config = log.config().clone();
+            let deleted = if config.remote_storage_enable {
+                let (ms, bytes) = (
+                    config.local_retention_ms_effective(),
+                    config.local_retention_bytes_effective(),
+                );
+                log.apply_local_retention(now_ms, uploaded_end, ms, bytes)?
+            } else {
+                log.apply_retention(now_ms)?
+            };
             let compacted = log.compact(now_ms)?;
             self.refresh_offsets(log);
             Ok((deleted, compacted))

@@ -276,8 +276,12 @@ async fn serve_stream(
         let error = ErrorInfo::new(
             ErrorCode::UnsupportedVersion,
             format!(
-                "api key {key} (version {version}) is not supported by this broker; it speaks api keys 0..={}",
-                ApiKey::ALL.len() - 1
+                "api key {key} (version {version}) is not supported by this broker; it speaks api keys {}",
+                ApiKey::ALL
+                    .iter()
+                    .map(|k| (*k as u16).to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
         );
         tracing::warn!(%peer, error = %error, "unsupported request");

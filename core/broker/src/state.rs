@@ -28,6 +28,8 @@ pub struct BrokerState {
     pub produce_budget_permits: u32,
     /// Open connections.
     pub connections: AtomicUsize,
+    /// Tiered storage, when an object store is configured.
+    pub tier: Option<Arc<crate::tier::Tier>>,
     /// The group coordinator.
     pub groups: Arc<GroupService>,
 }

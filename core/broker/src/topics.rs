@@ -50,6 +50,8 @@ pub struct TopicRegistry {
     /// Number of live brokers (1 until the cluster lands).
     live_brokers: usize,
     defaults: LogConfig,
+    /// The broker has an object store (`remote.storage.enable` may be set).
+    tiering_available: bool,
     store: MetadataStore,
     topics: RwLock<HashMap<Arc<str>, Arc<Topic>>>,
     /// Serialises metadata changes; guards the persisted records.
@@ -153,6 +155,13 @@ impl TopicRegistry {
                         reason: format!("topic {}: {e}", r.name),
                     })?;
             }
+            if log_config.remote_storage_enable && config.object_store.is_none() {
+                tracing::warn!(
+                    topic = %r.name,
+                    "remote.storage.enable=true but the broker has no object store: nothing is \
+                     uploaded and local retention keeps every segment; start with --object-store URL"
+                );
+            }
             let name: Arc<str> = Arc::from(r.name.as_str());
             let mut partitions = Vec::with_capacity(r.partitions as usize);
             for p in 0..r.partitions {
@@ -192,6 +201,7 @@ impl TopicRegistry {
             broker_id: config.id,
             live_brokers: 1,
             defaults,
+            tiering_available: config.object_store.is_some(),
             store,
             topics: RwLock::new(topics),
             admin: Mutex::new(admin),
@@ -302,6 +312,16 @@ impl TopicRegistry {
             config
                 .set(k, v)
                 .map_err(|e| ErrorInfo::new(ErrorCode::InvalidConfig, e.to_string()))?;
+        }
+        config
+            .validate()
+            .map_err(|e| ErrorInfo::new(ErrorCode::InvalidConfig, e.to_string()))?;
+        if config.remote_storage_enable && !self.tiering_available {
+            return Err(ErrorInfo::new(
+                ErrorCode::InvalidConfig,
+                "remote.storage.enable=true needs an object store: start the broker with \
+                 --object-store URL (or [object_store] url in its config file)",
+            ));
         }
         Ok(config)
     }

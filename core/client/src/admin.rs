@@ -8,7 +8,8 @@ use std::time::Instant;
 
 use rill_proto::wire::{
     AlterConfigsRequest, BrokerInfo, ConfigEntry, CreateTopicsRequest, DeleteTopicsRequest,
-    DescribeConfigsRequest, ErrorCode, NewTopic, PartitionMetadata, TopicResult,
+    DescribeConfigsRequest, DescribeStorageRequest, DescribeStorageResponse, ErrorCode, NewTopic,
+    PartitionMetadata, TopicResult,
 };
 
 use crate::client::Client;
@@ -188,6 +189,27 @@ impl Admin {
                 format!("describe configs of topic {name}"),
                 e,
             )),
+        }
+    }
+
+    /// Where a topic's partitions keep their data: log start offset, local log
+    /// start offset, local and remote (tiered) sizes. `None` when the broker does
+    /// not speak DescribeStorage (older than tiered storage).
+    pub async fn describe_storage(
+        &self,
+        name: &str,
+    ) -> Result<Option<DescribeStorageResponse>, ClientError> {
+        let req = DescribeStorageRequest {
+            topics: vec![name.to_string()],
+        };
+        match self.client.call(None, &req, &[]).await {
+            Ok((resp, _)) => Ok(Some(resp)),
+            Err(ClientError::Broker { error, .. })
+                if error.code == ErrorCode::UnsupportedVersion =>
+            {
+                Ok(None)
+            }
+            Err(e) => Err(e),
         }
     }
 

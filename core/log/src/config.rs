@@ -35,6 +35,13 @@ pub struct LogConfig {
     pub min_cleanable_dirty_ratio: f64,
     /// `max.message.bytes`: the largest batch the log accepts.
     pub max_message_bytes: u32,
+    /// `remote.storage.enable`: upload closed segments to the broker's object store.
+    pub remote_storage_enable: bool,
+    /// `local.retention.ms`: how long a segment stays on local disk once uploaded
+    /// (None: as long as `retention.ms`; Kafka's -2).
+    pub local_retention_ms: Option<u64>,
+    /// `local.retention.bytes`: local size kept once uploaded (None: `retention.bytes`).
+    pub local_retention_bytes: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,6 +91,9 @@ impl Default for LogConfig {
             delete_retention_ms: 24 * 60 * 60 * 1000,
             min_cleanable_dirty_ratio: 0.5,
             max_message_bytes: 1024 * 1024 + 12,
+            remote_storage_enable: false,
+            local_retention_ms: None,
+            local_retention_bytes: None,
         }
     }
 }
@@ -100,7 +110,13 @@ const KNOWN_KEYS: &[&str] = &[
     "delete.retention.ms",
     "min.cleanable.dirty.ratio",
     "max.message.bytes",
+    "remote.storage.enable",
+    "local.retention.ms",
+    "local.retention.bytes",
 ];
+
+/// Kafka's `local.retention.*` value for "as the total retention".
+const LOCAL_AS_TOTAL: i64 = -2;
 
 /// Smallest `segment.bytes` Kafka accepts.
 const SEGMENT_BYTES_MIN: i64 = 14;
@@ -132,6 +148,18 @@ fn int_in(key: &str, value: &str, min: i64, max: i64) -> Result<i64, LogError> {
 fn optional_limit(key: &str, value: &str) -> Result<Option<u64>, LogError> {
     let v = int_in(key, value, -1, i64::MAX)
         .map_err(|_| invalid(key, value, "must be -1 (no limit) or an integer >= 0"))?;
+    Ok(if v < 0 { None } else { Some(v as u64) })
+}
+
+/// `-2` (Kafka's default) or `-1` mean "as the total retention"; otherwise >= 0.
+fn local_limit(key: &str, value: &str) -> Result<Option<u64>, LogError> {
+    let v = int_in(key, value, LOCAL_AS_TOTAL, i64::MAX).map_err(|_| {
+        invalid(
+            key,
+            value,
+            "must be -2 (as the total retention) or an integer >= 0",
+        )
+    })?;
     Ok(if v < 0 { None } else { Some(v as u64) })
 }
 
@@ -213,6 +241,15 @@ impl LogConfig {
             "max.message.bytes" => {
                 self.max_message_bytes = int_in(key, value, 0, i32::MAX as i64)? as u32
             }
+            "remote.storage.enable" => {
+                self.remote_storage_enable = match value.trim() {
+                    "true" => true,
+                    "false" => false,
+                    _ => return Err(invalid(key, value, "must be true or false")),
+                }
+            }
+            "local.retention.ms" => self.local_retention_ms = local_limit(key, value)?,
+            "local.retention.bytes" => self.local_retention_bytes = local_limit(key, value)?,
             _ => {
                 return Err(invalid(
                     key,
@@ -232,7 +269,52 @@ impl LogConfig {
         for (k, v) in pairs {
             config.set(k, v)?;
         }
+        config.validate()?;
         Ok(config)
+    }
+
+    /// Checks what single keys cannot: the local retention of a tiered topic must
+    /// not exceed its total retention (`retention.ms` / `retention.bytes`).
+    pub fn validate(&self) -> Result<(), LogError> {
+        let pairs = [
+            (
+                "local.retention.ms",
+                self.local_retention_ms,
+                "retention.ms",
+                self.retention_ms,
+            ),
+            (
+                "local.retention.bytes",
+                self.local_retention_bytes,
+                "retention.bytes",
+                self.retention_bytes,
+            ),
+        ];
+        for (local_key, local, total_key, total) in pairs {
+            if let (Some(l), Some(t)) = (local, total)
+                && l > t
+            {
+                return Err(invalid(
+                    local_key,
+                    &l.to_string(),
+                    format!(
+                        "must not exceed {total_key}={t} (the total retention, local and remote); \
+                         lower {local_key} or raise {total_key}"
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// `local.retention.ms` in force: the local one, else the total one.
+    pub fn local_retention_ms_effective(&self) -> Option<u64> {
+        self.local_retention_ms.or(self.retention_ms)
+    }
+
+    /// `local.retention.bytes` in force: the local one, else the total one.
+    pub fn local_retention_bytes_effective(&self) -> Option<u64> {
+        self.local_retention_bytes.or(self.retention_bytes)
     }
 
     /// Every setting as (Kafka name, value) pairs, in a stable order.
@@ -251,6 +333,11 @@ impl LogConfig {
             self.delete_retention_ms.to_string(),
             self.min_cleanable_dirty_ratio.to_string(),
             self.max_message_bytes.to_string(),
+            self.remote_storage_enable.to_string(),
+            self.local_retention_ms
+                .map_or(LOCAL_AS_TOTAL.to_string(), |v| v.to_string()),
+            self.local_retention_bytes
+                .map_or(LOCAL_AS_TOTAL.to_string(), |v| v.to_string()),
         ];
         KNOWN_KEYS
             .iter()
@@ -358,5 +445,34 @@ mod tests {
             LogConfig::default(),
             "a failed set leaves the config unchanged"
         );
+    }
+
+    #[test]
+    fn tier_keys_parse_and_local_must_not_exceed_total() {
+        let c = LogConfig::from_pairs([
+            ("remote.storage.enable", "true"),
+            ("local.retention.ms", "1000"),
+            ("local.retention.bytes", "-2"),
+            ("retention.bytes", "5000"),
+        ])
+        .unwrap();
+        assert!(c.remote_storage_enable);
+        assert_eq!(c.local_retention_ms, Some(1000));
+        assert_eq!(c.local_retention_bytes_effective(), Some(5000));
+        let e = LogConfig::from_pairs([("retention.ms", "100"), ("local.retention.ms", "200")])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("local.retention.ms=200") && e.contains("retention.ms=100"),
+            "{e}"
+        );
+        let e = LogConfig::from_pairs([("remote.storage.enable", "yes")])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("true or false"), "{e}");
+        let e = LogConfig::from_pairs([("local.retention.bytes", "-3")])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("-2"), "{e}");
     }
 }

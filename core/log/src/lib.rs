@@ -27,7 +27,9 @@ mod log;
 pub mod recovery;
 pub mod retention;
 pub mod segment;
+pub mod tiering;
 
 pub use config::{CleanupPolicy, LogConfig};
 pub use error::LogError;
 pub use log::{AppendInfo, FileSlice, Log};
+pub use tiering::TierableSegment;

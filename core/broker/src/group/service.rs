@@ -97,6 +97,11 @@ impl GroupService {
                 else {
                     break;
                 };
+                let crate::partition::ReadPlan::Local(slice) = slice else {
+                    return Err(corrupt(format!(
+                        "offset {from} lies in the object store; {OFFSETS_TOPIC} is never tiered"
+                    )));
+                };
                 let bytes = slice
                     .read()
                     .map_err(|e| corrupt(format!("read failed: {e}")))?;
@@ -225,7 +230,11 @@ async fn offsets_topic(
             .config
             .offsets_topic_replication_factor
             .min(state.registry.live_brokers().max(1) as u16),
-        configs: vec![("cleanup.policy".into(), "compact".into())],
+        // Never tiered: the coordinator replays this topic from local segments at start.
+        configs: vec![
+            ("cleanup.policy".into(), "compact".into()),
+            ("remote.storage.enable".into(), "false".into()),
+        ],
         internal: true,
     };
     let registry = state.registry.clone();

@@ -54,6 +54,12 @@ pub struct BrokerArgs {
     /// transform supervisor runs deployed transforms; see `rill transform`).
     #[arg(long)]
     pub no_transforms: bool,
+    /// Tiered storage: the object store that closed segments of topics with
+    /// remote.storage.enable=true go to (file:///path, s3://bucket/prefix,
+    /// gs://bucket/prefix, az://container/prefix; credentials, region and endpoint
+    /// from AWS_* / GOOGLE_* / AZURE_* environment variables). Unset: tiering off.
+    #[arg(long, value_name = "URL")]
+    pub object_store: Option<String>,
 }
 
 /// Builds the broker config: file (or defaults), then flags.
@@ -95,6 +101,12 @@ pub fn build_config(args: &BrokerArgs) -> anyhow::Result<BrokerConfig> {
     }
     if args.auto_create_topics {
         config.auto_create_topics = true;
+    }
+    if let Some(url) = &args.object_store {
+        config.object_store = Some(rill_broker::ObjectStoreConfig {
+            url: url.clone(),
+            ..config.object_store.take().unwrap_or_default()
+        });
     }
     config.validate()?;
     Ok(config)
@@ -225,6 +237,7 @@ mod tests {
             metrics: None,
             auto_create_topics: true,
             no_transforms: false,
+            object_store: None,
         };
         let config = build_config(&args).unwrap();
         assert_eq!(config.id, 3, "from the file");

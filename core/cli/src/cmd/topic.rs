@@ -113,6 +113,12 @@ pub async fn run(command: TopicCommand) -> anyhow::Result<()> {
                 .describe_topic(&args.name)
                 .await
                 .map_err(|e| client_error(format!("cannot describe topic {}", args.name), e))?;
+            // Tiered storage columns, when the broker tiers to an object store.
+            let storage = admin
+                .describe_storage(&args.name)
+                .await
+                .map_err(|e| client_error(format!("cannot describe topic {}", args.name), e))?
+                .filter(|s| s.object_store.is_some());
             let partitions: Vec<PartitionLine> = topic
                 .partitions
                 .iter()
@@ -121,6 +127,16 @@ pub async fn run(command: TopicCommand) -> anyhow::Result<()> {
                     leader: p.leader,
                     replicas: p.replicas.clone(),
                     isr: p.isr.clone(),
+                    storage: storage.as_ref().and_then(|s| {
+                        s.partitions
+                            .iter()
+                            .find(|sp| sp.partition == p.partition && sp.error.is_none())
+                            .map(|sp| StorageColumns {
+                                log_start_offset: sp.log_start_offset.0,
+                                local_log_start_offset: sp.local_log_start_offset.0,
+                                remote_size_bytes: sp.remote_size_bytes,
+                            })
+                    }),
                 })
                 .collect();
             let configs: Vec<(String, String)> = topic
@@ -184,6 +200,16 @@ pub struct PartitionLine {
     pub leader: Option<i32>,
     pub replicas: Vec<i32>,
     pub isr: Vec<i32>,
+    /// Shown after Kafka's columns when the broker has tiered storage.
+    pub storage: Option<StorageColumns>,
+}
+
+/// The tiered-storage columns of `describe`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StorageColumns {
+    pub log_start_offset: i64,
+    pub local_log_start_offset: i64,
+    pub remote_size_bytes: u64,
 }
 
 /// Renders the Kafka describe layout (every line ends with `\n`).
@@ -211,11 +237,18 @@ pub fn format_describe(
             .leader
             .map_or_else(|| "none".to_string(), |l| l.to_string());
         out.push_str(&format!(
-            "\tTopic: {topic}\tPartition: {}\tLeader: {leader}\tReplicas: {}\tIsr: {}\n",
+            "\tTopic: {topic}\tPartition: {}\tLeader: {leader}\tReplicas: {}\tIsr: {}",
             p.partition,
             join_ids(&p.replicas),
             join_ids(&p.isr)
         ));
+        if let Some(s) = &p.storage {
+            out.push_str(&format!(
+                "\tLogStartOffset: {}\tLocalLogStartOffset: {}\tRemoteSize: {}",
+                s.log_start_offset, s.local_log_start_offset, s.remote_size_bytes
+            ));
+        }
+        out.push('\n');
     }
     out
 }
@@ -239,12 +272,14 @@ mod tests {
                 leader: None,
                 replicas: vec![2, 1],
                 isr: vec![2],
+                storage: None,
             },
             PartitionLine {
                 partition: 0,
                 leader: Some(1),
                 replicas: vec![1, 2],
                 isr: vec![1, 2],
+                storage: None,
             },
         ];
         let configs = vec![
@@ -260,6 +295,16 @@ mod tests {
         assert_eq!(
             format_describe("t", &parts[1..], &[]),
             "Topic:t\tPartitionCount:1\tReplicationFactor:2\tConfigs:\n\tTopic: t\tPartition: 0\tLeader: 1\tReplicas: 1,2\tIsr: 1,2\n"
+        );
+        let mut tiered = parts[1].clone();
+        tiered.storage = Some(StorageColumns {
+            log_start_offset: 0,
+            local_log_start_offset: 500,
+            remote_size_bytes: 12345,
+        });
+        assert_eq!(
+            format_describe("t", &[tiered], &[]),
+            "Topic:t\tPartitionCount:1\tReplicationFactor:2\tConfigs:\n\tTopic: t\tPartition: 0\tLeader: 1\tReplicas: 1,2\tIsr: 1,2\tLogStartOffset: 0\tLocalLogStartOffset: 500\tRemoteSize: 12345\n"
         );
     }
 

@@ -88,6 +88,7 @@ error_codes! {
     OutOfOrderSequence = 31, false, "The producer sequence number is out of order.";
     DuplicateSequence = 32, false, "The batch was written already (idempotent producer).";
     InvalidProducerEpoch = 33, false, "The producer epoch is stale.";
+    RemoteStorageUnavailable = 55, true, "The object store holding tiered segments did not answer in time; retry later.";
     GroupMaxSizeReached = 34, false, "The group has as many members as the broker allows.";
     InconsistentGroupProtocol = 35, false, "The member's assignor differs from the group's, or is unknown.";
 }

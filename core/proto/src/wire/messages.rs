@@ -36,10 +36,12 @@ pub enum ApiKey {
     ListGroups = 13,
     DescribeGroups = 14,
     DeleteGroups = 15,
+    /// Tiered storage (issue 7): per-partition local and remote log extents.
+    DescribeStorage = 35,
 }
 
 impl ApiKey {
-    pub const ALL: [ApiKey; 16] = [
+    pub const ALL: [ApiKey; 17] = [
         ApiKey::ApiVersions,
         ApiKey::Metadata,
         ApiKey::CreateTopics,
@@ -49,6 +51,7 @@ impl ApiKey {
         ApiKey::Produce,
         ApiKey::Fetch,
         ApiKey::ListOffsets,
+        ApiKey::DescribeStorage,
         ApiKey::FindCoordinator,
         ApiKey::ConsumerGroupHeartbeat,
         ApiKey::OffsetCommit,
@@ -74,6 +77,7 @@ impl ApiKey {
             ApiKey::Produce => "produce",
             ApiKey::Fetch => "fetch",
             ApiKey::ListOffsets => "list_offsets",
+            ApiKey::DescribeStorage => "describe_storage",
             ApiKey::FindCoordinator => "find_coordinator",
             ApiKey::ConsumerGroupHeartbeat => "consumer_group_heartbeat",
             ApiKey::OffsetCommit => "offset_commit",
@@ -433,4 +437,45 @@ pub struct ListOffsetsResponse {
 impl ApiRequest for ListOffsetsRequest {
     const KEY: ApiKey = ApiKey::ListOffsets;
     type Response = ListOffsetsResponse;
+}
+
+// ---------------------------------------------------------------- describe storage
+
+/// Where each partition of some topics keeps its data: on local disk, in the
+/// object store (tiered storage), or both. Version 0.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DescribeStorageRequest {
+    pub topics: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionStorage {
+    pub topic: String,
+    pub partition: u32,
+    pub error: Option<ErrorInfo>,
+    /// The first offset kept anywhere (the remote copy included).
+    pub log_start_offset: Offset,
+    /// The first offset on the broker's local disk.
+    pub local_log_start_offset: Offset,
+    pub log_end_offset: Offset,
+    pub local_size_bytes: u64,
+    /// Bytes of the segments in the object store (0 when none or tiering is off).
+    pub remote_size_bytes: u64,
+    pub remote_segments: u32,
+    /// The offset after the last remote segment (`log_start_offset` when none).
+    pub remote_end_offset: Offset,
+    /// The topic's `remote.storage.enable`.
+    pub remote_storage_enable: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DescribeStorageResponse {
+    /// The object store the broker tiers to (its URL without credentials), if any.
+    pub object_store: Option<String>,
+    pub partitions: Vec<PartitionStorage>,
+}
+
+impl ApiRequest for DescribeStorageRequest {
+    const KEY: ApiKey = ApiKey::DescribeStorage;
+    type Response = DescribeStorageResponse;
 }
