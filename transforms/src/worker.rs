@@ -81,7 +81,10 @@ pub async fn run_deployment(
                 }
             }
         }
-        if let Some(reason) = runner.process(records, &mut GroupOffsets(&mut group)).await? {
+        if let Some(reason) = runner
+            .process(records, &mut GroupOffsets(&mut group))
+            .await?
+        {
             break RunEnd::Halted(reason);
         }
         if lag_at.elapsed() >= STATUS_INTERVAL {

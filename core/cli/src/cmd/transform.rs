@@ -20,8 +20,8 @@ use rill_transforms::deployment::{
 };
 use rill_transforms::instance::{CALL_TIMEOUT_DEFAULT, MEMORY_BYTES_MAX_DEFAULT, now_ms};
 use rill_transforms::registry::{
-    self, STATUS_TOPIC, ensure_internal_topics, ensure_topic, load_deployment,
-    load_deployments, load_logs, load_status, store_deployment,
+    self, STATUS_TOPIC, ensure_internal_topics, ensure_topic, load_deployment, load_deployments,
+    load_logs, load_status, store_deployment,
 };
 use rill_transforms::{TransformModule, supervisor};
 
