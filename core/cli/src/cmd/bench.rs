@@ -528,15 +528,7 @@ async fn consume_share(
         }
         record_latency(&mut h, t.elapsed());
         idle_since = Instant::now();
-        let n: u64 = records
-            .iter()
-            .map(|r| {
-                (r.value.as_ref().map_or(0, |v| v.len()) + r.key.as_ref().map_or(0, |k| k.len()))
-                    as u64
-            })
-            .sum();
-        bytes.fetch_add(n, Ordering::Relaxed);
-        done.fetch_add(records.len() as u64, Ordering::Relaxed);
+        count_consumed(&records, &done, &bytes);
     }
     Ok(h)
 }
@@ -734,4 +726,21 @@ fn format_percentile(q: f64) -> String {
     let p = q * 100.0;
     let s = format!("{p:.4}");
     s.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+/// Adds one poll's records to a consume run's counters: records, and key plus
+/// value bytes (shared by plain-assignment and group consume benchmarks).
+pub(super) fn count_consumed(
+    records: &[rill_client::ConsumerRecord],
+    done: &AtomicU64,
+    bytes: &AtomicU64,
+) {
+    let n: u64 = records
+        .iter()
+        .map(|r| {
+            (r.value.as_ref().map_or(0, |v| v.len()) + r.key.as_ref().map_or(0, |k| k.len())) as u64
+        })
+        .sum();
+    bytes.fetch_add(n, Ordering::Relaxed);
+    done.fetch_add(records.len() as u64, Ordering::Relaxed);
 }

@@ -26,7 +26,9 @@ use rill_client::{
     Client, ConsumerConfig, GroupConfig, GroupConsumer, OffsetReset, ProducerConfig, ProducerRecord,
 };
 
-use super::bench::{CONSUME_IDLE_TIMEOUT, Common, ensure_topic, new_histogram, record_latency};
+use super::bench::{
+    CONSUME_IDLE_TIMEOUT, Common, count_consumed, ensure_topic, new_histogram, record_latency,
+};
 use crate::client_args::{ClientArgs, client_error};
 
 /// How long the rebalance driver polls one member before the next.
@@ -68,15 +70,7 @@ pub(crate) async fn consume_member(
         }
         record_latency(&mut h, t.elapsed());
         idle_since = Instant::now();
-        let n: u64 = records
-            .iter()
-            .map(|r| {
-                (r.value.as_ref().map_or(0, |v| v.len()) + r.key.as_ref().map_or(0, |k| k.len()))
-                    as u64
-            })
-            .sum();
-        bytes.fetch_add(n, Ordering::Relaxed);
-        done.fetch_add(records.len() as u64, Ordering::Relaxed);
+        count_consumed(&records, &done, &bytes);
     }
     member
         .close()
