@@ -11,15 +11,16 @@
 //! errors put the batches back (refreshing metadata on leadership errors) until
 //! `retries` or `delivery_timeout` runs out.
 //!
-//! Ordering (acks 1 and all): records sent to one partition are appended in `send` order. A
-//! partition has at most one request in flight (it may carry many batches), so
-//! a retry never lets a later batch overtake an earlier one.
+//! Ordering: records sent to one partition are appended in `send` order, with
+//! every acks setting. A partition has at most one request in flight (it may
+//! carry many batches), so a retry never lets a later batch overtake an earlier
+//! one.
 //!
-//! acks=0: a record's delivery future resolves once the broker's QUIC stack has
-//! acknowledged every byte of the request carrying it (no response is sent), so
-//! `flush` and `close` return only when nothing is left in quinn's send buffer.
-//! Order within a partition is not guaranteed with acks=0: the broker may handle
-//! two request streams in either order.
+//! acks=0: the broker sends no produce response; it ends the request stream
+//! once the batches are appended, and a record's delivery future resolves then
+//! (with offset `-1`). So `flush` and `close` return only when the broker has
+//! appended everything sent, and the next request of a partition waits for
+//! that end of stream, which keeps the order.
 //!
 //! Shutdown: `close` flushes and stops the sender. Dropping every handle without
 //! `close` lets the sender finish what was sent, then stop.

@@ -13,14 +13,11 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::Bytes;
-use quinn::VarInt;
 use rill_proto::Offset;
-use rill_proto::wire::{
-    Acks, ApiRequest, ProducePartition, ProducePartitionResponse, ProduceRequest,
-};
+use rill_proto::wire::{Acks, ProducePartition, ProducePartitionResponse, ProduceRequest};
 use tokio::sync::OwnedSemaphorePermit;
 
 use super::ProducerShared;
@@ -312,65 +309,32 @@ fn judge(found: Option<&ProducePartitionResponse>, topic: &str, partition: u32) 
     }
 }
 
-/// acks=0: write the request, finish the stream, and wait until the broker's
-/// QUIC stack has acknowledged every byte of it (the broker sends no response).
+/// acks=0: send the request and wait until the broker has handled it. The broker
+/// sends no produce response for acks=0; it finishes the stream empty once the
+/// batches are appended (or answers a frame with the error that refused them).
 ///
-/// Waiting for the transport acknowledgement is what makes `flush` and `close`
-/// meaningful with acks=0: without it the request could still sit in quinn's
-/// send buffer when the caller closes the client and exits, and be lost.
+/// Waiting for that end of stream, not merely for the transport acknowledgement
+/// of the bytes, is what makes acks=0 keep order and `flush`/`close` mean
+/// something: the next request of a partition goes out only after the broker
+/// appended the previous one (the broker handles streams concurrently, so two
+/// requests both sitting in its receive buffer could be appended in either
+/// order), and a client that exits after `close` has not left records in the
+/// broker's receive buffer, where closing the connection would discard them.
 async fn send_without_ack(
     shared: &ProducerShared,
     broker: i32,
     req: &ProduceRequest,
     payload: &[Bytes],
 ) -> Result<(), ClientError> {
-    let timeout: Duration = shared.client.config().request_timeout;
-    let (id, sock, conn) = shared.client.connection(Some(broker)).await?;
-    let meta = rill_proto::wire::encode_meta(req);
-    let write = async {
-        let (mut send, _recv) = conn.open_bi().await.map_err(rill_net::NetError::from)?;
-        rill_net::write_frame(
-            &mut send,
-            ProduceRequest::KEY as u16,
-            ProduceRequest::VERSION,
-            &meta,
-            payload,
-        )
-        .await?;
-        // Fails only if the stream was already finished or reset; `stopped`
-        // below then reports what happened.
-        let _ = send.finish();
-        delivered(send.stopped().await)?;
-        Ok::<(), ClientError>(())
-    };
-    match tokio::time::timeout(timeout, write).await {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => {
-            if conn.close_reason().is_some() {
-                shared.client.drop_connection(id, &conn);
-            }
-            Err(e)
-        }
-        Err(_) => Err(ClientError::Timeout {
-            what: format!("sending a produce request to broker {id} at {sock} (after {timeout:?})"),
-        }),
-    }
+    no_response_is_success(shared.client.call(Some(broker), req, payload).await)
 }
 
-/// Judges how an acks=0 request stream ended (`SendStream::stopped`).
-///
-/// `Ok(None)`: the broker acknowledged all the stream's data. The broker stops a
-/// stream with [`rill_net::STREAM_FRAME_REFUSED`] when it refused the frame (too
-/// large or malformed): the records were not appended. Any other stop code comes
-/// after the broker read the whole frame (it closes its receive side once the
-/// request is handled), so the request was delivered.
-fn delivered(stopped: Result<Option<VarInt>, quinn::StoppedError>) -> Result<(), ClientError> {
-    match stopped {
-        Ok(None) => Ok(()),
-        Ok(Some(code)) if code == rill_net::STREAM_FRAME_REFUSED => {
-            Err(rill_net::NetError::FrameRefused { code }.into())
-        }
-        Ok(Some(_)) => Ok(()),
-        Err(e) => Err(rill_net::NetError::Write(quinn::WriteError::from(e)).into()),
+/// Judges an acks=0 call: the stream ending without a frame means the broker
+/// handled the request and had nothing to say; a frame is either an error
+/// (returned) or, from a broker that answers acks=0 anyway, a response.
+fn no_response_is_success<T>(result: Result<T, ClientError>) -> Result<(), ClientError> {
+    match result {
+        Ok(_) | Err(ClientError::Net(rill_net::NetError::NoFrame)) => Ok(()),
+        Err(e) => Err(e),
     }
 }
