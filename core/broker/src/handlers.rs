@@ -304,9 +304,17 @@ fn topic_spec(state: &BrokerState, t: NewTopic) -> TopicSpec {
             .replication_factor
             .unwrap_or(state.config.default_replication_factor),
         configs: t.configs,
+        internal: transform_topic(&t.name),
         name: t.name,
-        internal: false,
     }
+}
+
+/// The internal topics the transform host (a client of the cluster, see
+/// rill-transforms) creates for itself: `__transforms`, `__transform_offsets`,
+/// `__transform_status`, `__transform_logs` and `__transform-<name>-state`.
+/// Every other name starting with `__` stays reserved to the broker.
+fn transform_topic(name: &str) -> bool {
+    name.starts_with("__transform")
 }
 
 async fn create_topics(

@@ -51,6 +51,9 @@ enum Command {
     /// Measure a running broker: produce, consume, or end-to-end latency.
     #[command(subcommand)]
     Bench(cmd::bench::BenchCommand),
+    /// Write, build, deploy and operate WebAssembly transforms.
+    #[command(subcommand)]
+    Transform(cmd::transform::TransformCommand),
 }
 
 impl Command {
@@ -88,6 +91,7 @@ fn main() -> ExitCode {
             Command::Group(c) => cmd::group::run(c).await,
             Command::Cluster(c) => cmd::cluster::run(c).await,
             Command::Bench(c) => cmd::bench::run(c).await,
+            Command::Transform(c) => cmd::transform::run(c).await,
         }
     });
     // Do not wait for stray background tasks (e.g. a client's connection driver)

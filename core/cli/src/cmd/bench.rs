@@ -61,6 +61,8 @@ pub enum BenchCommand {
     E2e(E2eBench),
     /// Time a consumer group's rebalances: one member leaves, one joins.
     Rebalance(super::bench_group::RebalanceBench),
+    /// Records/s through a WebAssembly transform vs plain consume-and-produce.
+    Transform(super::bench_transform::TransformBench),
 }
 
 #[derive(Debug, Clone, Args)]
@@ -143,6 +145,7 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Consume(b) => bench_consume(b).await,
         BenchCommand::E2e(b) => bench_e2e(b).await,
         BenchCommand::Rebalance(b) => super::bench_group::bench_rebalance(b).await,
+        BenchCommand::Transform(b) => super::bench_transform::run(b).await,
     }
 }
 

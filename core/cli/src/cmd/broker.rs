@@ -59,6 +59,10 @@ pub struct BrokerArgs {
     /// Fence a broker that has not heartbeated for this long (ms).
     #[arg(long, value_name = "MS")]
     pub session_timeout_ms: Option<u64>,
+    /// Do not run WebAssembly transforms in this broker process (by default its
+    /// transform supervisor runs deployed transforms; see `rill transform`).
+    #[arg(long)]
+    pub no_transforms: bool,
     /// Tiered storage: the object store that closed segments of topics with
     /// remote.storage.enable=true go to (file:///path, s3://bucket/prefix,
     /// gs://bucket/prefix, az://container/prefix; credentials, region and endpoint
@@ -132,6 +136,11 @@ pub async fn run(args: BrokerArgs) -> anyhow::Result<()> {
     let config = build_config(&args)?;
     let id = config.id;
     let data_dir = config.data_dir.clone();
+    let transform_tls = crate::cmd::transform_host::client_tls(
+        config.rill_home.clone(),
+        config.tls.cert.is_some(),
+        config.tls.ca.is_some(),
+    );
     let handle = Broker::start(config)
         .await
         .with_context(|| format!("cannot start broker {id}"))?;
@@ -148,8 +157,26 @@ pub async fn run(args: BrokerArgs) -> anyhow::Result<()> {
         .context("cannot write the `listening on` line to stdout")?;
     }
 
+    let transforms = match (args.no_transforms, transform_tls) {
+        (true, _) => None,
+        (false, Some(tls)) => Some(crate::cmd::transform_host::start(
+            id,
+            handle.local_addr(),
+            tls,
+        )),
+        (false, None) => {
+            tracing::warn!(
+                "transforms are off in this broker: with its own TLS certificate set RILL_TLS_CA (or use `rill transform run`)"
+            );
+            None
+        }
+    };
+
     let signal = wait_for_shutdown_signal().await?;
     tracing::info!("{signal} received: shutting down broker {id}");
+    if let Some(t) = transforms {
+        t.stop().await;
+    }
     handle
         .shutdown()
         .await
@@ -232,6 +259,7 @@ mod tests {
             join: None,
             peers: Vec::new(),
             session_timeout_ms: None,
+            no_transforms: false,
             object_store: None,
         };
         let config = build_config(&args).unwrap();

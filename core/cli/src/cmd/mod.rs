@@ -3,9 +3,12 @@
 
 pub mod bench;
 pub mod bench_group;
+pub mod bench_transform;
 pub mod broker;
 pub mod cluster;
 pub mod consume;
 pub mod group;
 pub mod produce;
 pub mod topic;
+pub mod transform;
+pub mod transform_host;

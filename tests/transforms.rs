@@ -1,0 +1,614 @@
+//! WebAssembly transforms end to end, through the `rill` binary: guests are
+//! built for wasm32-wasip2 by `rill transform build` (into one shared target
+//! dir, so each dependency compiles once), deployed with `rill transform
+//! deploy`, and run by the broker's transform supervisor.
+//!
+//! - the RSS pipeline of examples/rss-cleaner: rss-load publishes the sample
+//!   feeds, the cleaner writes clean, de-duplicated articles and dead-letters the
+//!   one it cannot parse; after a broker restart its de-duplication state is
+//!   restored from the changelog topic (the same feeds again add nothing);
+//! - failure handling with tests/guests/faulty: errors, panics, an endless loop
+//!   (the deadline) and runaway allocation (the memory cap) are skipped or
+//!   dead-lettered with the error in a header, state writes of a failed record
+//!   are dropped, and `halt` stops the transform with `describe` saying why;
+//! - the log-compaction example (examples/profiles) and the activity counts
+//!   (examples/activity);
+//! - `rill transform new` scaffolds a crate that builds and passes its test;
+//! - invalid modules are refused with an error naming what is wrong.
+
+#[path = "support/mod.rs"]
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use rill_client::{Client, ClientConfig, ConsumerConfig, TopicPartition};
+use support::{TestBroker, rill_bin, run_bounded, single_error_line};
+
+/// Bound on building one guest (the first build compiles wit-bindgen and serde).
+const GUEST_BUILD_TIMEOUT: Duration = Duration::from_secs(600);
+/// Bound on waiting for a transform to get somewhere.
+const PROGRESS_TIMEOUT: Duration = Duration::from_secs(60);
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
+}
+
+/// The shared target dir of every guest build in the tests.
+fn guest_target_dir() -> PathBuf {
+    root().join("target/wasm-guests")
+}
+
+fn cargo_env(cmd: &mut Command) -> &mut Command {
+    cmd.env("CARGO_TARGET_DIR", guest_target_dir())
+        .env_remove("RUSTFLAGS")
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
+}
+
+/// `rill transform build DIR --locked`; returns the .wasm it printed.
+fn build_guest(dir: &Path) -> PathBuf {
+    let mut cmd = Command::new(rill_bin());
+    cargo_env(&mut cmd)
+        .args(["transform", "build", "--locked"])
+        .arg(dir);
+    let out = run_bounded(&mut cmd, b"", GUEST_BUILD_TIMEOUT);
+    assert!(
+        out.status.success(),
+        "rill transform build {} failed: {}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let path = PathBuf::from(stdout.trim().lines().last().expect("a path"));
+    assert!(
+        path.exists() && path.extension().is_some_and(|e| e == "wasm"),
+        "{path:?}"
+    );
+    path
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+async fn client(broker: &TestBroker) -> Client {
+    let mut config = ClientConfig::new(broker.addr().to_string());
+    config.tls = rill_net::ClientTls::Dev {
+        home: broker.home(),
+    };
+    Client::connect(config).await.unwrap()
+}
+
+/// Every record of `topic` (all partitions) from the beginning to its end now.
+async fn read_all(client: &Client, topic: &str) -> Vec<rill_client::ConsumerRecord> {
+    let n = client.partition_count(topic).await.unwrap();
+    let tps: Vec<TopicPartition> = (0..n).map(|p| TopicPartition::new(topic, p)).collect();
+    let ends = client
+        .list_offsets(&tps, rill_client::OffsetSpec::Latest)
+        .await
+        .unwrap();
+    let mut consumer = client.consumer(ConsumerConfig::default()).unwrap();
+    consumer.assign(tps.clone());
+    consumer.seek_to_beginning(&tps).await.unwrap();
+    let mut out = Vec::new();
+    let deadline = Instant::now() + PROGRESS_TIMEOUT;
+    loop {
+        let mut done = true;
+        for (tp, end) in &ends {
+            if consumer.position(tp).await.unwrap() < *end {
+                done = false;
+            }
+        }
+        if done {
+            return out;
+        }
+        assert!(Instant::now() < deadline, "reading {topic} timed out");
+        out.extend(consumer.poll(Duration::from_millis(200)).await.unwrap());
+    }
+}
+
+/// The `key: value` lines of `rill transform describe NAME`.
+fn describe(broker: &TestBroker, name: &str) -> String {
+    broker.rill_ok(&["transform", "describe", name])
+}
+
+fn describe_field(text: &str, field: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.trim().strip_prefix(&format!("{field}:")))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// Waits until `describe NAME` satisfies `pred`; returns the text.
+fn wait_describe(broker: &TestBroker, name: &str, pred: impl Fn(&str) -> bool) -> String {
+    let deadline = Instant::now() + PROGRESS_TIMEOUT;
+    loop {
+        let text = describe(broker, name);
+        if pred(&text) {
+            return text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "transform {name} did not get there within {PROGRESS_TIMEOUT:?}:\n{text}\n--- broker log ---\n{}",
+            broker.log()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+fn processed_and_failed(text: &str) -> (u64, u64) {
+    (
+        describe_field(text, "processed").unwrap_or(0),
+        describe_field(text, "failed").unwrap_or(0),
+    )
+}
+
+fn deploy(broker: &TestBroker, wasm: &Path, args: &[&str]) -> String {
+    let mut all = vec!["transform", "deploy", wasm.to_str().unwrap()];
+    all.extend_from_slice(args);
+    broker.rill_ok(&all)
+}
+
+#[test]
+fn rss_pipeline_cleans_dedups_dead_letters_and_keeps_state_across_restarts() {
+    let wasm = build_guest(&root().join("examples/rss-cleaner/transform"));
+    let mut broker = TestBroker::start();
+    let rt = runtime();
+    let feeds: Vec<PathBuf> = ["rill-news.rss", "field-notes.atom"]
+        .iter()
+        .map(|f| root().join("examples/rss-cleaner/feeds").join(f))
+        .collect();
+    let load = |broker: &TestBroker| {
+        let args = rss_load::Args {
+            bootstrap: broker.addr().to_string(),
+            topic: "articles".into(),
+            tls_ca: Some(broker.home().join("ca.pem")),
+            feeds: feeds.clone(),
+        };
+        rt.block_on(rss_load::run(args)).unwrap()
+    };
+    assert_eq!(load(&broker), 7, "4 RSS items + 3 Atom entries");
+
+    let out = deploy(
+        &broker,
+        &wasm,
+        &[
+            "--name",
+            "rss-clean",
+            "--input",
+            "articles",
+            "--output",
+            "articles-clean",
+            "--on-error",
+            "dead-letter",
+        ],
+    );
+    assert!(
+        out.contains("deployed transform rss-clean version 1"),
+        "{out}"
+    );
+    assert!(
+        out.contains("created topics: articles-clean, rss-clean.dlq"),
+        "{out}"
+    );
+
+    // 7 in: 4 clean, 1 empty dropped, 1 duplicate dropped, 1 without a link dead-lettered.
+    let text = wait_describe(&broker, "rss-clean", |t| processed_and_failed(t) == (6, 1));
+    assert!(text.contains("state:      running"), "{text}");
+    let c = rt.block_on(client(&broker));
+    let clean = rt.block_on(read_all(&c, "articles-clean"));
+    assert_eq!(clean.len(), 4, "{clean:?}");
+    let values: Vec<serde_json::Value> = clean
+        .iter()
+        .map(|r| serde_json::from_slice(r.value.as_deref().unwrap()).unwrap())
+        .collect();
+    let by_link = |link: &str| {
+        values
+            .iter()
+            .find(|v| v["link"] == link)
+            .unwrap_or_else(|| panic!("no clean article {link}: {values:?}"))
+    };
+    let first = by_link("https://rill.example.org/news/0.1");
+    assert_eq!(
+        first["text"],
+        "The first release of Rill is out: topics, partitions & offsets, served over QUIC . Try the quickstart — it takes a minute."
+    );
+    let transforms = by_link("https://rill.example.org/news/transforms");
+    let text_t = transforms["text"].as_str().unwrap();
+    assert!(
+        text_t.contains("it’s kept in a compacted topic"),
+        "{text_t}"
+    );
+    assert!(
+        !text_t.contains("trackVisit") && !text_t.contains("color"),
+        "{text_t}"
+    );
+    assert_eq!(
+        by_link("https://notes.example.net/compaction")["title"],
+        "Compaction, explained slowly"
+    );
+    let dlq = rt.block_on(read_all(&c, "rss-clean.dlq"));
+    assert_eq!(dlq.len(), 1);
+    let error = dlq[0]
+        .headers
+        .iter()
+        .find(|h| h.key == "rill.transform.error")
+        .expect("the error header");
+    assert!(
+        String::from_utf8_lossy(&error.value).contains("no http(s) link"),
+        "{error:?}"
+    );
+    let logs = broker.rill_ok(&["transform", "logs", "rss-clean"]);
+    assert!(logs.contains("dropping duplicate article"), "{logs}");
+
+    // Restart: the de-duplication state comes back from the changelog, so the
+    // same feeds again produce no new clean article.
+    drop(c);
+    assert!(broker.sigterm().success());
+    broker.restart();
+    assert_eq!(load(&broker), 7);
+    wait_describe(&broker, "rss-clean", |t| {
+        processed_and_failed(t).1 >= 1 && t.contains("dead_lettered=1") && {
+            // The restarted instance reports its own counters: 6 processed, 1 failed.
+            t.lines()
+                .any(|l| l.contains("running: partitions") && l.contains("processed=6 failed=1"))
+        }
+    });
+    let client = rt.block_on(client(&broker));
+    assert_eq!(
+        rt.block_on(read_all(&client, "articles-clean")).len(),
+        4,
+        "duplicates after restart"
+    );
+    assert_eq!(rt.block_on(read_all(&client, "rss-clean.dlq")).len(), 2);
+
+    broker.rill_ok(&["transform", "delete", "rss-clean"]);
+    let list = broker.rill_ok(&["transform", "list"]);
+    assert!(!list.contains("rss-clean"), "{list}");
+}
+
+#[test]
+fn failures_are_skipped_dead_lettered_or_halt_and_never_loop() {
+    let wasm = build_guest(&root().join("tests/guests/faulty"));
+    let broker = TestBroker::start();
+    broker.rill_ok(&["topic", "create", "in-a"]);
+    broker.rill_ok(&["topic", "create", "in-b"]);
+    let input = b"one\nerr\npanic\nloop\noom\nstate:k1\nseen:k1\ntwo\n";
+    broker.rill_stdin_ok(&["produce", "in-a"], input);
+    broker.rill_stdin_ok(&["produce", "in-b"], b"one\nloop\ntwo\n");
+
+    deploy(
+        &broker,
+        &wasm,
+        &[
+            "--name",
+            "dl",
+            "--input",
+            "in-a",
+            "--output",
+            "out-a",
+            "--timeout-ms",
+            "300",
+            "--memory-mb",
+            "16",
+        ],
+    );
+    deploy(
+        &broker,
+        &wasm,
+        &[
+            "--name",
+            "halting",
+            "--input",
+            "in-b",
+            "--output",
+            "out-b",
+            "--on-error",
+            "halt",
+            "--timeout-ms",
+            "300",
+        ],
+    );
+
+    // dead-letter: 5 fail (err, panic, loop, oom, state:), 3 go through.
+    let text = wait_describe(&broker, "dl", |t| processed_and_failed(t) == (3, 5));
+    let rt = runtime();
+    let client = rt.block_on(client(&broker));
+    let out: Vec<String> = rt
+        .block_on(read_all(&client, "out-a"))
+        .iter()
+        .map(|r| String::from_utf8_lossy(r.value.as_deref().unwrap()).to_string())
+        .collect();
+    assert_eq!(
+        out,
+        ["one", "seen:k1=false", "two"],
+        "the failed record's state write was dropped"
+    );
+    let dlq = rt.block_on(read_all(&client, "dl.dlq"));
+    let errors: Vec<String> = dlq
+        .iter()
+        .map(|r| {
+            let h = r
+                .headers
+                .iter()
+                .find(|h| h.key == "rill.transform.error")
+                .unwrap();
+            format!(
+                "{} => {}",
+                String::from_utf8_lossy(r.value.as_deref().unwrap()),
+                String::from_utf8_lossy(&h.value)
+            )
+        })
+        .collect();
+    assert_eq!(errors.len(), 5, "{errors:?}");
+    assert!(
+        errors[0].starts_with("err => refused record at offset 1"),
+        "{errors:?}"
+    );
+    assert!(
+        errors[1].contains("panic => the module panicked")
+            && errors[1].contains("boom at offset 2"),
+        "{errors:?}"
+    );
+    assert!(
+        errors[2].contains("loop => the call exceeded its deadline of 300 ms"),
+        "{errors:?}"
+    );
+    assert!(
+        errors[3].contains("oom => the module exceeded its memory cap of 16777216 bytes"),
+        "{errors:?}"
+    );
+    assert!(
+        errors[4].contains("failed after a state write"),
+        "{errors:?}"
+    );
+    assert!(text.contains("last error:"), "{text}");
+
+    // halt: stops at the loop; `describe` says why; nothing after it is written.
+    let text = wait_describe(&broker, "halting", |t| t.contains("state:      halted"));
+    assert!(
+        text.contains("record in-b-0@1 failed: the call exceeded its deadline"),
+        "{text}"
+    );
+    let out_b = rt.block_on(read_all(&client, "out-b"));
+    assert_eq!(out_b.len(), 1, "only the record before the failing one");
+    let list = broker.rill_ok(&["transform", "list"]);
+    assert!(
+        list.lines()
+            .any(|l| l.starts_with("halting") && l.contains("halted")),
+        "{list}"
+    );
+
+    // pause/resume round trip on the healthy one.
+    assert!(
+        broker
+            .rill_ok(&["transform", "pause", "dl"])
+            .contains("paused")
+    );
+    wait_describe(&broker, "dl", |t| {
+        t.contains("state:      paused") && t.contains(" stopped:")
+    });
+    assert!(
+        broker
+            .rill_ok(&["transform", "resume", "dl"])
+            .contains("running")
+    );
+    broker.rill_stdin_ok(&["produce", "in-a"], b"three\n");
+    wait_describe(&broker, "dl", |t| {
+        t.lines()
+            .any(|l| l.contains("running: partitions") && l.contains("processed=1"))
+    });
+}
+
+#[test]
+fn compaction_and_activity_examples_derive_their_tables() {
+    let profiles = build_guest(&root().join("examples/profiles/transform"));
+    let activity = build_guest(&root().join("examples/activity/transform"));
+    let broker = TestBroker::start();
+    broker.rill_ok(&[
+        "topic",
+        "create",
+        "user-profiles",
+        "--partitions",
+        "2",
+        "--config",
+        "cleanup.policy=compact",
+    ]);
+    broker.rill_ok(&[
+        "topic",
+        "create",
+        "user-countries",
+        "--partitions",
+        "2",
+        "--config",
+        "cleanup.policy=compact",
+    ]);
+    let rt = runtime();
+    let client = rt.block_on(client(&broker));
+    // The producer spawns its sender task: make it inside the runtime.
+    let producer = {
+        let _rt = rt.enter();
+        client.producer(Default::default()).unwrap()
+    };
+    rt.block_on(async {
+        use rill_client::ProducerRecord;
+        for (k, v) in [
+            ("u1", Some(r#"{"name":"Ada","country":"gb"}"#)),
+            ("u2", Some(r#"{"name":"Grace","country":"us"}"#)),
+            ("u1", Some(r#"{"name":"Ada","country":"fr"}"#)),
+            ("u3", Some(r#"{"name":"Linus","country":"fi"}"#)),
+            ("u2", None),
+        ] {
+            let r = match v {
+                Some(v) => ProducerRecord::new("user-profiles", v).key(k),
+                None => ProducerRecord::tombstone("user-profiles", k),
+            };
+            producer.send_and_wait(r).await.unwrap();
+        }
+        producer.close().await.unwrap();
+    });
+    deploy(
+        &broker,
+        &profiles,
+        &[
+            "--name",
+            "countries",
+            "--input",
+            "user-profiles",
+            "--output",
+            "user-countries",
+        ],
+    );
+    wait_describe(&broker, "countries", |t| processed_and_failed(t) == (5, 0));
+    // The derived changelog, folded by key, is the latest country per existing user.
+    let mut table = std::collections::BTreeMap::new();
+    for r in rt.block_on(read_all(&client, "user-countries")) {
+        let k = String::from_utf8(r.key.unwrap().to_vec()).unwrap();
+        match r.value {
+            Some(v) => table.insert(k, String::from_utf8(v.to_vec()).unwrap()),
+            None => table.remove(&k),
+        };
+    }
+    assert_eq!(
+        table.into_iter().collect::<Vec<_>>(),
+        [("u1".into(), "FR".into()), ("u3".into(), "FI".into())]
+    );
+
+    broker.rill_ok(&["topic", "create", "page-views"]);
+    broker.rill_stdin_ok(
+        &["produce", "page-views", "--key-separator", ":"],
+        b"ann:/pricing\nbob:/pricing\nann:/docs\nbob:/pricing\n",
+    );
+    deploy(
+        &broker,
+        &activity,
+        &[
+            "--name",
+            "per-minute",
+            "--input",
+            "page-views",
+            "--output",
+            "page-views-per-minute",
+        ],
+    );
+    wait_describe(&broker, "per-minute", |t| processed_and_failed(t) == (4, 0));
+    let counts = rt.block_on(read_all(&client, "page-views-per-minute"));
+    let last: Vec<(String, String)> = counts
+        .iter()
+        .map(|r| {
+            let k = String::from_utf8(r.key.clone().unwrap().to_vec()).unwrap();
+            (
+                k.split('|').nth(1).unwrap().to_string(),
+                String::from_utf8(r.value.clone().unwrap().to_vec()).unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(last.len(), 4);
+    let pricing_max = last
+        .iter()
+        .filter(|(p, _)| p == "/pricing")
+        .map(|(_, c)| c.parse::<u64>().unwrap())
+        .max();
+    // Produced within one minute (unless the clock crossed a minute boundary).
+    assert!(matches!(pricing_max, Some(2) | Some(3)), "{last:?}");
+}
+
+#[test]
+fn new_scaffolds_a_crate_that_tests_and_builds() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(rill_bin())
+        .args(["transform", "new", "shout"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let crate_dir = dir.path().join("shout");
+    // Native unit test (no broker), then the component build.
+    let mut test = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    cargo_env(&mut test)
+        .args(["test", "--quiet"])
+        .current_dir(&crate_dir);
+    let out = run_bounded(&mut test, b"", GUEST_BUILD_TIMEOUT);
+    assert!(
+        out.status.success(),
+        "cargo test in the scaffold: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("1 passed"));
+    let wasm = {
+        let mut cmd = Command::new(rill_bin());
+        cargo_env(&mut cmd)
+            .args(["transform", "build"])
+            .arg(&crate_dir);
+        let out = run_bounded(&mut cmd, b"", GUEST_BUILD_TIMEOUT);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+    };
+    rill_transforms::TransformModule::compile(&std::fs::read(&wasm).unwrap()).unwrap();
+
+    // A second `new` with the same name refuses to overwrite.
+    let again = Command::new(rill_bin())
+        .args(["transform", "new", "shout"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&again.stderr).contains("exists already"));
+}
+
+#[test]
+fn invalid_modules_are_refused_with_what_is_wrong() {
+    let broker = TestBroker::start();
+    broker.rill_ok(&["topic", "create", "src"]);
+    let dir = tempfile::tempdir().unwrap();
+    let text = dir.path().join("notes.txt");
+    std::fs::write(&text, "not wasm").unwrap();
+    let core = dir.path().join("core.wasm");
+    std::fs::write(&core, b"\0asm\x01\0\0\0").unwrap();
+    let deploy = |file: &Path, extra: &[&str]| {
+        let mut args = vec![
+            "transform",
+            "deploy",
+            file.to_str().unwrap(),
+            "--name",
+            "bad",
+            "--input",
+            "src",
+        ];
+        args.extend_from_slice(extra);
+        single_error_line(&broker.rill(&args))
+    };
+    let e = deploy(&text, &[]);
+    assert!(e.contains("not WebAssembly"), "{e}");
+    let e = deploy(&core, &[]);
+    assert!(
+        e.contains("core WebAssembly module, not a component"),
+        "{e}"
+    );
+    let e = single_error_line(&broker.rill(&["transform", "describe", "nope"]));
+    assert!(e.contains("no transform named nope"), "{e}");
+    let e = single_error_line(&broker.rill(&[
+        "transform",
+        "deploy",
+        "x.wasm",
+        "--name",
+        "a/b",
+        "--input",
+        "src",
+    ]));
+    assert!(e.contains("invalid transform name"), "{e}");
+}

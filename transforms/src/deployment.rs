@@ -1,0 +1,297 @@
+//! A deployment: a named transform module with its inputs, outputs, error
+//! policy, configuration and run state, as stored in the compacted topic
+//! [`TRANSFORMS_TOPIC`] (key = the name, value = the record below; a tombstone
+//! deletes the transform).
+//!
+//! Format of the value (version 1): one byte `1`, then the postcard encoding of
+//! [`Deployment`]. A reader refuses another version with an error naming it.
+//!
+//! Names of the topics a deployment owns: `<name>.dlq` (dead letters),
+//! `__transform-<name>-state` (the state changelog, compacted). The consumer
+//! group is `__transform-<name>`.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::TransformError;
+
+/// The compacted topic that holds every deployment.
+pub const TRANSFORMS_TOPIC: &str = "__transforms";
+/// The format version of a deployment record.
+pub const DEPLOYMENT_FORMAT_VERSION: u8 = 1;
+/// The longest transform name.
+pub const NAME_LEN_MAX: usize = 100;
+/// Bound on input and on output topics of one deployment.
+pub const TOPICS_PER_DEPLOYMENT_MAX: usize = 16;
+/// Bound on `--config` entries.
+pub const CONFIG_ENTRIES_MAX: usize = 256;
+
+/// What happens to a record the module fails on (an error, a trap, a deadline).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub enum ErrorPolicy {
+    /// Count it, log it and go on.
+    Skip,
+    /// Write the input record to `<name>.dlq` with the error in a header, go on.
+    #[default]
+    DeadLetter,
+    /// Stop the transform; `describe` shows the record and the error.
+    Halt,
+}
+
+impl std::str::FromStr for ErrorPolicy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<ErrorPolicy, String> {
+        match s {
+            "skip" => Ok(ErrorPolicy::Skip),
+            "dead-letter" => Ok(ErrorPolicy::DeadLetter),
+            "halt" => Ok(ErrorPolicy::Halt),
+            other => Err(format!(
+                "unknown error policy {other:?}: use skip, dead-letter or halt"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for ErrorPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ErrorPolicy::Skip => "skip",
+            ErrorPolicy::DeadLetter => "dead-letter",
+            ErrorPolicy::Halt => "halt",
+        })
+    }
+}
+
+/// Where a partition starts when the transform has no committed offset for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub enum StartFrom {
+    #[default]
+    Earliest,
+    Latest,
+}
+
+impl std::str::FromStr for StartFrom {
+    type Err = String;
+    fn from_str(s: &str) -> Result<StartFrom, String> {
+        match s {
+            "earliest" => Ok(StartFrom::Earliest),
+            "latest" => Ok(StartFrom::Latest),
+            other => Err(format!(
+                "unknown start position {other:?}: use earliest or latest"
+            )),
+        }
+    }
+}
+
+/// Whether the transform should run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RunState {
+    Running,
+    /// `rill transform pause`: stopped, offsets and state kept.
+    Paused,
+    /// Stopped by the `halt` policy (or a failing init); why, and where.
+    Halted {
+        reason: String,
+    },
+}
+
+impl std::fmt::Display for RunState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RunState::Running => f.write_str("running"),
+            RunState::Paused => f.write_str("paused"),
+            RunState::Halted { reason } => write!(f, "halted: {reason}"),
+        }
+    }
+}
+
+/// One deployed transform.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Deployment {
+    pub name: String,
+    pub inputs: Vec<String>,
+    /// The first is where outputs without a topic go.
+    pub outputs: Vec<String>,
+    pub on_error: ErrorPolicy,
+    pub from: StartFrom,
+    pub config: Vec<(String, String)>,
+    pub state: RunState,
+    /// Bumped by every deploy of this name (a new module restarts the instances).
+    pub version: u64,
+    pub deployed_at_ms: i64,
+    /// Memory cap of one instance.
+    pub memory_bytes_max: u64,
+    /// Deadline of one call into the module.
+    pub call_timeout_ms: u64,
+    /// The component's bytes.
+    pub module: Vec<u8>,
+}
+
+impl Deployment {
+    /// The consumer group the transform runs as.
+    pub fn group_id(&self) -> String {
+        group_id(&self.name)
+    }
+
+    /// The dead-letter topic.
+    pub fn dlq_topic(&self) -> String {
+        dlq_topic(&self.name)
+    }
+
+    /// The state changelog topic.
+    pub fn state_topic(&self) -> String {
+        state_topic(&self.name)
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = vec![DEPLOYMENT_FORMAT_VERSION];
+        out.extend_from_slice(&postcard::to_stdvec(self).expect("a deployment encodes"));
+        out
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<Deployment, TransformError> {
+        match bytes.split_first() {
+            Some((&DEPLOYMENT_FORMAT_VERSION, rest)) => postcard::from_bytes(rest).map_err(|e| {
+                TransformError::Decode(format!(
+                    "a deployment record in {TRANSFORMS_TOPIC} does not decode: {e}"
+                ))
+            }),
+            Some((v, _)) => Err(TransformError::Decode(format!(
+                "a deployment record in {TRANSFORMS_TOPIC} has format version {v}; this Rill reads version {DEPLOYMENT_FORMAT_VERSION}: upgrade it"
+            ))),
+            None => Err(TransformError::Decode(format!(
+                "an empty deployment record in {TRANSFORMS_TOPIC}"
+            ))),
+        }
+    }
+
+    /// Checks what can be checked without the cluster.
+    pub fn validate(&self) -> Result<(), TransformError> {
+        validate_name(&self.name)?;
+        let err = |m: String| Err(TransformError::Deployment(m));
+        if self.inputs.is_empty() {
+            return err("a transform needs an input topic: pass --input TOPIC".into());
+        }
+        if self.outputs.is_empty() {
+            return err("a transform needs an output topic: pass --output TOPIC".into());
+        }
+        if self.inputs.len() > TOPICS_PER_DEPLOYMENT_MAX
+            || self.outputs.len() > TOPICS_PER_DEPLOYMENT_MAX
+        {
+            return err(format!(
+                "at most {TOPICS_PER_DEPLOYMENT_MAX} input and {TOPICS_PER_DEPLOYMENT_MAX} output topics"
+            ));
+        }
+        for out in &self.outputs {
+            if self.inputs.contains(out) {
+                return err(format!(
+                    "topic {out} is both an input and an output: the transform would read its own outputs forever"
+                ));
+            }
+        }
+        if self.config.len() > CONFIG_ENTRIES_MAX {
+            return err(format!("at most {CONFIG_ENTRIES_MAX} --config entries"));
+        }
+        if self.call_timeout_ms == 0 || self.memory_bytes_max < 1024 * 1024 {
+            return err(
+                "the call timeout must be above 0 ms and the memory cap at least 1 MiB".into(),
+            );
+        }
+        Ok(())
+    }
+}
+
+pub fn group_id(name: &str) -> String {
+    format!("__transform-{name}")
+}
+
+pub fn dlq_topic(name: &str) -> String {
+    format!("{name}.dlq")
+}
+
+pub fn state_topic(name: &str) -> String {
+    format!("__transform-{name}-state")
+}
+
+/// A name is 1..=100 of `[A-Za-z0-9._-]` (it becomes part of topic names).
+pub fn validate_name(name: &str) -> Result<(), TransformError> {
+    let ok = !name.is_empty()
+        && name.len() <= NAME_LEN_MAX
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.');
+    if ok {
+        Ok(())
+    } else {
+        Err(TransformError::Deployment(format!(
+            "invalid transform name {name:?}: use 1 to {NAME_LEN_MAX} letters, digits, '.', '_' or '-'"
+        )))
+    }
+}
+
+/// Parses `KEY=VALUE`.
+pub fn parse_config_entry(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+        _ => Err(format!("invalid --config {s:?}: expected KEY=VALUE")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Deployment {
+        Deployment {
+            name: "clean".into(),
+            inputs: vec!["articles".into()],
+            outputs: vec!["articles-clean".into()],
+            on_error: ErrorPolicy::DeadLetter,
+            from: StartFrom::Earliest,
+            config: vec![("a".into(), "1".into())],
+            state: RunState::Halted { reason: "x".into() },
+            version: 3,
+            deployed_at_ms: 17,
+            memory_bytes_max: 64 << 20,
+            call_timeout_ms: 1000,
+            module: vec![0, 1, 2],
+        }
+    }
+
+    #[test]
+    fn encodes_and_decodes_with_a_version() {
+        let d = sample();
+        let bytes = d.encode();
+        assert_eq!(bytes[0], DEPLOYMENT_FORMAT_VERSION);
+        assert_eq!(Deployment::decode(&bytes).unwrap(), d);
+        let mut other = bytes.clone();
+        other[0] = 9;
+        let e = Deployment::decode(&other).unwrap_err().to_string();
+        assert!(e.contains("format version 9"), "{e}");
+    }
+
+    #[test]
+    fn validation_names_the_problem() {
+        let mut d = sample();
+        d.validate().unwrap();
+        d.outputs.push("articles".into());
+        assert!(
+            d.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("both an input and an output")
+        );
+        assert!(validate_name("a/b").is_err());
+        assert!(validate_name("rss-clean_1.v2").is_ok());
+        assert_eq!(
+            parse_config_entry("k=v=w").unwrap(),
+            ("k".into(), "v=w".into())
+        );
+        assert!(parse_config_entry("=v").is_err());
+        assert!(
+            "stop"
+                .parse::<ErrorPolicy>()
+                .unwrap_err()
+                .contains("skip, dead-letter or halt")
+        );
+    }
+}

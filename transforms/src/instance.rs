@@ -1,0 +1,418 @@
+//! One running instance of a transform module (one per input partition): a
+//! wasmtime store with a memory cap, an epoch deadline per call, the instance's
+//! state and its log lines.
+//!
+//! Failure handling: a batch is processed in one call. If every record
+//! succeeds, the state writes of the call are applied. If any record fails (an
+//! error result, a trap, the deadline or the memory cap), the call's state
+//! writes are dropped, a trapped instance is replaced by a fresh one (same
+//! state, `init` run again), and the batch is run again one record per call, so
+//! each failing record is identified alone and every other record's effects
+//! count exactly once. A record that fails alone is reported as failed; it is
+//! never retried by this layer, so a poison record cannot loop.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use wasmtime::component::ResourceTable;
+use wasmtime::{Store, StoreLimits, StoreLimitsBuilder, Trap};
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+use crate::engine::{engine, ticks};
+use crate::error::TransformError;
+use crate::module::TransformModule;
+use crate::state::StateStore;
+use crate::wit::{InputRecord, Level, OutputRecord, Transform, rill};
+
+/// Default memory cap of one instance.
+pub const MEMORY_BYTES_MAX_DEFAULT: usize = 64 * 1024 * 1024;
+/// Default deadline of one call into the guest (one batch, or one record).
+pub const CALL_TIMEOUT_DEFAULT: Duration = Duration::from_secs(2);
+/// Bound on the guest's stderr kept per instance (panic messages).
+pub const STDERR_BYTES_MAX: usize = 64 * 1024;
+/// Bound on log lines buffered between two flushes; later lines are counted, not kept.
+pub const LOG_LINES_BUFFERED_MAX: usize = 1024;
+/// Longer log lines are cut to this many bytes.
+pub const LOG_LINE_BYTES_MAX: usize = 4096;
+
+/// Limits of one instance.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub memory_bytes_max: usize,
+    pub call_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            memory_bytes_max: MEMORY_BYTES_MAX_DEFAULT,
+            call_timeout: CALL_TIMEOUT_DEFAULT,
+        }
+    }
+}
+
+/// A log line written by a guest.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct LogLine {
+    pub timestamp_ms: i64,
+    pub level: String,
+    pub message: String,
+}
+
+/// The store's data: WASI (no files, network or environment), limits, state, logs.
+pub struct HostState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    limits: StoreLimits,
+    pub(crate) state: StateStore,
+    pub(crate) logs: Vec<LogLine>,
+    pub(crate) logs_dropped: u64,
+}
+
+impl std::fmt::Debug for HostState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostState")
+            .field("state_keys", &self.state.len())
+            .field("logs", &self.logs.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl WasiView for HostState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+impl rill::transform::types::Host for HostState {}
+
+impl rill::transform::log::Host for HostState {
+    fn log(&mut self, level: Level, mut message: String) -> wasmtime::Result<()> {
+        if self.logs.len() >= LOG_LINES_BUFFERED_MAX {
+            self.logs_dropped += 1;
+            return Ok(());
+        }
+        if message.len() > LOG_LINE_BYTES_MAX {
+            let mut cut = LOG_LINE_BYTES_MAX;
+            while !message.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            message.truncate(cut);
+            message.push_str("...");
+        }
+        let level = match level {
+            Level::Trace => "trace",
+            Level::Debug => "debug",
+            Level::Info => "info",
+            Level::Warn => "warn",
+            Level::Error => "error",
+        };
+        self.logs.push(LogLine {
+            timestamp_ms: now_ms(),
+            level: level.into(),
+            message,
+        });
+        Ok(())
+    }
+}
+
+impl rill::transform::state::Host for HostState {
+    fn get(&mut self, key: Vec<u8>) -> wasmtime::Result<Option<Vec<u8>>> {
+        Ok(self.state.get(&key))
+    }
+
+    fn put(&mut self, key: Vec<u8>, value: Vec<u8>) -> wasmtime::Result<()> {
+        self.state
+            .write(key, Some(value))
+            .map_err(wasmtime::Error::msg)
+    }
+
+    fn delete(&mut self, key: Vec<u8>) -> wasmtime::Result<()> {
+        self.state.write(key, None).map_err(wasmtime::Error::msg)
+    }
+}
+
+/// What became of one input record.
+#[derive(Debug, Clone)]
+pub enum RecordOutcome {
+    /// The records to write (possibly none).
+    Output(Vec<OutputRecord>),
+    /// The guest returned an error or trapped on this record alone.
+    Failed(String),
+}
+
+/// A running instance.
+pub struct TransformInstance {
+    module: Arc<TransformModule>,
+    name: String,
+    config: Vec<(String, String)>,
+    limits: Limits,
+    store: Store<HostState>,
+    bindings: Transform,
+    stderr: MemoryOutputPipe,
+    /// Instances created so far (1 + replacements after traps).
+    pub generation: u64,
+}
+
+impl std::fmt::Debug for TransformInstance {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TransformInstance")
+            .field("name", &self.name)
+            .field("generation", &self.generation)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TransformInstance {
+    /// Instantiates `module` with `state` and runs its `init` with `config`.
+    pub fn new(
+        module: Arc<TransformModule>,
+        name: &str,
+        config: Vec<(String, String)>,
+        limits: Limits,
+        state: StateStore,
+    ) -> Result<TransformInstance, TransformError> {
+        let (store, bindings, stderr) = instantiate(&module, name, &config, limits, state)?;
+        Ok(TransformInstance {
+            module,
+            name: name.to_string(),
+            config,
+            limits,
+            store,
+            bindings,
+            stderr,
+            generation: 1,
+        })
+    }
+
+    /// Processes records of one partition, in order; one outcome per record, or,
+    /// with `stop_at_failure`, outcomes up to and including the first failure
+    /// (the records after it are not run, so they leave no state behind).
+    /// Err only when a fresh instance cannot be made (init fails).
+    pub fn process(
+        &mut self,
+        records: &[InputRecord],
+        stop_at_failure: bool,
+    ) -> Result<Vec<RecordOutcome>, TransformError> {
+        if records.is_empty() {
+            return Ok(Vec::new());
+        }
+        match self.call(records) {
+            Ok(results) if results.len() == records.len() && results.iter().all(Result::is_ok) => {
+                self.store.data_mut().state.commit_call();
+                return Ok(results
+                    .into_iter()
+                    .map(|r| RecordOutcome::Output(r.unwrap_or_default()))
+                    .collect());
+            }
+            Ok(results) if records.len() == 1 && results.len() == 1 => {
+                self.store.data_mut().state.rollback_call();
+                let msg = results.into_iter().next().and_then(Result::err);
+                return Ok(vec![RecordOutcome::Failed(msg.unwrap_or_default())]);
+            }
+            Ok(results) if results.len() != records.len() => {
+                self.store.data_mut().state.rollback_call();
+                return Ok(vec![
+                    RecordOutcome::Failed(format!(
+                        "the module returned {} results for {} records (the contract wants one per record)",
+                        results.len(),
+                        records.len()
+                    ));
+                    records.len()
+                ]);
+            }
+            Ok(_) => self.store.data_mut().state.rollback_call(),
+            Err(trap) => {
+                self.store.data_mut().state.rollback_call();
+                self.replace()?;
+                if records.len() == 1 {
+                    return Ok(vec![RecordOutcome::Failed(trap)]);
+                }
+            }
+        }
+        // Something failed in the batch: one record per call.
+        let mut out = Vec::with_capacity(records.len());
+        for record in records {
+            let one = std::slice::from_ref(record);
+            match self.call(one) {
+                Ok(mut results) if results.len() == 1 => match results.pop() {
+                    Some(Ok(outputs)) => {
+                        self.store.data_mut().state.commit_call();
+                        out.push(RecordOutcome::Output(outputs));
+                    }
+                    Some(Err(msg)) => {
+                        self.store.data_mut().state.rollback_call();
+                        out.push(RecordOutcome::Failed(msg));
+                        if stop_at_failure {
+                            break;
+                        }
+                    }
+                    None => unreachable!("one result"),
+                },
+                Ok(results) => {
+                    self.store.data_mut().state.rollback_call();
+                    out.push(RecordOutcome::Failed(format!(
+                        "the module returned {} results for 1 record",
+                        results.len()
+                    )));
+                    if stop_at_failure {
+                        break;
+                    }
+                }
+                Err(trap) => {
+                    self.store.data_mut().state.rollback_call();
+                    self.replace()?;
+                    out.push(RecordOutcome::Failed(trap));
+                    if stop_at_failure {
+                        break;
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// One call into the guest under the deadline; Err describes a trap.
+    fn call(
+        &mut self,
+        records: &[InputRecord],
+    ) -> Result<Vec<Result<Vec<OutputRecord>, String>>, String> {
+        self.store
+            .set_epoch_deadline(ticks(self.limits.call_timeout));
+        self.bindings
+            .call_process(&mut self.store, records)
+            .map_err(|e| describe_trap(&e, &self.stderr, self.limits))
+    }
+
+    /// Replaces a trapped instance by a fresh one with the same state.
+    fn replace(&mut self) -> Result<(), TransformError> {
+        let data = self.store.data_mut();
+        let state = std::mem::take(&mut data.state);
+        let logs = std::mem::take(&mut data.logs);
+        let dropped = data.logs_dropped;
+        let (store, bindings, stderr) =
+            instantiate(&self.module, &self.name, &self.config, self.limits, state)?;
+        self.store = store;
+        self.bindings = bindings;
+        self.stderr = stderr;
+        self.generation += 1;
+        let data = self.store.data_mut();
+        data.logs = logs;
+        data.logs_dropped = dropped;
+        Ok(())
+    }
+
+    /// The instance's state (to restore into, and to take changelog writes from).
+    pub fn state_mut(&mut self) -> &mut StateStore {
+        &mut self.store.data_mut().state
+    }
+
+    /// Log lines written since the last take, and how many were dropped.
+    pub fn take_logs(&mut self) -> (Vec<LogLine>, u64) {
+        let data = self.store.data_mut();
+        (
+            std::mem::take(&mut data.logs),
+            std::mem::take(&mut data.logs_dropped),
+        )
+    }
+}
+
+fn instantiate(
+    module: &TransformModule,
+    name: &str,
+    config: &[(String, String)],
+    limits: Limits,
+    state: StateStore,
+) -> Result<(Store<HostState>, Transform, MemoryOutputPipe), TransformError> {
+    let stderr = MemoryOutputPipe::new(STDERR_BYTES_MAX);
+    let wasi = WasiCtx::builder().stderr(stderr.clone()).build();
+    let host = HostState {
+        wasi,
+        table: ResourceTable::new(),
+        limits: StoreLimitsBuilder::new()
+            .memory_size(limits.memory_bytes_max)
+            .trap_on_grow_failure(true)
+            .build(),
+        state,
+        logs: Vec::new(),
+        logs_dropped: 0,
+    };
+    let mut store = Store::new(engine(), host);
+    store.limiter(|s| &mut s.limits);
+    store.epoch_deadline_trap();
+    store.set_epoch_deadline(ticks(limits.call_timeout));
+    let fail = |message: String| TransformError::Instance {
+        name: name.to_string(),
+        message,
+    };
+    let bindings = module.pre.instantiate(&mut store).map_err(|e| {
+        fail(format!(
+            "instantiating the module failed: {}",
+            describe_trap(&e, &stderr, limits)
+        ))
+    })?;
+    store.set_epoch_deadline(ticks(limits.call_timeout));
+    match bindings.call_init(&mut store, config) {
+        Ok(Ok(())) => {}
+        Ok(Err(msg)) => return Err(fail(format!("init refused the configuration: {msg}"))),
+        Err(e) => {
+            return Err(fail(format!(
+                "init trapped: {}",
+                describe_trap(&e, &stderr, limits)
+            )));
+        }
+    }
+    // init may not write state: it runs again after every trap.
+    store.data_mut().state.rollback_call();
+    Ok((store, bindings, stderr))
+}
+
+/// A trap as a user reads it: which limit, or the guest's panic message.
+fn describe_trap(e: &wasmtime::Error, stderr: &MemoryOutputPipe, limits: Limits) -> String {
+    let panic = last_panic(&stderr.contents());
+    match e.downcast_ref::<Trap>() {
+        Some(Trap::Interrupt) => format!(
+            "the call exceeded its deadline of {} ms (a loop that does not end, or too much work per record)",
+            limits.call_timeout.as_millis()
+        ),
+        _ => {
+            let text = format!("{e:#}");
+            if text.contains("growing memory") || text.contains("memory growth failure") {
+                format!(
+                    "the module exceeded its memory cap of {} bytes",
+                    limits.memory_bytes_max
+                )
+            } else if let Some(panic) = panic {
+                format!("the module panicked: {panic}")
+            } else {
+                format!("the module trapped: {}", first_line(&text))
+            }
+        }
+    }
+}
+
+fn first_line(s: &str) -> &str {
+    s.lines().next().unwrap_or(s)
+}
+
+/// The last `panicked at ...` message the guest wrote to stderr, on one line.
+fn last_panic(stderr: &[u8]) -> Option<String> {
+    let text = String::from_utf8_lossy(stderr);
+    let at = text.rfind("panicked at ")?;
+    let msg: Vec<&str> = text[at..]
+        .lines()
+        .take_while(|l| !l.starts_with("note:"))
+        .take(4)
+        .collect();
+    Some(msg.join(" ").trim().to_string())
+}

@@ -1,0 +1,41 @@
+//! rill-transforms: the host that runs user WebAssembly transforms.
+//!
+//! What it is: a transform is a WebAssembly component implementing the world
+//! `rill:transform/transform@0.1.0` (sdk/wit/transform.wit; write one with
+//! rill-sdk). This crate validates and compiles such a module
+//! ([`TransformModule`]), runs an instance of it per input partition with a
+//! memory cap and a deadline per call ([`TransformInstance`]), and runs a
+//! deployed transform over its input topics with the client library, writing
+//! its outputs, its dead letters and its state changelog ([`Runner`],
+//! [`worker::run_deployment`]). The [`supervisor`] watches the deployments in
+//! `__transforms` and runs those that should run; every `rill broker` runs one,
+//! and so does `rill transform run`.
+//!
+//! What it is not: not part of the broker's data path (it is a client of the
+//! cluster like any other), and no exactly-once yet: delivery is at least once.
+//!
+//! Invariants: an input offset is committed only after every output of the
+//! records before it is acknowledged and their state writes are in the
+//! changelog; a record that fails is handled by the deployment's policy exactly
+//! once per attempt and never retried in a loop; the state writes of a failed
+//! record are dropped; every queue is bounded (commit points in flight, log
+//! lines, state size, module size).
+
+pub mod deployment;
+pub mod engine;
+pub mod error;
+pub mod instance;
+pub mod module;
+pub mod registry;
+pub mod runner;
+pub mod state;
+pub mod supervisor;
+pub mod wit;
+pub mod worker;
+
+pub use deployment::{Deployment, ErrorPolicy, RunState, StartFrom};
+pub use error::TransformError;
+pub use instance::{Limits, LogLine, RecordOutcome, TransformInstance};
+pub use module::TransformModule;
+pub use runner::{RunEnd, Runner};
+pub use state::StateStore;

@@ -1,0 +1,192 @@
+//! The supervisor: watches `__transforms` and runs every deployment whose run
+//! state is `running`, restarting one that failed (after
+//! [`RESTART_BACKOFF`]) and stopping one that was paused, halted, redeployed
+//! (a new version restarts it) or deleted.
+//!
+//! Who runs it: every `rill broker` process (against its own address, with the
+//! client library) and every `rill transform run` worker. Each deployment runs
+//! as the consumer group `__transform-<name>` (see `worker.rs`), so the input
+//! partitions spread over every supervisor in the cluster and move when one
+//! stops.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rill_client::{Client, ConsumerConfig, TopicPartition};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::deployment::{Deployment, RunState, TRANSFORMS_TOPIC};
+use crate::error::TransformError;
+use crate::module::TransformModule;
+use crate::registry::{ensure_internal_topics, store_deployment};
+use crate::runner::RunEnd;
+use crate::worker::run_deployment;
+
+/// Pause before a failed deployment is started again.
+pub const RESTART_BACKOFF: Duration = Duration::from_secs(2);
+/// How long one poll of `__transforms` waits for changes.
+pub const WATCH_POLL: Duration = Duration::from_millis(500);
+
+struct Running {
+    version: u64,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<Result<RunEnd, TransformError>>,
+}
+
+/// Runs the deployments of the cluster `client` is connected to until
+/// `shutdown` turns true. `instance_id` names this process in status records.
+pub async fn supervise(
+    client: Client,
+    instance_id: String,
+    mut shutdown: watch::Receiver<bool>,
+) -> Result<(), TransformError> {
+    ensure_internal_topics(&client).await?;
+    let mut consumer = client.consumer(ConsumerConfig {
+        fetch_max_wait: WATCH_POLL,
+        ..ConsumerConfig::default()
+    })?;
+    let tp = TopicPartition::new(TRANSFORMS_TOPIC, 0);
+    consumer.assign(vec![tp.clone()]);
+    consumer.seek_to_beginning(&[tp]).await?;
+
+    let mut deployments: HashMap<String, Deployment> = HashMap::new();
+    let mut modules: HashMap<String, (u64, Arc<TransformModule>)> = HashMap::new();
+    let mut running: HashMap<String, Running> = HashMap::new();
+    let mut retry_at: HashMap<String, Instant> = HashMap::new();
+    loop {
+        let records = tokio::select! {
+            _ = shutdown.changed() => break,
+            r = consumer.poll(WATCH_POLL) => r,
+        };
+        match records {
+            Ok(records) => {
+                for r in records {
+                    let Some(key) = r.key.as_deref().and_then(|k| std::str::from_utf8(k).ok())
+                    else {
+                        continue;
+                    };
+                    match r.value.as_deref() {
+                        None => {
+                            deployments.remove(key);
+                        }
+                        Some(v) => match Deployment::decode(v) {
+                            Ok(d) => {
+                                deployments.insert(d.name.clone(), d);
+                            }
+                            Err(e) => tracing::warn!(error = %e, "skipping a deployment record"),
+                        },
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "reading {TRANSFORMS_TOPIC} failed; retrying");
+                tokio::time::sleep(RESTART_BACKOFF).await;
+            }
+        }
+
+        // Reap finished runners.
+        let finished: Vec<String> = running
+            .iter()
+            .filter(|(_, r)| r.task.is_finished())
+            .map(|(n, _)| n.clone())
+            .collect();
+        for name in finished {
+            let r = running.remove(&name).expect("listed above");
+            match r.task.await {
+                Ok(Ok(RunEnd::Stopped)) => {}
+                Ok(Ok(RunEnd::Halted(reason))) => {
+                    tracing::warn!(transform = %name, %reason, "transform halted");
+                }
+                Ok(Err(e)) => {
+                    tracing::warn!(transform = %name, error = %e, "transform failed; restarting after {RESTART_BACKOFF:?}");
+                    retry_at.insert(name.clone(), Instant::now() + RESTART_BACKOFF);
+                }
+                Err(e) => {
+                    tracing::error!(transform = %name, error = %e, "transform task panicked; restarting");
+                    retry_at.insert(name.clone(), Instant::now() + RESTART_BACKOFF);
+                }
+            }
+        }
+
+        // Stop what should not run (or runs an old version).
+        let stale: Vec<String> = running
+            .iter()
+            .filter(|(name, r)| {
+                deployments
+                    .get(*name)
+                    .is_none_or(|d| d.state != RunState::Running || d.version != r.version)
+            })
+            .map(|(n, _)| n.clone())
+            .collect();
+        for name in stale {
+            let r = running.remove(&name).expect("listed above");
+            let _ = r.stop.send(true);
+            match r.task.await {
+                Ok(Err(e)) => {
+                    tracing::warn!(transform = %name, error = %e, "transform stopped with an error")
+                }
+                Err(e) => tracing::error!(transform = %name, error = %e, "transform task panicked"),
+                Ok(Ok(_)) => {}
+            }
+        }
+
+        // Start what should run.
+        for (name, d) in &deployments {
+            if d.state != RunState::Running || running.contains_key(name) {
+                continue;
+            }
+            if retry_at.get(name).is_some_and(|t| *t > Instant::now()) {
+                continue;
+            }
+            retry_at.remove(name);
+            let module = match modules.get(name) {
+                Some((v, m)) if *v == d.version => m.clone(),
+                _ => match TransformModule::compile(&d.module) {
+                    Ok(m) => {
+                        modules.insert(name.clone(), (d.version, m.clone()));
+                        m
+                    }
+                    Err(e) => {
+                        // Validated at deploy time; a host of another version may refuse it.
+                        let mut halted = d.clone();
+                        halted.state = RunState::Halted {
+                            reason: format!("this host cannot run the module: {e}"),
+                        };
+                        if let Err(e) = store_deployment(&client, &halted).await {
+                            tracing::warn!(transform = %name, error = %e, "cannot record the halt");
+                        }
+                        retry_at.insert(name.clone(), Instant::now() + RESTART_BACKOFF);
+                        continue;
+                    }
+                },
+            };
+            let (stop, stop_rx) = watch::channel(false);
+            let task = tokio::spawn(run_deployment(
+                client.clone(),
+                d.clone(),
+                module,
+                instance_id.clone(),
+                stop_rx,
+            ));
+            tracing::info!(transform = %name, version = d.version, "transform started");
+            running.insert(
+                name.clone(),
+                Running {
+                    version: d.version,
+                    stop,
+                    task,
+                },
+            );
+        }
+        modules.retain(|name, _| deployments.contains_key(name));
+    }
+    for (name, r) in running {
+        let _ = r.stop.send(true);
+        if let Ok(Err(e)) = r.task.await {
+            tracing::warn!(transform = %name, error = %e, "transform stopped with an error");
+        }
+    }
+    Ok(())
+}
