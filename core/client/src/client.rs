@@ -233,16 +233,32 @@ impl Client {
         match broker {
             Some(id) => self.connection_to(id).await,
             None => {
-                // Prefer a broker we are connected to already.
+                // Prefer a broker we hold a live connection to, then the others
+                // (a closed connection is often a dead broker: try it last).
                 let candidates: Vec<i32> = {
                     let slots = self.inner.slots.lock();
-                    let mut ids: Vec<i32> = slots.keys().copied().collect();
+                    let open = |slot: &BrokerSlot| {
+                        slot.conn.try_lock().is_ok_and(|g| {
+                            g.as_ref().is_some_and(|(_, c)| c.close_reason().is_none())
+                        })
+                    };
+                    let mut ids: Vec<i32> = slots
+                        .iter()
+                        .filter(|(_, s)| open(s))
+                        .map(|(id, _)| *id)
+                        .collect();
+                    let mut closed: Vec<i32> = slots
+                        .iter()
+                        .filter(|(_, s)| !open(s))
+                        .map(|(id, _)| *id)
+                        .collect();
                     let meta = self.inner.metadata.read();
                     for id in meta.brokers.keys() {
-                        if !ids.contains(id) {
+                        if !ids.contains(id) && !closed.contains(id) {
                             ids.push(*id);
                         }
                     }
+                    ids.append(&mut closed);
                     ids
                 };
                 let mut last = None;

@@ -37,9 +37,15 @@ pub const RECEIVE_WINDOW_DEFAULT: u64 = 64 * 1024 * 1024;
 /// Default connection send window (bytes buffered unacknowledged).
 pub const SEND_WINDOW_DEFAULT: u64 = 64 * 1024 * 1024;
 /// Default idle timeout; keep-alives hold an idle connection open below it.
-pub const IDLE_TIMEOUT_DEFAULT: Duration = Duration::from_secs(30);
+///
+/// This is also how fast a peer that died without a word (SIGKILL, a pulled
+/// cable: UDP gives no reset) is noticed, and so a floor under client failover:
+/// requests on the dead connection fail when it fires, and the client refreshes
+/// metadata elsewhere and retries at the new leader. 3 s is six keep-alives, far
+/// above any stall of a live peer on loopback or a LAN.
+pub const IDLE_TIMEOUT_DEFAULT: Duration = Duration::from_secs(3);
 /// Default keep-alive interval.
-pub const KEEP_ALIVE_DEFAULT: Duration = Duration::from_secs(5);
+pub const KEEP_ALIVE_DEFAULT: Duration = Duration::from_millis(500);
 /// Default SO_RCVBUF / SO_SNDBUF asked of the kernel (it may grant less).
 pub const UDP_BUFFER_BYTES_DEFAULT: usize = 8 * 1024 * 1024;
 /// Default upper bound of path MTU discovery: the largest UDP payload that fits a
