@@ -21,8 +21,8 @@ use anyhow::{Context, bail};
 use bytes::Bytes;
 use clap::Args;
 use rill_client::{
-    Client, ClientError, ConsumerConfig, NewTopic, Offset, ProducerConfig, ProducerRecord,
-    TopicPartition,
+    Client, ClientError, Consumer, ConsumerConfig, ConsumerRecord, NewTopic, Offset,
+    ProducerConfig, ProducerRecord, TopicPartition,
 };
 use rill_transforms::deployment::{Deployment, ErrorPolicy, RunState, StartFrom};
 use rill_transforms::instance::{Limits, TransformInstance};
@@ -85,6 +85,27 @@ async fn create(client: &Client, name: &str, partitions: u32, compact: bool) -> 
         })
         .await
         .with_context(|| format!("cannot create topic {name}"))
+}
+
+/// Polls until records arrive, bailing when none has for [`IDLE_TIMEOUT`] since
+/// `last` (which it moves to the arrival). `phase`, `seen`, `total`: for the error.
+async fn poll_some(
+    consumer: &mut Consumer,
+    last: &mut Instant,
+    phase: &str,
+    seen: u64,
+    total: u64,
+) -> anyhow::Result<Vec<ConsumerRecord>> {
+    loop {
+        let records = consumer.poll(Duration::from_millis(200)).await?;
+        if !records.is_empty() {
+            *last = Instant::now();
+            return Ok(records);
+        }
+        if last.elapsed() > IDLE_TIMEOUT {
+            bail!("{phase} phase: only {seen} of {total} records arrived");
+        }
+    }
 }
 
 fn values(b: &TransformBench) -> anyhow::Result<Vec<Bytes>> {
@@ -165,14 +186,7 @@ pub async fn run(b: TransformBench) -> anyhow::Result<()> {
         let mut seen = 0u64;
         let mut last = Instant::now();
         while seen < b.records {
-            let records = consumer.poll(Duration::from_millis(200)).await?;
-            if records.is_empty() {
-                if last.elapsed() > IDLE_TIMEOUT {
-                    bail!("plain phase: only {seen} of {} records arrived", b.records);
-                }
-                continue;
-            }
-            last = Instant::now();
+            let records = poll_some(&mut consumer, &mut last, "plain", seen, b.records).await?;
             seen += records.len() as u64;
             for r in records {
                 let out = ProducerRecord {
@@ -231,17 +245,7 @@ pub async fn run(b: TransformBench) -> anyhow::Result<()> {
         let mut seen = 0u64;
         let mut last = Instant::now();
         while seen < b.records {
-            let records = consumer.poll(Duration::from_millis(200)).await?;
-            if records.is_empty() {
-                if last.elapsed() > IDLE_TIMEOUT {
-                    bail!(
-                        "transform phase: only {seen} of {} records arrived",
-                        b.records
-                    );
-                }
-                continue;
-            }
-            last = Instant::now();
+            let records = poll_some(&mut consumer, &mut last, "transform", seen, b.records).await?;
             seen += records.len() as u64;
             runner.process(records, &mut sink).await?;
         }
