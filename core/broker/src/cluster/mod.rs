@@ -86,6 +86,9 @@ pub struct Cluster {
     heartbeat_interval: Duration,
     /// Set once this broker registered and (on a fresh cluster) moved its old topics in.
     ready: watch::Sender<bool>,
+    /// Serialises membership changes on the controller: openraft refuses a second
+    /// change while one is uncommitted, so brokers joining at once take turns.
+    membership_lock: tokio::sync::Mutex<()>,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -161,6 +164,7 @@ impl Cluster {
             session_timeout: Duration::from_millis(config.broker_session_timeout_ms),
             heartbeat_interval: Duration::from_millis(config.broker_heartbeat_interval_ms),
             ready,
+            membership_lock: tokio::sync::Mutex::new(()),
         });
         let initialized = cluster
             .raft
@@ -187,11 +191,8 @@ impl Cluster {
                     cluster.initialize(members).await?;
                     fresh = true;
                 }
-            } else if let Some(join) = &config.join {
-                let c = cluster.clone();
-                let join = join.clone();
-                let stop = shutdown.clone();
-                tracker.spawn(async move { c.join_loop(join, stop).await });
+            } else if config.join.is_some() {
+                // Joined below, before registering.
             } else {
                 let mut members = BTreeMap::new();
                 members.insert(config.id as NodeId, BasicNode::new(&cluster.addr));
@@ -202,7 +203,18 @@ impl Cluster {
         let migrate = if fresh { local_topics } else { Vec::new() };
         let c = cluster.clone();
         let stop = shutdown.clone();
-        tracker.spawn(async move { c.register(cluster_id, migrate, stop).await });
+        let join = config.join.clone();
+        tracker.spawn(async move {
+            // A joining broker registers only once it is a voter: a broker that
+            // looked alive while still a learner would leave a quorum that cannot
+            // elect a leader when another voter dies.
+            if let Some(join) = join
+                && !c.join_loop(join, stop.clone()).await
+            {
+                return;
+            }
+            c.register(cluster_id, migrate, stop).await
+        });
         let c = cluster.clone();
         let stop = shutdown.clone();
         tracker.spawn(async move { c.heartbeat_loop(stop).await });
@@ -419,6 +431,7 @@ impl Cluster {
             return Ok(resp);
         }
         let id = req.broker_id as NodeId;
+        let _turn = self.membership_lock.lock().await;
         let voters: BTreeSet<NodeId> = self
             .raft
             .metrics()
@@ -490,14 +503,31 @@ impl Cluster {
 
     // ------------------------------------------------------------ background tasks
 
-    async fn join_loop(self: Arc<Self>, join: String, stop: CancellationToken) {
+    /// Whether this broker is a voter of the metadata quorum it knows.
+    fn is_voter(&self) -> bool {
+        self.raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .voter_ids()
+            .any(|v| v == self.broker_id as NodeId)
+    }
+
+    /// Asks `join` to add this broker as a voter until it is one; false when
+    /// stopped first. A restarted broker that is already a voter returns at once
+    /// (so a dead `--join` address does not keep it from serving).
+    async fn join_loop(&self, join: String, stop: CancellationToken) -> bool {
         let req = JoinClusterRequest {
             broker_id: self.broker_id,
             addr: self.addr.clone(),
         };
         loop {
             if stop.is_cancelled() {
-                return;
+                return false;
+            }
+            if self.is_voter() {
+                return true;
             }
             match self
                 .links
@@ -506,14 +536,14 @@ impl Cluster {
             {
                 Ok((resp, _)) => {
                     tracing::info!(via = %join, voters = ?resp.voters, "joined the cluster");
-                    return;
+                    return true;
                 }
                 Err(e) => {
                     tracing::warn!(via = %join, error = %e, "could not join the cluster yet; retrying")
                 }
             }
             tokio::select! {
-                _ = stop.cancelled() => return,
+                _ = stop.cancelled() => return false,
                 _ = tokio::time::sleep(JOIN_RETRY_INTERVAL) => {}
             }
         }
