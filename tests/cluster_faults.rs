@@ -94,8 +94,11 @@ fn acknowledged_writes_survive_kills_and_pauses() {
     let mut config = ClientConfig::new(c.bootstrap());
     config.tls = rill_net::ClientTls::Dev { home: c.home() };
     let stop = Arc::new(AtomicBool::new(false));
-    // Producers: one per partition, one record at a time, no client retries (a
-    // failed send is simply not acknowledged), so duplicates would be the broker's.
+    // Producers: one per partition, one record at a time, each a long-lived
+    // producer with the defaults a user gets: idempotent, retrying until its
+    // delivery timeout. A retry after a timeout or a leader change resends a
+    // batch the old leader may have written and replicated, so a value twice in
+    // the log would mean idempotence failed.
     let producers = {
         let stop = stop.clone();
         let config = config.clone();
@@ -107,27 +110,27 @@ fn acknowledged_writes_survive_kills_and_pauses() {
                 tasks.push(tokio::spawn(async move {
                     let mut acked: Vec<(u64, Offset)> = Vec::new();
                     let mut n = 0u64;
-                    let mut client = None;
+                    let mut producer = None;
                     while !stop.load(Ordering::Relaxed) {
-                        if client.is_none() {
+                        if producer.is_none() {
                             match Client::connect(config.clone()).await {
-                                Ok(c) => client = Some(c),
+                                Ok(c) => {
+                                    producer = Some(
+                                        c.producer(ProducerConfig {
+                                            linger: Duration::ZERO,
+                                            delivery_timeout: Duration::from_secs(8),
+                                            ..ProducerConfig::default()
+                                        })
+                                        .unwrap(),
+                                    )
+                                }
                                 Err(_) => {
                                     tokio::time::sleep(Duration::from_millis(200)).await;
                                     continue;
                                 }
                             }
                         }
-                        let producer = client
-                            .as_ref()
-                            .unwrap()
-                            .producer(ProducerConfig {
-                                retries: 0,
-                                linger: Duration::ZERO,
-                                delivery_timeout: Duration::from_secs(5),
-                                ..ProducerConfig::default()
-                            })
-                            .unwrap();
+                        let producer = producer.as_ref().unwrap();
                         let value = format!("p{p}-{n:08}");
                         n += 1;
                         match producer

@@ -195,6 +195,12 @@ pub async fn dispatch(
                 cluster_api::alter_partition(state, req).await?
             )))
         }
+        ApiKey::InitProducerId => {
+            let _req: InitProducerIdRequest = decode(&meta)?;
+            Ok(Reply::meta(
+                &Ok(cluster_api::init_producer_id(state).await?),
+            ))
+        }
         ApiKey::ElectLeaders => {
             let req: ElectLeadersRequest = decode(&meta)?;
             Ok(Reply::meta(&Ok(

@@ -653,6 +653,16 @@ impl Partition {
             LogError::StaleLeaderEpoch { .. } => {
                 ErrorInfo::new(ErrorCode::FencedLeaderEpoch, format!("partition {tp}: {e}"))
             }
+            LogError::Sequence(seq) => {
+                use rill_log::producer::SeqError;
+                let code = match seq {
+                    SeqError::OutOfOrder { .. } => ErrorCode::OutOfOrderSequence,
+                    SeqError::StaleEpoch { .. } => ErrorCode::InvalidProducerEpoch,
+                    SeqError::TooOld { .. } => ErrorCode::DuplicateSequence,
+                    SeqError::Mixed { .. } => ErrorCode::InvalidRequest,
+                };
+                ErrorInfo::new(code, format!("partition {tp}: {seq}"))
+            }
             LogError::InvalidConfig { .. } => ErrorInfo::new(
                 ErrorCode::InvalidConfig,
                 format!("topic {}: {e}", self.topic),

@@ -909,3 +909,78 @@ async fn altered_retention_applies_to_the_live_log() {
     assert!(start > Offset(0), "the altered retention.ms never applied");
     broker.shutdown().await.unwrap();
 }
+
+/// A batch as an idempotent producer sends it: stamped with its id and sequence.
+fn producer_batch(values: &[&str], producer: i64, sequence: i32) -> Bytes {
+    let mut bytes = batch(values, 1000).to_vec();
+    rill_proto::batch::set_producer(&mut bytes, rill_proto::ProducerId(producer), 0, sequence);
+    Bytes::from(bytes)
+}
+
+#[tokio::test]
+async fn idempotent_producer_batches_are_written_once_across_a_restart() {
+    let env = Env::new();
+    let broker = env.start().await;
+    let client = env.client(broker.local_addr()).await;
+    let (a, _) = client.ok(&InitProducerIdRequest {}, &[]).await;
+    let (b, _) = client.ok(&InitProducerIdRequest {}, &[]).await;
+    assert_ne!(
+        a.producer_id, b.producer_id,
+        "every producer gets its own id"
+    );
+    let pid = a.producer_id;
+    client.create("once", 1, &[]).await;
+    let first = client
+        .produce("once", 0, producer_batch(&["a", "b"], pid, 0))
+        .await;
+    assert_eq!((first.error, first.base_offset), (None, Offset(0)));
+    // Another producer's record in between.
+    client.produce("once", 0, batch(&["x"], 1000)).await;
+    let second = client
+        .produce("once", 0, producer_batch(&["c"], pid, 2))
+        .await;
+    assert_eq!(second.base_offset, Offset(3));
+    // The retry of a batch already written: the same offset, nothing appended.
+    let retry = client
+        .produce("once", 0, producer_batch(&["a", "b"], pid, 0))
+        .await;
+    assert_eq!((retry.error, retry.base_offset), (None, Offset(0)));
+    // A gap (sequence 3 was never sent): refused, naming what was expected.
+    let gap = client
+        .produce("once", 0, producer_batch(&["e"], pid, 4))
+        .await;
+    let e = gap.error.unwrap();
+    assert_eq!(e.code, ErrorCode::OutOfOrderSequence);
+    assert!(
+        e.message.contains("once-0") && e.message.contains("expects 3"),
+        "{e}"
+    );
+    drop(client);
+    broker.shutdown().await.unwrap();
+
+    // After a restart the broker still knows the producer (rebuilt from the log),
+    // and producer ids keep increasing (they are in the metadata quorum).
+    let broker = env.start().await;
+    let client = env.client(broker.local_addr()).await;
+    let retry = client
+        .produce("once", 0, producer_batch(&["c"], pid, 2))
+        .await;
+    assert_eq!((retry.error, retry.base_offset), (None, Offset(3)));
+    let next = client
+        .produce("once", 0, producer_batch(&["d"], pid, 3))
+        .await;
+    assert_eq!((next.error, next.base_offset), (None, Offset(4)));
+    // (One fetch reads one segment; the restart began a new one at 4.)
+    let (f, mut records) = client.fetch("once", 0, 0, 0).await;
+    assert_eq!(f.high_watermark, Offset(5));
+    records.extend(client.fetch("once", 0, 4, 0).await.1);
+    assert_eq!(values(&records), ["a", "b", "x", "c", "d"]);
+    let (c, _) = client.ok(&InitProducerIdRequest {}, &[]).await;
+    assert!(
+        c.producer_id > b.producer_id,
+        "{} after {}",
+        c.producer_id,
+        b.producer_id
+    );
+    broker.shutdown().await.unwrap();
+}

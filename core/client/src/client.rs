@@ -337,6 +337,14 @@ impl Client {
         }
     }
 
+    /// A producer id (and epoch) for an idempotent producer, unique in the cluster.
+    pub async fn init_producer_id(&self) -> Result<(i64, i16), ClientError> {
+        let (resp, _) = self
+            .call(None, &rill_proto::wire::InitProducerIdRequest {}, &[])
+            .await?;
+        Ok((resp.producer_id, resp.producer_epoch))
+    }
+
     /// Sends one request to `broker` (`None`: any broker) and waits for its
     /// response. `payload` rides after the message (record batches for produce).
     ///

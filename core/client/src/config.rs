@@ -100,6 +100,11 @@ pub struct ProducerConfig {
     pub delivery_timeout: Duration,
     /// Bound on one produce request (all its batches); also caps one record.
     pub max_request_bytes: usize,
+    /// Idempotent delivery (with `acks = All`; Kafka's `enable.idempotence`, on by
+    /// default): the producer takes a producer id from the cluster and numbers its
+    /// records per partition, so a batch retried after a timeout or a leader
+    /// change is written once, never twice.
+    pub idempotence: bool,
 }
 
 impl Default for ProducerConfig {
@@ -115,7 +120,17 @@ impl Default for ProducerConfig {
             retry_backoff: Duration::from_millis(100),
             delivery_timeout: Duration::from_secs(120),
             max_request_bytes: 8 * 1024 * 1024,
+            idempotence: true,
         }
+    }
+}
+
+impl ProducerConfig {
+    /// Whether batches carry a producer id and sequences (idempotence needs
+    /// acks=all: with fewer acks a batch can be lost on failover without the
+    /// producer knowing, which a sequence would then report as a gap).
+    pub fn is_idempotent(&self) -> bool {
+        self.idempotence && self.acks == Acks::All
     }
 }
 

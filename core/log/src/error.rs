@@ -52,6 +52,9 @@ pub enum LogError {
         epoch: LeaderEpoch,
         latest: LeaderEpoch,
     },
+    /// An idempotent producer's batch out of sequence, or from a fenced epoch.
+    #[error(transparent)]
+    Sequence(#[from] crate::producer::SeqError),
 }
 
 /// Wraps an `io::Error` with what was being done, for `map_err`.

@@ -24,6 +24,7 @@ pub mod epoch;
 pub mod error;
 pub mod index;
 mod log;
+pub mod producer;
 pub mod recovery;
 pub mod retention;
 pub mod segment;

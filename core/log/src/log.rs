@@ -23,6 +23,7 @@ use crate::compaction::{CLEANER_CHECKPOINT, read_cleaner_checkpoint};
 use crate::config::LogConfig;
 use crate::epoch::LeaderEpochCache;
 use crate::error::{LogError, io_context};
+use crate::producer::{ProducerStates, SeqCheck};
 use crate::recovery;
 use crate::segment::{
     ChunkReader, RELATIVE_OFFSET_MAX, SCAN_CHUNK_BYTES, ScanStop, Segment, scan_batches,
@@ -44,6 +45,9 @@ pub struct AppendInfo {
     pub max_timestamp: TimestampMs,
     pub record_count: u64,
     pub bytes: u64,
+    /// The batches were written before (an idempotent producer's retry): nothing
+    /// was appended, and the offsets are where they were written.
+    pub duplicate: bool,
 }
 
 /// A byte range of one segment file holding whole batches; read it outside any lock.
@@ -75,6 +79,8 @@ pub struct Log {
     pub(crate) cleaner_checkpoint: Offset,
     unflushed_records: u64,
     first_unflushed_ms: Option<TimestampMs>,
+    /// Idempotent producers seen in the local log (rebuilt on open and truncation).
+    producers: ProducerStates,
 }
 
 /// A batch checked for append: its header and position within the input.
@@ -129,7 +135,9 @@ impl Log {
             cleaner_checkpoint: Offset::ZERO,
             unflushed_records: 0,
             first_unflushed_ms: None,
+            producers: ProducerStates::default(),
         };
+        log.rebuild_producers()?;
         let (start, end) = (log.log_start_offset(), log.log_end_offset());
         // An epoch may start exactly at the end (assigned, nothing written yet): keep it.
         let mut changed = log.epochs.truncate_from_end(end.plus(1));
@@ -243,6 +251,19 @@ impl Log {
         {
             return Err(LogError::StaleLeaderEpoch { epoch, latest });
         }
+        if let SeqCheck::Duplicate { first, last } = self
+            .producers
+            .check_append(checked.iter().map(|(h, _)| h))?
+        {
+            return Ok(AppendInfo {
+                first_offset: first,
+                last_offset: last,
+                max_timestamp: -1,
+                record_count: 0,
+                bytes: 0,
+                duplicate: true,
+            });
+        }
         let first = self.log_end_offset();
         let mut next = first;
         for (h, pos) in &mut checked {
@@ -321,6 +342,9 @@ impl Log {
             active.created_ms = now_ms;
         }
         active.append(bytes, checked, interval)?;
+        for (h, _) in checked {
+            self.producers.record(h);
+        }
         let record_count: u64 = checked.iter().map(|(h, _)| h.record_count as u64).sum();
         let max_timestamp = checked
             .iter()
@@ -346,6 +370,7 @@ impl Log {
             max_timestamp,
             record_count,
             bytes: bytes.len() as u64,
+            duplicate: false,
         })
     }
 
@@ -613,7 +638,27 @@ impl Log {
         }
         self.unflushed_records = 0;
         self.first_unflushed_ms = None;
+        self.rebuild_producers()
+    }
+
+    /// Rebuilds the idempotent-producer table from the batch headers of the local
+    /// log (one header read per batch).
+    fn rebuild_producers(&mut self) -> Result<(), LogError> {
+        self.producers.clear();
+        for seg in &self.segments {
+            let mut pos = 0;
+            while pos < seg.size {
+                let h = seg.header_at(pos, seg.size)?;
+                self.producers.record(&h);
+                pos += h.total_size() as u64;
+            }
+        }
         Ok(())
+    }
+
+    /// Idempotent producers this partition remembers.
+    pub fn producer_count(&self) -> usize {
+        self.producers.len()
     }
 
     /// fsyncs everything written so far.

@@ -297,3 +297,49 @@ fn sparse_producer_batch_is_refused() {
     let log = Log::open(dir.path(), small_config(), NOW).unwrap();
     assert_eq!(log.log_end_offset(), o(3));
 }
+
+/// An idempotent producer's batch, as the client stamps it.
+fn producer_batch(pid: i64, seq: i32, n: i32) -> Vec<u8> {
+    let mut b = batch(&format!("p{pid}-{seq}"), n as usize, NOW);
+    rill_proto::batch::set_producer(&mut b, rill_proto::ProducerId(pid), 0, seq);
+    b
+}
+
+#[test]
+fn idempotent_retries_are_written_once_across_reopen_and_truncation() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path(), small_config(), NOW).unwrap();
+    let a = log.append(&mut producer_batch(5, 0, 3), E1, NOW).unwrap();
+    // Another producer in between: the next range of 5 is not contiguous.
+    log.append(&mut batch("other", 2, NOW), E1, NOW).unwrap();
+    let b = log.append(&mut producer_batch(5, 3, 2), E1, NOW).unwrap();
+    assert_eq!((a.first_offset, b.first_offset), (o(0), o(5)));
+    // A retry of either batch appends nothing and reports where it was written.
+    let again = log.append(&mut producer_batch(5, 0, 3), E1, NOW).unwrap();
+    assert!(again.duplicate);
+    assert_eq!((again.first_offset, again.last_offset), (o(0), o(2)));
+    assert_eq!(log.log_end_offset(), o(7));
+    // A gap is refused, naming the producer and the sequence it expected.
+    let gap = log
+        .append(&mut producer_batch(5, 9, 1), E1, NOW)
+        .unwrap_err();
+    assert!(
+        gap.to_string().contains("producer 5 sent sequence 9")
+            && gap.to_string().contains("expects 5"),
+        "{gap}"
+    );
+    log.close().unwrap();
+
+    // Reopened (as after a crash or on a new leader): rebuilt from the headers.
+    let mut log = Log::open(dir.path(), small_config(), NOW).unwrap();
+    assert_eq!(log.producer_count(), 1);
+    let again = log.append(&mut producer_batch(5, 3, 2), E1, NOW).unwrap();
+    assert!(again.duplicate);
+    assert_eq!(again.first_offset, o(5));
+    // Truncated below the second batch: it is new again (a follower that lost it).
+    log.truncate_to(o(5)).unwrap();
+    let redo = log.append(&mut producer_batch(5, 3, 2), E1, NOW).unwrap();
+    assert!(!redo.duplicate);
+    assert_eq!(redo.first_offset, o(5));
+    assert_eq!(log.log_end_offset(), o(7));
+}

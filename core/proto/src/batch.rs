@@ -317,6 +317,18 @@ pub fn set_leader_epoch(batch: &mut [u8], epoch: LeaderEpoch) {
     batch[LEADER_EPOCH_OFFSET..LEADER_EPOCH_OFFSET + 4].copy_from_slice(&epoch.0.to_be_bytes());
 }
 
+/// Stamps an idempotent producer's identity (id, epoch, base sequence) into one
+/// whole batch and recomputes its CRC (the fields lie inside the checksummed
+/// part). The producer does this when a batch is first sent, so a batch built
+/// before the producer id was known still gets one.
+pub fn set_producer(batch: &mut [u8], id: ProducerId, epoch: i16, base_sequence: i32) {
+    batch[43..51].copy_from_slice(&id.0.to_be_bytes());
+    batch[51..53].copy_from_slice(&epoch.to_be_bytes());
+    batch[53..57].copy_from_slice(&base_sequence.to_be_bytes());
+    let crc = crc32c::crc32c(&batch[ATTRIBUTES_OFFSET..]);
+    batch[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
+}
+
 /// The records section of one whole batch held in `batch` (whose header is
 /// `header`), decompressed: a slice of `batch` when uncompressed, else one new
 /// buffer, bounded by [`MAX_UNCOMPRESSED_RECORDS_BYTES`]. Does not check the CRC.
@@ -777,6 +789,21 @@ mod tests {
         bytes[last] ^= 0xff;
         let err = BatchView::new(&bytes).unwrap().records().unwrap_err();
         assert!(matches!(err, DecodeError::CrcMismatch { .. }), "{err}");
+    }
+
+    #[test]
+    fn producer_stamp_is_read_back_and_keeps_the_crc_valid() {
+        let mut b = BatchBuilder::new(Compression::None);
+        b.push(&Record::from_value("a", 1));
+        b.push(&Record::from_value("b", 2));
+        let mut bytes = b.build().to_vec();
+        set_producer(&mut bytes, ProducerId(77), 3, 1000);
+        let view = BatchView::new(&bytes).unwrap();
+        view.verify_crc().unwrap();
+        assert_eq!(view.header.producer_id, ProducerId(77));
+        assert_eq!(view.header.producer_epoch, 3);
+        assert_eq!(view.header.base_sequence, 1000);
+        assert_eq!(view.records().unwrap().len(), 2);
     }
 
     #[test]

@@ -273,8 +273,25 @@ pub async fn elect_leaders(
         .await?
     {
         Outcome::Moved(moved) => Ok(ElectLeadersResponse { moved }),
-        Outcome::Done => Ok(ElectLeadersResponse { moved: Vec::new() }),
+        Outcome::Done | Outcome::ProducerId(_) => Ok(ElectLeadersResponse { moved: Vec::new() }),
         Outcome::Refused { code, message } => Err(ErrorInfo::new(code, message)),
+    }
+}
+
+/// InitProducerId: the next producer id, committed by the quorum (so no two
+/// producers of the cluster ever share one, across controller changes).
+pub async fn init_producer_id(state: &BrokerState) -> Result<InitProducerIdResponse, ErrorInfo> {
+    ready(state).await?;
+    match state.cluster.propose(Command::AllocateProducerId).await? {
+        Outcome::ProducerId(producer_id) => Ok(InitProducerIdResponse {
+            producer_id,
+            producer_epoch: 0,
+        }),
+        Outcome::Refused { code, message } => Err(ErrorInfo::new(code, message)),
+        other => Err(ErrorInfo::new(
+            ErrorCode::InternalError,
+            format!("the quorum answered a producer-id allocation with {other:?}"),
+        )),
     }
 }
 

@@ -88,6 +88,9 @@ pub struct MetadataImage {
     pub cluster_id: String,
     pub brokers: BTreeMap<i32, BrokerRecord>,
     pub topics: BTreeMap<String, TopicState>,
+    /// The next idempotent-producer id to hand out (older snapshots lack it).
+    #[serde(default)]
+    pub next_producer_id: i64,
 }
 
 /// A change to the image, as committed to the quorum log.
@@ -138,6 +141,8 @@ pub enum Command {
     ElectPreferred {
         topics: Option<Vec<String>>,
     },
+    /// Hands out the next producer id.
+    AllocateProducerId,
 }
 
 /// What applying a command did.
@@ -146,6 +151,7 @@ pub enum Outcome {
     Done,
     /// Partitions whose leader changed (`topic-partition`).
     Moved(Vec<String>),
+    ProducerId(i64),
     Refused {
         code: ErrorCode,
         message: String,
@@ -212,6 +218,11 @@ impl MetadataImage {
 
     fn apply_inner(&mut self, command: &Command) -> Outcome {
         match command {
+            Command::AllocateProducerId => {
+                let id = self.next_producer_id;
+                self.next_producer_id += 1;
+                Outcome::ProducerId(id)
+            }
             Command::SetClusterId { cluster_id } => {
                 if self.cluster_id.is_empty() {
                     self.cluster_id = cluster_id.clone();

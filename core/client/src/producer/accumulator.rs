@@ -70,6 +70,9 @@ pub(crate) struct ClosedBatch {
     pub created: Instant,
     /// Produce attempts made so far.
     pub attempts: u32,
+    /// Idempotent producer id and base sequence, stamped when first sent and
+    /// kept across retries.
+    pub stamp: Option<(i64, i32)>,
 }
 
 #[derive(Debug, Default)]
@@ -127,6 +130,7 @@ impl TopicQueues {
                 completion: open.completion,
                 created: open.created,
                 attempts: 0,
+                stamp: None,
             });
         }
     }
@@ -380,12 +384,22 @@ impl Accumulator {
                     *last_bytes = 0;
                 }
                 let req = reqs.last_mut().expect("pushed above");
+                // A retried batch goes alone: the broker may hold some batches of
+                // the failed request (a follower that became leader had fetched
+                // part of it), and a batch alone is either written or not, so an
+                // idempotent producer's retry is answered whole.
+                let retry = q.ready[0].attempts > 0;
+                let mut taken = 0;
                 while let Some(b) = q.ready.front() {
-                    if !req.is_empty() && *last_bytes + b.bytes.len() > max_request_bytes {
+                    if (!req.is_empty() && *last_bytes + b.bytes.len() > max_request_bytes)
+                        || (retry && taken == 1)
+                        || (taken > 0 && b.attempts > 0)
+                    {
                         break;
                     }
                     *last_bytes += b.bytes.len();
                     req.push(q.ready.pop_front().expect("front exists"));
+                    taken += 1;
                 }
                 q.in_flight = true;
             }
@@ -566,8 +580,23 @@ mod tests {
         assert!(d.requests.is_empty());
         assert_eq!(d.next_wake, Some(until));
         let mut d = a.drain(until, 1 << 20, |_, _| Some(1), |_| 1);
-        let again: Vec<u64> = d.requests.pop().unwrap().1.iter().map(|b| b.id).collect();
-        assert_eq!(again, ids);
+        let again = d.requests.pop().unwrap().1;
+        assert_eq!(again.iter().map(|b| b.id).collect::<Vec<_>>(), ids);
+        // Once sent and failed, each batch is retried alone, in order.
+        let failed = again
+            .into_iter()
+            .map(|mut b| {
+                b.attempts += 1;
+                b
+            })
+            .collect();
+        a.finish_in_flight("t", 0, failed, None);
+        for &id in &ids {
+            let mut d = a.drain(until, 1 << 20, |_, _| Some(1), |_| 1);
+            let one = d.requests.pop().unwrap().1;
+            assert_eq!(one.iter().map(|b| b.id).collect::<Vec<_>>(), vec![id]);
+            a.finish_in_flight("t", 0, Vec::new(), None);
+        }
     }
 
     #[test]

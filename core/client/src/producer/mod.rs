@@ -22,6 +22,13 @@
 //! appended everything sent, and the next request of a partition waits for
 //! that end of stream, which keeps the order.
 //!
+//! Idempotence (on by default with acks=all): the sender takes a producer id
+//! from the cluster before its first request and stamps each batch, when first
+//! sent, with the id and the partition's next sequence. A retry resends the same
+//! bytes alone, so the leader either writes it or answers with where it already
+//! wrote it. A batch that fails for good leaves a gap the leader would refuse, so
+//! the producer then takes a new id.
+//!
 //! Shutdown: `close` flushes and stops the sender. Dropping every handle without
 //! `close` lets the sender finish what was sent, then stop.
 
@@ -129,6 +136,8 @@ pub(crate) struct ProducerShared {
     pub in_flight: Mutex<HashMap<i32, Arc<Semaphore>>>,
     /// The effective bound on the payload of one request.
     pub request_payload_max: usize,
+    /// The idempotent producer's id and per-partition sequences.
+    pub identity: tokio::sync::Mutex<sender::Identity>,
 }
 
 impl ProducerShared {
@@ -192,6 +201,7 @@ impl Producer {
             closing: AtomicBool::new(false),
             in_flight: Mutex::new(HashMap::new()),
             request_payload_max,
+            identity: tokio::sync::Mutex::new(sender::Identity::default()),
             client,
             config,
         });

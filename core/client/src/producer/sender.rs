@@ -11,13 +11,16 @@
 //! (refreshing metadata first when leadership moved); any other error fails only
 //! that partition's records, with a message naming the topic-partition.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use bytes::Bytes;
-use rill_proto::Offset;
-use rill_proto::wire::{Acks, ProducePartition, ProducePartitionResponse, ProduceRequest};
+use bytes::{Bytes, BytesMut};
+use rill_proto::wire::{
+    Acks, ErrorCode, ProducePartition, ProducePartitionResponse, ProduceRequest,
+};
+use rill_proto::{Offset, ProducerId};
 use tokio::sync::OwnedSemaphorePermit;
 
 use super::ProducerShared;
@@ -145,6 +148,93 @@ enum Outcome {
     Failed(ClientError),
 }
 
+/// An idempotent producer's identity: its id and epoch (taken from the cluster
+/// before the first request) and the next sequence of every partition.
+#[derive(Debug, Default)]
+pub(crate) struct Identity {
+    producer: Option<(i64, i16)>,
+    next_sequence: HashMap<(Arc<str>, u32), i32>,
+    /// The broker predates InitProducerId: send without ids.
+    unsupported: bool,
+}
+
+impl Identity {
+    /// Forgets the id (after a batch failed for good, or sequences ran out): the
+    /// next request takes a new one and numbers from 0.
+    fn reset(&mut self) {
+        self.producer = None;
+        self.next_sequence.clear();
+    }
+}
+
+/// Stamps the batches sent for the first time with the producer id and their
+/// partition's next sequences (taking an id first if the producer has none).
+async fn stamp(
+    shared: &ProducerShared,
+    groups: &mut [Vec<ClosedBatch>],
+) -> Result<(), Arc<ClientError>> {
+    if groups.iter().flatten().all(|b| b.stamp.is_some()) {
+        return Ok(());
+    }
+    let mut id = shared.identity.lock().await;
+    loop {
+        if id.unsupported {
+            return Ok(());
+        }
+        let (pid, epoch) = match id.producer {
+            Some(p) => p,
+            None => match shared.client.init_producer_id().await {
+                Ok(p) => {
+                    tracing::debug!(producer_id = p.0, "idempotent producer id");
+                    id.producer = Some(p);
+                    id.next_sequence.clear();
+                    p
+                }
+                Err(e) if e.code() == Some(ErrorCode::UnsupportedVersion) => {
+                    tracing::warn!(
+                        "the broker does not hand out producer ids (InitProducerId); \
+                         sending without idempotence, so a retried batch may be written twice"
+                    );
+                    id.unsupported = true;
+                    return Ok(());
+                }
+                Err(e) => {
+                    return Err(Arc::new(ClientError::Failed {
+                        context: "taking an idempotent producer id from the cluster".into(),
+                        source: e.into_shared(),
+                    }));
+                }
+            },
+        };
+        // Sequences are i32 per partition; one that would run past it takes a
+        // new producer id instead of wrapping.
+        let overflow = groups.iter().flatten().any(|b| {
+            b.stamp.is_none()
+                && id
+                    .next_sequence
+                    .get(&(b.topic.clone(), b.partition))
+                    .is_some_and(|n| n.checked_add(b.record_count as i32).is_none())
+        });
+        if overflow {
+            id.reset();
+            continue;
+        }
+        for b in groups.iter_mut().flatten().filter(|b| b.stamp.is_none()) {
+            let next = id
+                .next_sequence
+                .entry((b.topic.clone(), b.partition))
+                .or_insert(0);
+            let seq = *next;
+            *next += b.record_count as i32;
+            let mut bytes = BytesMut::from(&b.bytes[..]);
+            rill_proto::batch::set_producer(&mut bytes, ProducerId(pid), epoch, seq);
+            b.bytes = bytes.freeze();
+            b.stamp = Some((pid, seq));
+        }
+        return Ok(());
+    }
+}
+
 async fn send_request(
     shared: Arc<ProducerShared>,
     broker: i32,
@@ -152,7 +242,12 @@ async fn send_request(
     permit: OwnedSemaphorePermit,
 ) {
     let started = Instant::now();
-    let groups = group_by_partition(batches);
+    let mut groups = group_by_partition(batches);
+    let stamped = if shared.config.is_idempotent() {
+        stamp(&shared, &mut groups).await
+    } else {
+        Ok(())
+    };
     let mut partitions = Vec::with_capacity(groups.len());
     let mut payload: Vec<Bytes> = Vec::with_capacity(groups.iter().map(Vec::len).sum());
     for g in &groups {
@@ -176,7 +271,12 @@ async fn send_request(
         partitions,
     };
 
-    let outcomes: Vec<Outcome> = if shared.config.acks == Acks::None {
+    let outcomes: Vec<Outcome> = if let Err(e) = stamped {
+        groups
+            .iter()
+            .map(|_| Outcome::Failed(ClientError::Shared(e.clone())))
+            .collect()
+    } else if shared.config.acks == Acks::None {
         match send_without_ack(&shared, broker, &req, &payload).await {
             Ok(()) => groups
                 .iter()
@@ -270,6 +370,15 @@ async fn send_request(
                         context: format!("produce to {topic}-{partition} failed"),
                         source: error.into_shared(),
                     });
+                    // The leader may or may not hold these sequences now: later
+                    // batches of the partition could not follow them, so the
+                    // producer takes a new id.
+                    if let Some((pid, _)) = group.iter().find_map(|b| b.stamp) {
+                        let mut id = shared.identity.lock().await;
+                        if id.producer.is_some_and(|(p, _)| p == pid) {
+                            id.reset();
+                        }
+                    }
                     for b in group {
                         fail(&shared, b, error.clone());
                     }
@@ -300,6 +409,12 @@ fn judge(found: Option<&ProducePartitionResponse>, topic: &str, partition: u32) 
             None => Outcome::Acked {
                 base_offset: r.base_offset,
                 log_append_time_ms: r.log_append_time_ms,
+            },
+            // Written long ago (older than the leader's sequence window): delivered,
+            // at an offset the leader no longer knows.
+            Some(e) if e.code == ErrorCode::DuplicateSequence => Outcome::Acked {
+                base_offset: Offset(-1),
+                log_append_time_ms: None,
             },
             Some(e) => Outcome::Failed(ClientError::Broker {
                 context: format!("produce to {topic}-{partition}"),

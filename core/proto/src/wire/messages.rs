@@ -38,6 +38,8 @@ pub enum ApiKey {
     DeleteGroups = 15,
     /// Tiered storage (issue 7): per-partition local and remote log extents.
     DescribeStorage = 35,
+    /// Idempotent producer (issue 4): a cluster-unique producer id.
+    InitProducerId = 36,
     // Cluster (issue 4): 20..=29, messages in `wire::cluster`.
     RaftRpc = 20,
     JoinCluster = 21,
@@ -49,7 +51,7 @@ pub enum ApiKey {
 }
 
 impl ApiKey {
-    pub const ALL: [ApiKey; 24] = [
+    pub const ALL: [ApiKey; 25] = [
         ApiKey::ApiVersions,
         ApiKey::Metadata,
         ApiKey::CreateTopics,
@@ -60,6 +62,7 @@ impl ApiKey {
         ApiKey::Fetch,
         ApiKey::ListOffsets,
         ApiKey::DescribeStorage,
+        ApiKey::InitProducerId,
         ApiKey::FindCoordinator,
         ApiKey::ConsumerGroupHeartbeat,
         ApiKey::OffsetCommit,
@@ -93,6 +96,7 @@ impl ApiKey {
             ApiKey::Fetch => "fetch",
             ApiKey::ListOffsets => "list_offsets",
             ApiKey::DescribeStorage => "describe_storage",
+            ApiKey::InitProducerId => "init_producer_id",
             ApiKey::FindCoordinator => "find_coordinator",
             ApiKey::ConsumerGroupHeartbeat => "consumer_group_heartbeat",
             ApiKey::OffsetCommit => "offset_commit",
@@ -121,6 +125,26 @@ pub trait ApiRequest: Serialize + DeserializeOwned + std::fmt::Debug {
 /// What a response frame's meta holds: the response, or an error for the whole
 /// request (malformed, unsupported version, too large, ...).
 pub type ResponseMeta<T> = Result<T, ErrorInfo>;
+
+// ---------------------------------------------------------------- init producer id
+
+/// Asks for a producer id, unique in the cluster (allocated through the metadata
+/// quorum), for an idempotent producer: it stamps the id, the epoch and a
+/// per-partition sequence into every batch so the leader writes each batch once,
+/// however often it is retried.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InitProducerIdRequest {}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InitProducerIdResponse {
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+}
+
+impl ApiRequest for InitProducerIdRequest {
+    const KEY: ApiKey = ApiKey::InitProducerId;
+    type Response = InitProducerIdResponse;
+}
 
 // ---------------------------------------------------------------- api versions
 
