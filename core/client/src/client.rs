@@ -232,47 +232,54 @@ impl Client {
     ) -> Result<(i32, SocketAddr, quinn::Connection), ClientError> {
         match broker {
             Some(id) => self.connection_to(id).await,
-            None => {
-                // Prefer a broker we hold a live connection to, then the others
-                // (a closed connection is often a dead broker: try it last).
-                let candidates: Vec<i32> = {
-                    let slots = self.inner.slots.lock();
-                    let open = |slot: &BrokerSlot| {
-                        slot.conn.try_lock().is_ok_and(|g| {
-                            g.as_ref().is_some_and(|(_, c)| c.close_reason().is_none())
-                        })
-                    };
-                    let mut ids: Vec<i32> = slots
-                        .iter()
-                        .filter(|(_, s)| open(s))
-                        .map(|(id, _)| *id)
-                        .collect();
-                    let mut closed: Vec<i32> = slots
-                        .iter()
-                        .filter(|(_, s)| !open(s))
-                        .map(|(id, _)| *id)
-                        .collect();
-                    let meta = self.inner.metadata.read();
-                    for id in meta.brokers.keys() {
-                        if !ids.contains(id) && !closed.contains(id) {
-                            ids.push(*id);
-                        }
-                    }
-                    ids.append(&mut closed);
-                    ids
-                };
-                let mut last = None;
-                for id in candidates {
-                    match self.connection_to(id).await {
-                        Ok(c) => return Ok(c),
-                        Err(e) => last = Some(e),
-                    }
+            None => self.any_connection(None).await,
+        }
+    }
+
+    /// A connection to any broker but `avoid`.
+    async fn any_connection(
+        &self,
+        avoid: Option<i32>,
+    ) -> Result<(i32, SocketAddr, quinn::Connection), ClientError> {
+        // Prefer a broker we hold a live connection to, then the others
+        // (a closed connection is often a dead broker: try it last).
+        let mut candidates: Vec<i32> = {
+            let slots = self.inner.slots.lock();
+            let open = |slot: &BrokerSlot| {
+                slot.conn
+                    .try_lock()
+                    .is_ok_and(|g| g.as_ref().is_some_and(|(_, c)| c.close_reason().is_none()))
+            };
+            let mut ids: Vec<i32> = slots
+                .iter()
+                .filter(|(_, s)| open(s))
+                .map(|(id, _)| *id)
+                .collect();
+            let mut closed: Vec<i32> = slots
+                .iter()
+                .filter(|(_, s)| !open(s))
+                .map(|(id, _)| *id)
+                .collect();
+            let meta = self.inner.metadata.read();
+            for id in meta.brokers.keys() {
+                if !ids.contains(id) && !closed.contains(id) {
+                    ids.push(*id);
                 }
-                Err(last.unwrap_or_else(|| {
-                    ClientError::Config("no broker known: pass --bootstrap HOST:PORT".into())
-                }))
+            }
+            ids.append(&mut closed);
+            ids
+        };
+        candidates.retain(|id| Some(*id) != avoid);
+        let mut last = None;
+        for id in candidates {
+            match self.connection_to(id).await {
+                Ok(c) => return Ok(c),
+                Err(e) => last = Some(e),
             }
         }
+        Err(last.unwrap_or_else(|| {
+            ClientError::Config("no broker known: pass --bootstrap HOST:PORT".into())
+        }))
     }
 
     async fn connection_to(
@@ -379,6 +386,32 @@ impl Client {
         let (resp, _) = self.call(None, &MetadataRequest { topics }, &[]).await?;
         self.inner.metadata.write().merge(&resp, all);
         Ok(resp)
+    }
+
+    /// Refreshes the metadata of `topics` from any broker but `avoid` (one that
+    /// stopped answering), within `within`.
+    pub(crate) async fn refresh_metadata_avoiding(
+        &self,
+        avoid: i32,
+        topics: Vec<String>,
+        within: Duration,
+    ) -> Result<(), ClientError> {
+        let req = MetadataRequest {
+            topics: Some(topics),
+        };
+        let ask = async {
+            let (id, sock, conn) = self.any_connection(Some(avoid)).await?;
+            raw_call(&conn, &req, &[], &self.inner.config, Some(id), sock).await
+        };
+        let (resp, _) =
+            tokio::time::timeout(within, ask)
+                .await
+                .map_err(|_| ClientError::Timeout {
+                    what: format!("metadata from a broker other than {avoid}"),
+                })??;
+        self.inner.metadata.write().merge(&resp, false);
+        *self.inner.refresh.lock().await = Some(Instant::now());
+        Ok(())
     }
 
     /// Refreshes the metadata, unless another refresh finished since `since`

@@ -71,7 +71,12 @@ fn err(code: ErrorCode, message: impl Into<String>) -> ErrorInfo {
 struct Sessions {
     /// When this broker became controller (every session counts from then).
     since: Option<Instant>,
+    /// Heartbeats received since `since`.
     last_seen: HashMap<i32, Instant>,
+    /// The controller this broker last knew of while it was not the controller.
+    previous_controller: Option<i32>,
+    /// The previous controller, fenced at this instant unless it heartbeats first.
+    suspect: Option<(i32, Instant)>,
 }
 
 /// This broker's cluster membership.
@@ -132,8 +137,8 @@ impl Cluster {
         let raft_config = openraft::Config {
             cluster_name: "rill".into(),
             heartbeat_interval: 100,
-            election_timeout_min: 500,
-            election_timeout_max: 1000,
+            election_timeout_min: 300,
+            election_timeout_max: 600,
             snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(500),
             max_in_snapshot_log_to_keep: 100,
             ..Default::default()
@@ -639,21 +644,47 @@ impl Cluster {
                 _ = timer.tick() => {}
             }
             if !self.is_controller() {
-                self.sessions.lock().since = None;
+                let mut s = self.sessions.lock();
+                s.since = None;
+                if let Some(c) = self.controller() {
+                    s.previous_controller = Some(c);
+                }
                 continue;
             }
             let now = Instant::now();
             let image = self.image();
             let decisions: Vec<Command> = {
                 let mut s = self.sessions.lock();
-                let since = *s.since.get_or_insert(now);
+                if s.since.is_none() {
+                    // A new controller gives every broker a whole session from
+                    // now (their heartbeats went to the old controller), except
+                    // the old controller itself: it lost the quorum after an
+                    // election timeout of silence, so it is most likely dead.
+                    // If it is alive it heartbeats here within an interval or
+                    // two; otherwise its partitions move after that grace, not
+                    // after a whole session (which would add one to failover).
+                    s.since = Some(now);
+                    s.last_seen.clear();
+                    let grace = self.heartbeat_interval * 2;
+                    s.suspect = s
+                        .previous_controller
+                        .filter(|p| *p != self.broker_id)
+                        .map(|p| (p, now + grace));
+                    tracing::info!(previous = ?s.previous_controller, "this broker is now the controller");
+                }
+                let since = s.since.expect("set above");
                 s.last_seen.insert(self.broker_id, now);
                 image
                     .brokers
                     .values()
                     .filter_map(|b| {
-                        let seen = s.last_seen.get(&b.id).copied().unwrap_or(since).max(since);
-                        let lapsed = now.duration_since(seen) > self.session_timeout;
+                        let seen = s.last_seen.get(&b.id).copied();
+                        let lapsed = match (seen, s.suspect) {
+                            (None, Some((id, at))) if id == b.id => now >= at,
+                            (seen, _) => {
+                                now.duration_since(seen.unwrap_or(since)) > self.session_timeout
+                            }
+                        };
                         match (b.fenced, lapsed) {
                             (false, true) => Some(Command::FenceBroker { id: b.id }),
                             (true, false) if s.last_seen.contains_key(&b.id) => {

@@ -14,11 +14,11 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use rill_proto::wire::{
-    Acks, ErrorCode, ProducePartition, ProducePartitionResponse, ProduceRequest,
+    Acks, ErrorCode, ErrorInfo, ProducePartition, ProducePartitionResponse, ProduceRequest,
 };
 use rill_proto::{Offset, ProducerId};
 use tokio::sync::OwnedSemaphorePermit;
@@ -294,7 +294,23 @@ async fn send_request(
             }
         }
     } else {
-        match shared.client.call(Some(broker), &req, &payload).await {
+        let call = shared.client.call(Some(broker), &req, &payload);
+        let result = if shared.config.is_idempotent() {
+            // Resending is safe (the leader dedups), so a request the leader does
+            // not answer is abandoned as soon as the cluster names another leader,
+            // instead of waiting out the connection's idle timeout.
+            let tps: Vec<(Arc<str>, u32)> = groups
+                .iter()
+                .map(|g| (g[0].topic.clone(), g[0].partition))
+                .collect();
+            tokio::select! {
+                r = call => r,
+                moved = leader_moved(&shared, broker, &tps) => Err(moved),
+            }
+        } else {
+            call.await
+        };
+        match result {
             Ok((resp, _)) => groups
                 .iter()
                 .map(|g| {
@@ -398,6 +414,52 @@ async fn send_request(
         }
     }
     shared.wake.notify_one();
+}
+
+/// How long a produce request may go unanswered before the producer asks
+/// another broker whether its partitions' leader moved, and how often after.
+const LEADER_CHECK_AFTER: Duration = Duration::from_millis(250);
+const LEADER_CHECK_EVERY: Duration = Duration::from_millis(150);
+
+/// Resolves once a broker other than `broker` names another leader for one of
+/// `tps` (never, while `broker` stays their leader).
+async fn leader_moved(
+    shared: &ProducerShared,
+    broker: i32,
+    tps: &[(Arc<str>, u32)],
+) -> ClientError {
+    let mut topics: Vec<String> = tps.iter().map(|(t, _)| t.to_string()).collect();
+    topics.sort();
+    topics.dedup();
+    tokio::time::sleep(LEADER_CHECK_AFTER).await;
+    loop {
+        let asked = shared
+            .client
+            .refresh_metadata_avoiding(broker, topics.clone(), LEADER_CHECK_EVERY * 4)
+            .await;
+        if asked.is_ok() {
+            let moved = tps.iter().find_map(|(t, p)| {
+                shared
+                    .client
+                    .leader(t, *p)
+                    .filter(|l| *l != broker)
+                    .map(|l| (t, p, l))
+            });
+            if let Some((t, p, leader)) = moved {
+                return ClientError::broker(
+                    format!("produce to {t}-{p}"),
+                    ErrorInfo::new(
+                        ErrorCode::NotLeaderOrFollower,
+                        format!(
+                            "broker {broker} did not answer and the cluster now names broker \
+                             {leader} leader of {t}-{p}; resending there"
+                        ),
+                    ),
+                );
+            }
+        }
+        tokio::time::sleep(LEADER_CHECK_EVERY).await;
+    }
 }
 
 fn judge(found: Option<&ProducePartitionResponse>, topic: &str, partition: u32) -> Outcome {
