@@ -173,14 +173,43 @@ fn file_backend_tiers_and_reads_back_everything_in_order() {
     let (_cfg_dir, cfg) = broker_config(Some(&url));
     let broker = TestBroker::start_with(&["--config", cfg.to_str().unwrap()]);
     create_tiered_topic(&broker, "tiered");
-    produce(&broker, "tiered", 0..RECORDS);
+    // A time between two halves of the records: the first record at or after it
+    // is the second half's first (each `rill produce` stamps its send time).
+    let half = RECORDS / 2;
+    produce(&broker, "tiered", 0..half);
+    std::thread::sleep(Duration::from_millis(20));
+    let middle_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis();
+    std::thread::sleep(Duration::from_millis(20));
+    produce(&broker, "tiered", half..RECORDS);
 
     let (start, local_start, remote_size) = wait_tiered(&broker, "tiered");
     assert_eq!(start, 0, "the log still starts at 0: the rest is remote");
     assert!(
-        local_start > 0 && remote_size > 0,
+        local_start > half as i64 && remote_size > 0,
         "{local_start} {remote_size}"
     );
+
+    // ListOffsets by timestamp finds records that are only in the object store.
+    for (time, expected) in [("0".to_string(), 0), (middle_ms.to_string(), half)] {
+        let out = broker.rill_ok(&[
+            "group",
+            "reset-offsets",
+            "by-time",
+            "--topic",
+            "tiered",
+            "--to-datetime",
+            &time,
+        ]);
+        let row = out.lines().last().unwrap_or_default();
+        assert_eq!(
+            row.split_whitespace().last(),
+            Some(expected.to_string().as_str()),
+            "the first record at or after {time} ms is at offset {expected} (remote): {out}"
+        );
+    }
 
     let mut remote_logs = Vec::new();
     files_named(tier.path(), ".log", &mut remote_logs);

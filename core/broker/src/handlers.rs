@@ -151,7 +151,7 @@ pub async fn dispatch(
         }
         ApiKey::ListOffsets => {
             let req: ListOffsetsRequest = decode(&meta)?;
-            Ok(Reply::meta(&Ok(list_offsets(state, req))))
+            Ok(Reply::meta(&Ok(list_offsets(state, req).await)))
         }
         ApiKey::DescribeStorage => {
             let req: DescribeStorageRequest = decode(&meta)?;
@@ -932,45 +932,80 @@ fn describe_storage(state: &BrokerState, req: DescribeStorageRequest) -> Describ
 
 // ---------------------------------------------------------------- list offsets
 
-fn list_offsets(state: &BrokerState, req: ListOffsetsRequest) -> ListOffsetsResponse {
-    let partitions = req
-        .partitions
-        .into_iter()
-        .map(|lp| {
-            let found = state
-                .registry
-                .partition(&lp.topic, lp.partition)
-                .and_then(|p| match lp.spec {
-                    OffsetSpec::Earliest => {
-                        p.check_remote_known()?;
-                        Ok((p.log_start_offset(), None))
-                    }
-                    OffsetSpec::Latest => Ok((p.high_watermark(), None)),
-                    OffsetSpec::Timestamp(ts) => Ok(match p.offset_for_timestamp(ts)? {
-                        Some((offset, ts)) => (offset, Some(ts)),
-                        None => (p.log_end_offset(), None),
-                    }),
-                });
-            match found {
-                Ok((offset, timestamp_ms)) => ListOffsetsPartitionResponse {
+async fn list_offsets(state: &BrokerState, req: ListOffsetsRequest) -> ListOffsetsResponse {
+    let mut partitions = Vec::with_capacity(req.partitions.len());
+    for lp in req.partitions {
+        let found = match state.registry.partition(&lp.topic, lp.partition) {
+            Err(e) => Err(e),
+            Ok(p) => match lp.spec {
+                OffsetSpec::Earliest => p
+                    .check_remote_known()
+                    .map(|()| (p.log_start_offset(), None)),
+                OffsetSpec::Latest => Ok((p.high_watermark(), None)),
+                OffsetSpec::Timestamp(ts) => offset_for_timestamp(state, &p, ts).await,
+            },
+        };
+        partitions.push(match found {
+            Ok((offset, timestamp_ms)) => ListOffsetsPartitionResponse {
+                topic: lp.topic,
+                partition: lp.partition,
+                error: None,
+                offset,
+                timestamp_ms,
+            },
+            Err(e) => {
+                state.metrics.error(ApiKey::ListOffsets.name(), e.code);
+                ListOffsetsPartitionResponse {
                     topic: lp.topic,
                     partition: lp.partition,
-                    error: None,
-                    offset,
-                    timestamp_ms,
-                },
-                Err(e) => {
-                    state.metrics.error(ApiKey::ListOffsets.name(), e.code);
-                    ListOffsetsPartitionResponse {
-                        topic: lp.topic,
-                        partition: lp.partition,
-                        error: Some(e),
-                        offset: Offset(-1),
-                        timestamp_ms: None,
-                    }
+                    error: Some(e),
+                    offset: Offset(-1),
+                    timestamp_ms: None,
                 }
             }
-        })
-        .collect();
+        });
+    }
     ListOffsetsResponse { partitions }
+}
+
+/// The first offset whose record timestamp is at or after `ts`: in the remote
+/// segments below the local log start first (tiered topics), then locally; the
+/// log end offset when no record is that new.
+async fn offset_for_timestamp(
+    state: &BrokerState,
+    p: &Partition,
+    ts: TimestampMs,
+) -> Result<(Offset, Option<TimestampMs>), ErrorInfo> {
+    if let (Some(tier), Some(remote)) = (&state.tier, p.remote()) {
+        let tp = format!("{}-{}", p.topic(), p.index());
+        let limit = Duration::from_millis(tier.config.fetch_timeout_ms);
+        let below = p.local_log_start_offset();
+        match tokio::time::timeout(limit, tier.offset_for_timestamp(&remote, below, ts)).await {
+            Ok(Ok(Some((offset, ts)))) => return Ok((offset, Some(ts))),
+            Ok(Ok(None)) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(partition = %tp, error = %e, "remote timestamp lookup failed");
+                return Err(ErrorInfo::new(
+                    ErrorCode::RemoteStorageUnavailable,
+                    format!(
+                        "partition {tp}: could not look up timestamp {ts} in the object store {}: {e}; retry later",
+                        tier.url
+                    ),
+                ));
+            }
+            Err(_) => {
+                return Err(ErrorInfo::new(
+                    ErrorCode::RemoteStorageUnavailable,
+                    format!(
+                        "partition {tp}: looking up timestamp {ts} in the object store {} took longer than {limit:?}; retry later",
+                        tier.url
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(match p.offset_for_timestamp(ts)? {
+        Some((offset, ts)) => (offset, Some(ts)),
+        None => (p.log_end_offset(), None),
+    })
 }

@@ -50,6 +50,9 @@ pub enum RemoteReadError {
 
 type BlockKey = (ObjectPath, u64);
 
+/// Bytes read per step when ListOffsets scans a remote segment for a timestamp.
+const REMOTE_TIMESTAMP_READ_BYTES: usize = 1 << 20;
+
 #[derive(Debug, Default)]
 struct CacheInner {
     blocks: HashMap<BlockKey, (u64, Bytes)>,
@@ -208,6 +211,59 @@ impl Tier {
             position: pos,
             reason: e.to_string(),
         })
+    }
+
+    /// The first record whose timestamp is at or after `ts` in the remote segments
+    /// of `remote` that start below `below` (the local log start: what lies above
+    /// it is looked up locally), as ListOffsets by timestamp wants it: the record's
+    /// offset and timestamp. `None` when no remote record is that new.
+    pub async fn offset_for_timestamp(
+        &self,
+        remote: &super::RemoteLog,
+        below: Offset,
+        ts: rill_proto::TimestampMs,
+    ) -> Result<Option<(Offset, rill_proto::TimestampMs)>, RemoteReadError> {
+        let candidates = remote.manifest.segments.iter().filter(|s| {
+            s.base_offset < below
+                && s.next_offset > remote.manifest.log_start_offset
+                && s.max_timestamp_ms >= ts
+        });
+        for seg in candidates {
+            let mut from = seg.base_offset.max(remote.manifest.log_start_offset);
+            while from < seg.next_offset {
+                let bytes = self
+                    .read_segment(&remote.prefix, seg, from, REMOTE_TIMESTAMP_READ_BYTES)
+                    .await?;
+                if bytes.is_empty() {
+                    break;
+                }
+                let [log, _, _] =
+                    segment_objects(&remote.prefix, seg.base_offset, seg.leader_epoch);
+                let read_from = from;
+                let corrupt = |reason: String| RemoteReadError::Corrupt {
+                    path: log.to_string(),
+                    position: 0,
+                    reason: format!("batch at or after offset {read_from}: {reason}"),
+                };
+                for view in rill_proto::batch::batches(&bytes) {
+                    let view = view.map_err(|e| corrupt(e.to_string()))?;
+                    let h = view.header;
+                    from = h.next_offset();
+                    if h.max_timestamp < ts {
+                        continue;
+                    }
+                    let records = view.records().map_err(|e| corrupt(e.to_string()))?;
+                    if h.is_log_append_time() {
+                        if let Some(r) = records.first() {
+                            return Ok(Some((r.offset, h.max_timestamp)));
+                        }
+                    } else if let Some(r) = records.iter().find(|r| r.timestamp_ms >= ts) {
+                        return Ok(Some((r.offset, r.timestamp_ms)));
+                    }
+                }
+            }
+        }
+        Ok(None)
     }
 
     /// Whole batches of `segment` starting with the one that holds `from` (or the
