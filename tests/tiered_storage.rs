@@ -687,6 +687,13 @@ fn leader_failover_while_tiering_loses_no_segment_and_lists_none_twice() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+    // An orphan, as a leader killed between a segment upload and the manifest
+    // write leaves one: the new leader must delete it.
+    let mut manifests = Vec::new();
+    files_named(tier.path(), "manifest.json", &mut manifests);
+    let partition_dir = manifests[0].parent().unwrap().to_path_buf();
+    let planted = partition_dir.join("00000000000000000000-77.log");
+    std::fs::write(&planted, b"not a segment anyone listed").unwrap();
     c.kill(leader as usize);
     c.wait_for("a new leader", &["topic", "describe", topic], |out| {
         partition0(out).is_some_and(|(l, _, _)| l.is_some_and(|l| l != leader))
@@ -716,6 +723,47 @@ fn leader_failover_while_tiering_loses_no_segment_and_lists_none_twice() {
         "manifest base offsets strictly increase (none listed twice): {bases:?}"
     );
     assert_eq!(bases[0], 0, "the first segment is still listed: {bases:?}");
+    // Orphans are swept once the new leader wrote the manifest: every segment
+    // object left is one the manifest names.
+    let deadline = Instant::now() + TIERING_TIMEOUT;
+    loop {
+        let manifest: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&manifests[0]).unwrap()).unwrap();
+        let listed: Vec<String> = manifest["segments"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| {
+                format!(
+                    "{:020}-{}",
+                    s["base_offset"].as_i64().unwrap(),
+                    s["leader_epoch"].as_i64().unwrap()
+                )
+            })
+            .collect();
+        let mut logs = Vec::new();
+        files_named(&partition_dir, ".log", &mut logs);
+        let end = manifest["segments"].as_array().unwrap().last().unwrap()["next_offset"]
+            .as_i64()
+            .unwrap();
+        let orphans: Vec<String> = logs
+            .iter()
+            .map(|l| l.file_stem().unwrap().to_string_lossy().to_string())
+            .filter(|stem| {
+                !listed.contains(stem)
+                    && stem.split('-').next().unwrap().parse::<i64>().unwrap() < end
+            })
+            .collect();
+        if orphans.is_empty() && !planted.exists() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "orphan objects not swept within {TIERING_TIMEOUT:?}: {orphans:?}\n{}",
+            c.logs()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
     // Only the leader writes the manifest: no broker ever raced another for it.
     let logs = c.logs();
     assert!(

@@ -86,6 +86,8 @@ pub async fn run(state: Arc<BrokerState>, tier: Arc<Tier>) {
     let every = Duration::from_millis(tier.config.upload_interval_ms);
     // partition -> (next attempt, current backoff)
     let mut backoff: HashMap<(Arc<str>, u32), (Instant, Duration)> = HashMap::new();
+    // partition -> the leader epoch its orphans were last swept in
+    let mut swept: HashMap<(Arc<str>, u32), LeaderEpoch> = HashMap::new();
     loop {
         tokio::select! {
             _ = state.shutdown.cancelled() => return,
@@ -107,6 +109,7 @@ pub async fn run(state: Arc<BrokerState>, tier: Arc<Tier>) {
                 match result {
                     Ok(()) => {
                         backoff.remove(&key);
+                        sweep_once_per_epoch(&tier, &topic, p, &mut swept).await;
                     }
                     Err(e) => {
                         tier.metrics.error(e.op());
@@ -508,6 +511,91 @@ pub(crate) async fn upload_segment(
         offset_index_bytes: sizes[0],
         time_index_bytes: sizes[1],
     })
+}
+
+/// Once per leadership, deletes the partition's orphan objects: segment objects
+/// no manifest entry names (a leader killed between uploading a segment and
+/// writing the manifest leaves them; so does a failed delete past retention).
+///
+/// Only after this leader has written the manifest in its own epoch: from then
+/// on an older leader's manifest write is refused, so an object it may still be
+/// uploading can never become listed. Objects at or past the manifest's end are
+/// kept (an upload of this broker's runs in this same task, never concurrently).
+async fn sweep_once_per_epoch(
+    tier: &Tier,
+    topic: &Topic,
+    p: &Partition,
+    swept: &mut HashMap<(Arc<str>, u32), LeaderEpoch>,
+) {
+    let epoch = p.leader_epoch();
+    let key = (topic.name.clone(), p.index());
+    let Some(remote) = p.remote() else { return };
+    if !p.is_leader() || remote.manifest.leader_epoch != epoch || swept.get(&key) == Some(&epoch) {
+        return;
+    }
+    match sweep_orphans(tier, &remote).await {
+        Ok(0) => {
+            swept.insert(key, epoch);
+        }
+        Ok(n) => {
+            swept.insert(key, epoch);
+            tracing::info!(
+                partition = %format!("{}-{}", topic.name, p.index()),
+                objects = n,
+                "deleted orphan remote objects no manifest names"
+            );
+        }
+        Err(e) => {
+            tier.metrics.error("sweep");
+            tracing::warn!(
+                partition = %format!("{}-{}", topic.name, p.index()),
+                error = %e,
+                "could not sweep orphan remote objects; retrying on a later pass"
+            );
+        }
+    }
+}
+
+/// Deletes the segment objects under `remote.prefix` that the manifest does not
+/// name and that start below its end; returns how many.
+async fn sweep_orphans(tier: &Tier, remote: &RemoteLog) -> Result<usize, object_store::Error> {
+    use futures::StreamExt;
+    let Some(end) = remote.manifest.end_offset() else {
+        return Ok(0);
+    };
+    let listed: std::collections::HashSet<String> = remote
+        .manifest
+        .segments
+        .iter()
+        .map(|s| format!("{:020}-{}", s.base_offset.0, s.leader_epoch.0))
+        .collect();
+    let mut orphans = Vec::new();
+    let mut listing = tier.store.list(Some(&remote.prefix));
+    while let Some(meta) = listing.next().await {
+        let meta = meta?;
+        let Some(name) = meta.location.filename() else {
+            continue;
+        };
+        let Some((stem, _)) = name.split_once('.') else {
+            continue;
+        };
+        let base = stem
+            .split_once('-')
+            .and_then(|(b, _)| b.parse::<i64>().ok());
+        if let Some(base) = base
+            && base < end.0
+            && !listed.contains(stem)
+        {
+            orphans.push(meta.location.clone());
+        }
+    }
+    for path in &orphans {
+        match tier.store.delete(path).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(orphans.len())
 }
 
 /// Deletes every remote object of a deleted topic (best effort: failures are
