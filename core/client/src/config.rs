@@ -132,9 +132,7 @@ impl ProducerConfig {
     pub fn is_idempotent(&self) -> bool {
         self.idempotence && self.acks == Acks::All
     }
-}
 
-impl ProducerConfig {
     pub(crate) fn validate(&self) -> Result<(), ClientError> {
         let err = |m: String| Err(ClientError::Config(m));
         if self.batch_size == 0 {

@@ -533,22 +533,14 @@ impl Log {
                         .map_err(io_context(|| {
                             format!("reading {} at {pos}", seg.path.display())
                         }))?;
-                    let view = rill_proto::BatchView::new(&buf).map_err(|e| LogError::Corrupt {
+                    let corrupt = |e: DecodeError| LogError::Corrupt {
                         path: seg.path.clone(),
                         position: pos,
                         reason: e.to_string(),
-                    })?;
-                    let records = view.records().map_err(|e| LogError::Corrupt {
-                        path: seg.path.clone(),
-                        position: pos,
-                        reason: e.to_string(),
-                    })?;
-                    if h.is_log_append_time() {
-                        if let Some(r) = records.first() {
-                            return Ok(Some((r.offset, h.max_timestamp)));
-                        }
-                    } else if let Some(r) = records.iter().find(|r| r.timestamp_ms >= ts) {
-                        return Ok(Some((r.offset, r.timestamp_ms)));
+                    };
+                    let view = rill_proto::BatchView::new(&buf).map_err(corrupt)?;
+                    if let Some(found) = view.first_at_or_after(ts).map_err(corrupt)? {
+                        return Ok(Some(found));
                     }
                 }
                 pos += size as u64;

@@ -261,6 +261,30 @@ impl<'a> BatchView<'a> {
         &self.bytes[BATCH_HEADER_LEN..]
     }
 
+    /// The first record whose timestamp is at or after `ts`, as (offset,
+    /// timestamp): what ListOffsets by timestamp answers. A batch with log-append
+    /// time answers its first record at the batch's time. `None` when the batch
+    /// holds nothing that new (its max timestamp is checked first, so a batch
+    /// entirely older is not decoded).
+    pub fn first_at_or_after(
+        &self,
+        ts: TimestampMs,
+    ) -> Result<Option<(Offset, TimestampMs)>, DecodeError> {
+        let h = &self.header;
+        if h.max_timestamp < ts {
+            return Ok(None);
+        }
+        let records = self.records()?;
+        Ok(if h.is_log_append_time() {
+            records.first().map(|r| (r.offset, h.max_timestamp))
+        } else {
+            records
+                .iter()
+                .find(|r| r.timestamp_ms >= ts)
+                .map(|r| (r.offset, r.timestamp_ms))
+        })
+    }
+
     /// Decompresses and decodes every record, with absolute offsets.
     /// Checks the CRC first; checks that the record count and offset deltas agree
     /// with the header.

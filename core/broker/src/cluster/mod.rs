@@ -196,9 +196,8 @@ impl Cluster {
                     cluster.initialize(members).await?;
                     fresh = true;
                 }
-            } else if config.join.is_some() {
-                // Joined below, before registering.
-            } else {
+            } else if config.join.is_none() {
+                // Alone (a joining broker joins below, before registering).
                 let mut members = BTreeMap::new();
                 members.insert(config.id as NodeId, BasicNode::new(&cluster.addr));
                 cluster.initialize(members).await?;

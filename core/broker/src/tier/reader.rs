@@ -247,18 +247,12 @@ impl Tier {
                 };
                 for view in rill_proto::batch::batches(&bytes) {
                     let view = view.map_err(|e| corrupt(e.to_string()))?;
-                    let h = view.header;
-                    from = h.next_offset();
-                    if h.max_timestamp < ts {
-                        continue;
-                    }
-                    let records = view.records().map_err(|e| corrupt(e.to_string()))?;
-                    if h.is_log_append_time() {
-                        if let Some(r) = records.first() {
-                            return Ok(Some((r.offset, h.max_timestamp)));
-                        }
-                    } else if let Some(r) = records.iter().find(|r| r.timestamp_ms >= ts) {
-                        return Ok(Some((r.offset, r.timestamp_ms)));
+                    from = view.header.next_offset();
+                    if let Some(found) = view
+                        .first_at_or_after(ts)
+                        .map_err(|e| corrupt(e.to_string()))?
+                    {
+                        return Ok(Some(found));
                     }
                 }
             }

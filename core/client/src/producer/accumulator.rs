@@ -392,8 +392,7 @@ impl Accumulator {
                 let mut taken = 0;
                 while let Some(b) = q.ready.front() {
                     if (!req.is_empty() && *last_bytes + b.bytes.len() > max_request_bytes)
-                        || (retry && taken == 1)
-                        || (taken > 0 && b.attempts > 0)
+                        || (taken > 0 && (retry || b.attempts > 0))
                     {
                         break;
                     }
