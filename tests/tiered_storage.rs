@@ -86,20 +86,31 @@ fn local_segment_count(broker: &TestBroker, topic: &str) -> usize {
         .count()
 }
 
+/// `rill topic create` arguments of a one-partition tiered topic (16 KiB
+/// segments, two of them kept locally); `extra` goes after them.
+fn tiered_topic_args<'a>(topic: &'a str, extra: &[&'a str]) -> Vec<String> {
+    let mut args: Vec<String> = ["topic", "create", topic, "--partitions", "1"]
+        .into_iter()
+        .chain(extra.iter().copied())
+        .map(String::from)
+        .collect();
+    for config in [
+        format!("segment.bytes={SEGMENT_BYTES}"),
+        "remote.storage.enable=true".to_string(),
+        format!("local.retention.bytes={LOCAL_RETENTION_BYTES}"),
+    ] {
+        args.push("--config".into());
+        args.push(config);
+    }
+    args
+}
+
+fn as_strs(args: &[String]) -> Vec<&str> {
+    args.iter().map(String::as_str).collect()
+}
+
 fn create_tiered_topic(broker: &TestBroker, topic: &str) {
-    broker.rill_ok(&[
-        "topic",
-        "create",
-        topic,
-        "--partitions",
-        "1",
-        "--config",
-        &format!("segment.bytes={SEGMENT_BYTES}"),
-        "--config",
-        "remote.storage.enable=true",
-        "--config",
-        &format!("local.retention.bytes={LOCAL_RETENTION_BYTES}"),
-    ]);
+    broker.rill_ok(&as_strs(&tiered_topic_args(topic, &[])));
 }
 
 /// Records per `rill produce` run: one append is never split across segments, so
@@ -107,41 +118,72 @@ fn create_tiered_topic(broker: &TestBroker, topic: &str) {
 /// segment.bytes and rolls).
 const RECORDS_PER_PRODUCE: usize = 400;
 
-fn produce(broker: &TestBroker, topic: &str, range: std::ops::Range<usize>) {
+/// Produces `range` with one `rill produce` (`run(args, stdin)`) per chunk.
+fn produce_via(mut run: impl FnMut(&[&str], &[u8]), topic: &str, range: std::ops::Range<usize>) {
     let all: Vec<usize> = range.collect();
     for chunk in all.chunks(RECORDS_PER_PRODUCE) {
-        let mut input = String::new();
-        for &i in chunk {
-            input.push_str(&record(i));
-            input.push('\n');
+        let input: String = chunk.iter().map(|&i| format!("{}\n", record(i))).collect();
+        run(&["produce", topic], input.as_bytes());
+    }
+}
+
+fn produce(broker: &TestBroker, topic: &str, range: std::ops::Range<usize>) {
+    produce_via(
+        |args, input| {
+            broker.rill_stdin_ok(args, input);
+        },
+        topic,
+        range,
+    );
+}
+
+/// Calls `check` every `every` until it answers `Ok`, for at most
+/// [`TIERING_TIMEOUT`]; then fails with what it last saw (its `Err`) and `logs()`.
+fn poll_until<T>(
+    every: Duration,
+    logs: impl Fn() -> String,
+    mut check: impl FnMut() -> Result<T, String>,
+) -> T {
+    let deadline = Instant::now() + TIERING_TIMEOUT;
+    loop {
+        match check() {
+            Ok(v) => return v,
+            Err(seen) => assert!(
+                Instant::now() < deadline,
+                "not within {TIERING_TIMEOUT:?}: {seen}\n{}",
+                logs()
+            ),
         }
-        broker.rill_stdin_ok(&["produce", topic], input.as_bytes());
+        std::thread::sleep(every);
     }
 }
 
 /// Waits until local retention has removed all but a few segments and the log
 /// start is still 0 (the rest is remote).
 fn wait_tiered(broker: &TestBroker, topic: &str) -> (i64, i64, u64) {
-    let deadline = Instant::now() + TIERING_TIMEOUT;
-    loop {
-        let cols = storage_columns(broker, topic);
-        let local = local_segment_count(broker, topic);
-        // Local retention keeps 2 segments' worth, plus the active one, plus
-        // whatever is not uploaded yet.
-        if cols.1 > 0 && local <= (LOCAL_RETENTION_BYTES / SEGMENT_BYTES) as usize + 2 {
-            return cols;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "tiering did not catch up within {TIERING_TIMEOUT:?}: describe columns {cols:?}, {local} local segments\n{}",
-            broker.log()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    poll_until(
+        Duration::from_millis(200),
+        || broker.log(),
+        || {
+            let cols = storage_columns(broker, topic);
+            let local = local_segment_count(broker, topic);
+            // Local retention keeps 2 segments' worth, plus the active one, plus
+            // whatever is not uploaded yet.
+            if cols.1 > 0 && local <= (LOCAL_RETENTION_BYTES / SEGMENT_BYTES) as usize + 2 {
+                Ok(cols)
+            } else {
+                Err(format!(
+                    "tiering did not catch up: describe columns {cols:?}, {local} local segments"
+                ))
+            }
+        },
+    )
 }
 
-fn consume_all(broker: &TestBroker, topic: &str) {
-    let out = broker.rill_ok(&[
+/// Reads the topic from the beginning with `rill consume` (`run(args)`) and
+/// checks every record comes back, in order.
+fn consume_all_via(run: impl FnOnce(&[&str]) -> String, topic: &str) {
+    let out = run(&[
         "consume",
         topic,
         "--from-beginning",
@@ -155,6 +197,10 @@ fn consume_all(broker: &TestBroker, topic: &str) {
     for (i, line) in lines.iter().enumerate() {
         assert_eq!(*line, record(i), "record {i} in order");
     }
+}
+
+fn consume_all(broker: &TestBroker, topic: &str) {
+    consume_all_via(|args| broker.rill_ok(args), topic);
 }
 
 fn files_named(dir: &Path, suffix: &str, out: &mut Vec<PathBuf>) {
@@ -496,19 +542,14 @@ fn s3_server_tiers_survives_a_broker_kill_mid_upload_and_reads_back_everything()
     produce(&broker, "tiered", 0..RECORDS);
 
     // Kill the broker once some, not all, segments are in the manifest.
-    let deadline = Instant::now() + TIERING_TIMEOUT;
-    loop {
-        let (_, _, remote) = storage_columns(&broker, "tiered");
-        if remote > 0 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "nothing uploaded\n{}",
-            broker.log()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    poll_until(
+        Duration::from_millis(20),
+        || broker.log(),
+        || match storage_columns(&broker, "tiered") {
+            (_, _, remote) if remote > 0 => Ok(()),
+            _ => Err("nothing uploaded".into()),
+        },
+    );
     broker.sigkill();
     let before = manifest_bases(s3.port);
     assert!(!before.is_empty());
@@ -575,24 +616,23 @@ fn unreachable_store_is_reported_and_loses_nothing() {
     assert!(segments >= 10, "{segments}");
 
     // Wait until failures are counted, then check nothing local went away.
-    let deadline = Instant::now() + TIERING_TIMEOUT;
-    loop {
-        let (_, body) = http(metrics_port, "GET", "/metrics").unwrap();
-        let errors: f64 = body
-            .lines()
-            .filter(|l| l.starts_with("rill_tier_errors_total"))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum();
-        if errors >= 2.0 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no tier errors counted\n{body}\n{}",
-            broker.log()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    poll_until(
+        Duration::from_millis(200),
+        || broker.log(),
+        || {
+            let (_, body) = http(metrics_port, "GET", "/metrics").unwrap();
+            let errors: f64 = body
+                .lines()
+                .filter(|l| l.starts_with("rill_tier_errors_total"))
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum();
+            if errors >= 2.0 {
+                Ok(())
+            } else {
+                Err(format!("no tier errors counted\n{body}"))
+            }
+        },
+    );
     assert!(
         broker.log().contains("tiered storage pass failed"),
         "the failure is logged"
@@ -604,42 +644,51 @@ fn unreachable_store_is_reported_and_loses_nothing() {
 
 // ------------------------------------------------------------------ failover
 
-/// Base offsets listed in the manifest under `dir` (the file backend's copy).
-fn file_manifest_bases(dir: &Path) -> Vec<i64> {
-    let mut manifests = Vec::new();
-    files_named(dir, "manifest.json", &mut manifests);
-    let Some(path) = manifests.first() else {
-        return Vec::new();
-    };
-    let body = std::fs::read_to_string(path).unwrap_or_default();
-    body.split("\"base_offset\":")
-        .skip(1)
-        .filter_map(|rest| {
-            rest.trim_start()
-                .split(|c: char| !c.is_ascii_digit())
-                .next()
-                .and_then(|n| n.parse().ok())
-        })
-        .collect()
-}
-
-/// Produces `range` through the cluster, one `rill produce` per chunk.
 fn produce_to_cluster(
     c: &support::cluster::TestCluster,
     topic: &str,
     range: std::ops::Range<usize>,
 ) {
-    let all: Vec<usize> = range.collect();
-    for chunk in all.chunks(RECORDS_PER_PRODUCE) {
-        let input: String = chunk.iter().map(|&i| format!("{}\n", record(i))).collect();
-        c.rill_ok(&["produce", topic], input.as_bytes());
-    }
+    produce_via(
+        |args, input| {
+            c.rill_ok(args, input);
+        },
+        topic,
+        range,
+    );
+}
+
+/// The segments the file backend's manifest under `dir` lists, in order, as
+/// (`<base>-<epoch>` object stem, base offset, next offset); empty before the
+/// first manifest write.
+fn file_manifest_segments(dir: &Path) -> Vec<(String, i64, i64)> {
+    let mut manifests = Vec::new();
+    files_named(dir, "manifest.json", &mut manifests);
+    let Some(path) = manifests.first() else {
+        return Vec::new();
+    };
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    manifest["segments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|seg| {
+            let field = |name: &str| seg[name].as_i64().unwrap();
+            let base = field("base_offset");
+            (
+                format!("{base:020}-{}", field("leader_epoch")),
+                base,
+                field("next_offset"),
+            )
+        })
+        .collect()
 }
 
 /// Three brokers share one object store; the tiered topic's leader is killed
 /// while it is uploading. The new leader continues from the stored manifest
-/// (followers never write it), no base offset is listed twice, local retention
-/// goes on, and a consumer reads every record in order.
+/// (followers never write it), no base offset is listed twice, orphan objects
+/// are swept, and a consumer reads every record in order.
 #[test]
 fn leader_failover_while_tiering_loses_no_segment_and_lists_none_twice() {
     use support::cluster::{TestCluster, partition0};
@@ -651,26 +700,16 @@ fn leader_failover_while_tiering_loses_no_segment_and_lists_none_twice() {
         out.lines().filter(|l| l.contains(" yes")).count() == 3
     });
     let topic = "tiered-ha";
-    c.rill_ok(
+    let create = tiered_topic_args(
+        topic,
         &[
-            "topic",
-            "create",
-            topic,
-            "--partitions",
-            "1",
             "--replication-factor",
             "3",
             "--config",
             "min.insync.replicas=2",
-            "--config",
-            &format!("segment.bytes={SEGMENT_BYTES}"),
-            "--config",
-            "remote.storage.enable=true",
-            "--config",
-            &format!("local.retention.bytes={LOCAL_RETENTION_BYTES}"),
         ],
-        b"",
     );
+    c.rill_ok(&as_strs(&create), b"");
     let describe = c.wait_for("full ISR", &["topic", "describe", topic], |out| {
         partition0(out).is_some_and(|(l, _, isr)| l.is_some() && isr.len() == 3)
     });
@@ -678,15 +717,14 @@ fn leader_failover_while_tiering_loses_no_segment_and_lists_none_twice() {
     let half = RECORDS / 2;
     produce_to_cluster(&c, topic, 0..half);
     // Kill the leader once it has uploaded some segments (likely mid-upload).
-    let deadline = Instant::now() + TIERING_TIMEOUT;
-    while file_manifest_bases(tier.path()).len() < 5 {
-        assert!(
-            Instant::now() < deadline,
-            "no uploads within {TIERING_TIMEOUT:?}\n{}",
-            c.logs()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    poll_until(
+        Duration::from_millis(50),
+        || c.logs(),
+        || match file_manifest_segments(tier.path()).len() {
+            n if n >= 5 => Ok(()),
+            n => Err(format!("{n} segments uploaded")),
+        },
+    );
     // An orphan, as a leader killed between a segment upload and the manifest
     // write leaves one: the new leader must delete it.
     let mut manifests = Vec::new();
@@ -702,68 +740,56 @@ fn leader_failover_while_tiering_loses_no_segment_and_lists_none_twice() {
     c.spawn(leader as usize);
 
     // The new leader uploads the rest: the manifest reaches the second half.
-    let deadline = Instant::now() + TIERING_TIMEOUT;
-    let bases = loop {
-        let bases = file_manifest_bases(tier.path());
-        let segments_for_all = RECORDS as i64 * 60 / SEGMENT_BYTES as i64;
-        if bases.last().is_some_and(|b| *b > half as i64)
-            && bases.len() as i64 >= segments_for_all / 2
-        {
-            break bases;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the new leader did not continue tiering within {TIERING_TIMEOUT:?}: manifest bases {bases:?}\n{}",
-            c.logs()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let segments_for_all = RECORDS as i64 * 60 / SEGMENT_BYTES as i64;
+    let bases: Vec<i64> = poll_until(
+        Duration::from_millis(200),
+        || c.logs(),
+        || {
+            let bases: Vec<i64> = file_manifest_segments(tier.path())
+                .into_iter()
+                .map(|(_, base, _)| base)
+                .collect();
+            if bases.last().is_some_and(|b| *b > half as i64)
+                && bases.len() as i64 >= segments_for_all / 2
+            {
+                Ok(bases)
+            } else {
+                Err(format!(
+                    "the new leader did not continue tiering: manifest bases {bases:?}"
+                ))
+            }
+        },
+    );
     assert!(
         bases.windows(2).all(|w| w[0] < w[1]),
         "manifest base offsets strictly increase (none listed twice): {bases:?}"
     );
     assert_eq!(bases[0], 0, "the first segment is still listed: {bases:?}");
     // Orphans are swept once the new leader wrote the manifest: every segment
-    // object left is one the manifest names.
-    let deadline = Instant::now() + TIERING_TIMEOUT;
-    loop {
-        let manifest: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(&manifests[0]).unwrap()).unwrap();
-        let listed: Vec<String> = manifest["segments"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|s| {
-                format!(
-                    "{:020}-{}",
-                    s["base_offset"].as_i64().unwrap(),
-                    s["leader_epoch"].as_i64().unwrap()
-                )
-            })
-            .collect();
-        let mut logs = Vec::new();
-        files_named(&partition_dir, ".log", &mut logs);
-        let end = manifest["segments"].as_array().unwrap().last().unwrap()["next_offset"]
-            .as_i64()
-            .unwrap();
-        let orphans: Vec<String> = logs
-            .iter()
-            .map(|l| l.file_stem().unwrap().to_string_lossy().to_string())
-            .filter(|stem| {
-                !listed.contains(stem)
-                    && stem.split('-').next().unwrap().parse::<i64>().unwrap() < end
-            })
-            .collect();
-        if orphans.is_empty() && !planted.exists() {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "orphan objects not swept within {TIERING_TIMEOUT:?}: {orphans:?}\n{}",
-            c.logs()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    // object left below the manifest's end is one the manifest names.
+    poll_until(
+        Duration::from_millis(200),
+        || c.logs(),
+        || {
+            let listed = file_manifest_segments(tier.path());
+            let end = listed.last().map_or(0, |(_, _, next)| *next);
+            let mut logs = Vec::new();
+            files_named(&partition_dir, ".log", &mut logs);
+            let orphans: Vec<String> = logs
+                .iter()
+                .map(|l| l.file_stem().unwrap().to_string_lossy().to_string())
+                .filter(|stem| {
+                    !listed.iter().any(|(s, _, _)| s == stem)
+                        && stem.split('-').next().unwrap().parse::<i64>().unwrap() < end
+                })
+                .collect();
+            if orphans.is_empty() && !planted.exists() {
+                Ok(())
+            } else {
+                Err(format!("orphan objects not swept: {orphans:?}"))
+            }
+        },
+    );
     // Only the leader writes the manifest: no broker ever raced another for it.
     let logs = c.logs();
     assert!(
@@ -771,26 +797,5 @@ fn leader_failover_while_tiering_loses_no_segment_and_lists_none_twice() {
         "two brokers wrote the manifest:\n{logs}"
     );
 
-    let out = c.rill_ok(
-        &[
-            "consume",
-            topic,
-            "--from-beginning",
-            "--max-messages",
-            &RECORDS.to_string(),
-            "--timeout-ms",
-            "30000",
-        ],
-        b"",
-    );
-    let lines: Vec<&str> = out.lines().collect();
-    assert_eq!(
-        lines.len(),
-        RECORDS,
-        "every record comes back\n{}",
-        c.logs()
-    );
-    for (i, line) in lines.iter().enumerate() {
-        assert_eq!(*line, record(i), "record {i} in order");
-    }
+    consume_all_via(|args| c.rill_ok(args, b""), topic);
 }
