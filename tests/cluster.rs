@@ -5,7 +5,14 @@
 
 mod support;
 
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::thread;
+
 use support::cluster::{TestCluster, partition0};
+use support::rill_command;
 
 const TOPIC: &str = "my-replicated-topic";
 
@@ -188,4 +195,138 @@ fn bench_failover_time() {
         times[times.len() / 2],
         times[times.len() - 1]
     );
+}
+
+/// `rill group describe` parsed: the coordinator and, per partition, the
+/// committed offset.
+fn group_describe(out: &str) -> (i32, BTreeMap<u32, i64>) {
+    let coordinator = out
+        .lines()
+        .next()
+        .and_then(|l| l.split("Coordinator: ").nth(1))
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no coordinator in {out:?}"));
+    let mut committed = BTreeMap::new();
+    for line in out.lines() {
+        let cols: Vec<&str> = line.split_whitespace().collect();
+        if cols.len() == 7
+            && cols[1] == "events"
+            && let (Ok(p), Ok(c)) = (cols[2].parse(), cols[3].parse())
+        {
+            committed.insert(p, c);
+        }
+    }
+    (coordinator, committed)
+}
+
+/// Consumer groups on a cluster: `__consumer_offsets` is a replicated topic of
+/// the quorum, and when the group's coordinator is SIGKILLed the leader of its
+/// `__consumer_offsets` partition moves, the new coordinator loads the group's
+/// committed offsets, and a member that stays up keeps consuming and committing
+/// (no committed offset ever goes backwards, no record is skipped).
+#[test]
+fn group_offsets_survive_the_coordinator_being_killed() {
+    let mut c = TestCluster::start_joined(3, &[]);
+    c.wait_for("three live brokers", &["cluster", "info"], |out| {
+        out.lines().filter(|l| l.contains(" yes")).count() == 3
+    });
+    c.rill_ok(
+        &[
+            "topic",
+            "create",
+            "events",
+            "--partitions",
+            "3",
+            "--replication-factor",
+            "3",
+        ],
+        b"",
+    );
+    let first: String = (0..150).map(|i| format!("e{i:03}\n")).collect();
+    c.rill_ok(&["produce", "events"], first.as_bytes());
+
+    let mut member = rill_command(&c.home())
+        .env("RILL_BOOTSTRAP", c.bootstrap())
+        .args([
+            "consume",
+            "events",
+            "--group",
+            "g",
+            "--from-beginning",
+            "--session-timeout-ms",
+            "3000",
+            "--heartbeat-interval-ms",
+            "100",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn rill consume --group");
+    let lines = Arc::new(Mutex::new(Vec::<String>::new()));
+    let sink = lines.clone();
+    let stdout = member.stdout.take().unwrap();
+    thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            sink.lock().unwrap().push(line);
+        }
+    });
+
+    // Offsets never go backwards, in any describe we see.
+    let mut highest: BTreeMap<u32, i64> = BTreeMap::new();
+    let mut check = |out: &str| -> (i32, i64) {
+        let (coordinator, committed) = group_describe(out);
+        for (p, o) in &committed {
+            let h = highest.entry(*p).or_insert(*o);
+            assert!(
+                o >= h,
+                "partition {p}: committed offset went from {h} back to {o}\n{out}"
+            );
+            *h = *o;
+        }
+        (coordinator, committed.values().sum())
+    };
+    let out = c.wait_for(
+        "150 records committed",
+        &["group", "describe", "g"],
+        |out| group_describe(out).1.values().sum::<i64>() == 150,
+    );
+    let (coordinator, _) = check(&out);
+
+    // __consumer_offsets is a cluster topic, replicated on every broker.
+    let offsets = c.rill_ok(&["topic", "describe", "__consumer_offsets"], b"");
+    assert!(offsets.contains("ReplicationFactor:3"), "{offsets}");
+
+    c.kill(coordinator as usize);
+    let rest: String = (150..300).map(|i| format!("e{i:03}\n")).collect();
+    c.rill_ok(&["produce", "events"], rest.as_bytes());
+    let out = c.wait_for(
+        "a new coordinator with all 300 records committed",
+        &["group", "describe", "g"],
+        |out| {
+            let (now, committed) = group_describe(out);
+            now != coordinator && committed.values().sum::<i64>() == 300
+        },
+    );
+    check(&out);
+
+    let mut seen: Vec<String> = lines.lock().unwrap().clone();
+    seen.sort();
+    seen.dedup();
+    let want: Vec<String> = (0..300).map(|i| format!("e{i:03}")).collect();
+    assert_eq!(seen, want, "the member printed every record\n{}", c.logs());
+
+    // SIGTERM: the member commits and leaves the new coordinator's group cleanly.
+    #[allow(unsafe_code)]
+    // SAFETY: kill(2) on our own unreaped child; no memory-safety preconditions.
+    let rc = unsafe { libc::kill(member.id() as libc::pid_t, libc::SIGTERM) };
+    assert_eq!(rc, 0);
+    let status = support::wait_bounded(&mut member, std::time::Duration::from_secs(20))
+        .expect("the member exits after SIGTERM");
+    assert!(status.success(), "member exit status {status}");
+    let out = c.wait_for("an empty group", &["group", "describe", "g"], |out| {
+        out.contains("Members: 0")
+    });
+    assert_eq!(check(&out).1, 300, "{out}");
 }

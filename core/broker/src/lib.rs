@@ -97,7 +97,6 @@ impl Broker {
             let registry = TopicRegistry::load(&load_config)?;
             let cluster_id = load_or_create_cluster_id(&load_config.data_dir)?;
             let groups = group::GroupService::new(&load_config);
-            groups.load(&registry)?;
             Ok::<_, BrokerError>((registry, cluster_id, groups, local_topics))
         })
         .await

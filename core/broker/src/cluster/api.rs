@@ -46,16 +46,30 @@ pub async fn create_topic(
     spec: TopicSpec,
     validate_only: bool,
 ) -> Result<(), ErrorInfo> {
+    create_topic_with_id(state, spec, validate_only, None).await
+}
+
+/// [`create_topic`], keeping the topic id `id` when given (a broker moving a
+/// topic it made locally into the quorum keeps its logs: same id, same logs).
+pub async fn create_topic_with_id(
+    state: &Arc<BrokerState>,
+    spec: TopicSpec,
+    validate_only: bool,
+    id: Option<String>,
+) -> Result<(), ErrorInfo> {
     // Name, partition count and configs are checked by the registry (placement by
-    // the quorum), so validate with a replication factor of one.
-    let registry = state.registry.clone();
-    let check = TopicSpec {
-        replication_factor: 1,
-        ..spec.clone()
-    };
-    tokio::task::spawn_blocking(move || registry.create(&check, true))
-        .await
-        .map_err(|e| ErrorInfo::new(ErrorCode::InternalError, e.to_string()))??;
+    // the quorum), so validate with a replication factor of one. A topic moved in
+    // with its id exists locally already (it was checked when it was made).
+    if id.is_none() {
+        let registry = state.registry.clone();
+        let check = TopicSpec {
+            replication_factor: 1,
+            ..spec.clone()
+        };
+        tokio::task::spawn_blocking(move || registry.create(&check, true))
+            .await
+            .map_err(|e| ErrorInfo::new(ErrorCode::InternalError, e.to_string()))??;
+    }
     ready(state).await?;
     if spec.replication_factor == 0 {
         return Err(ErrorInfo::new(
@@ -82,7 +96,7 @@ pub async fn create_topic(
     if validate_only {
         return Ok(());
     }
-    let id = crate::metadata::new_topic_id();
+    let id = id.unwrap_or_else(crate::metadata::new_topic_id);
     let command = Command::CreateTopic {
         name: spec.name.clone(),
         id: id.clone(),

@@ -21,8 +21,9 @@
 //!
 //! Durable state (committed offsets, group epochs) changes only through
 //! [`Input::Replay`]: a commit is validated, its records are written, and only
-//! then is it visible to OffsetFetch. Membership is volatile: after a restart
-//! members are unknown and rejoin (their heartbeats get UNKNOWN_MEMBER_ID).
+//! then is it visible to OffsetFetch. Membership is volatile: after a restart or
+//! a move of the coordinator, members are unknown and rejoin (their heartbeats
+//! get UNKNOWN_MEMBER_ID).
 //!
 //! Invariants (asserted in `check_invariants`, run by the tests after every
 //! step): no partition is held (assigned or revoking) by two members; every
@@ -307,6 +308,13 @@ impl GroupCoordinator {
             config,
             groups: BTreeMap::new(),
         }
+    }
+
+    /// Forgets every group `keep` refuses: the shell drops the groups of a
+    /// `__consumer_offsets` partition this broker stopped leading, or is about
+    /// to load again from the log.
+    pub fn retain_groups(&mut self, keep: impl Fn(&str) -> bool) {
+        self.groups.retain(|gid, _| keep(gid));
     }
 
     /// Applies one input at time `now`.

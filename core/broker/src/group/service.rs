@@ -1,19 +1,32 @@
 //! The async shell around the [`GroupCoordinator`]: request handlers for the
 //! group apis, the session timer, and the link to `__consumer_offsets`.
 //!
-//! Every step runs under one mutex, together with the append of the records it
-//! produced and their replay, so the coordinator's durable state is exactly what
-//! the log holds, in log order. A commit is answered only after its records are
-//! appended to the group's partition (on one broker the ISR is this broker, so
-//! that is acks=all); if the append fails, the commit fails and nothing changes.
+//! `__consumer_offsets` is a topic of the cluster like any other: created through
+//! the metadata quorum (compacted, replication factor
+//! `offsets_topic_replication_factor` capped at the live brokers), replicated
+//! leader/follower. The coordinator of a group is the leader of the partition
+//! the group id hashes to ([`offsets_partition_for`]).
 //!
-//! Startup: [`GroupService::load`] reads every partition of `__consumer_offsets`
-//! from its log start and replays each record, so committed offsets and group
-//! epochs survive a restart. Members do not: they rejoin.
+//! Loading: when this broker becomes the leader of a partition of
+//! `__consumer_offsets` (in a leader epoch), it replays the partition's log up
+//! to its log end and serves that partition's groups from then on; when it stops
+//! leading it, it forgets them. The timer does this within
+//! [`GROUP_TICK_INTERVAL`] of a leadership change, and a request that arrives
+//! first does it itself. So committed offsets and group epochs survive a restart
+//! and a failover. Members do not: they rejoin the new coordinator (their
+//! heartbeats get UNKNOWN_MEMBER_ID).
+//!
+//! Every step runs under one mutex, together with the append of the records it
+//! produced and their replay, so the coordinator's durable state is what the
+//! leader's log holds, in log order. A commit is answered only after its records
+//! reached every in-sync replica (acks=all, bounded by
+//! [`REPLICATION_WAIT`]); if the append or the replication fails, the commit
+//! fails (a failed replication may still commit, as with a produce).
 //!
 //! Coordinator check: a group request is served only if this broker leads the
-//! group's `__consumer_offsets` partition (else NOT_COORDINATOR, and the client
-//! asks FindCoordinator again).
+//! group's `__consumer_offsets` partition and has loaded it in the current
+//! leader epoch (else NOT_COORDINATOR, and the client asks FindCoordinator,
+//! which any broker answers from the metadata it holds).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -24,43 +37,61 @@ use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
 use rill_proto::types::now_ms;
 use rill_proto::wire::*;
-use rill_proto::{BatchBuilder, Compression, Record};
+use rill_proto::{BatchBuilder, Compression, LeaderEpoch, Offset, Record};
 
 use super::coordinator::{CoordinatorConfig, GroupCoordinator, Input, Millis, Reply as GroupReply};
 use super::records::GroupRecord;
 use super::{OFFSETS_TOPIC, offsets_partition_for};
+use crate::cluster::api as cluster_api;
 use crate::config::BrokerConfig;
-use crate::error::BrokerError;
 use crate::handlers::Reply;
-use crate::partition::Partition;
+use crate::partition::{Partition, Topic};
 use crate::state::BrokerState;
 use crate::topics::{TopicRegistry, TopicSpec};
 
-/// How often sessions are checked for expiry.
+/// How often sessions are checked for expiry and leadership of
+/// `__consumer_offsets` for changes.
 pub const GROUP_TICK_INTERVAL: Duration = Duration::from_millis(100);
+/// Longest a commit waits for its records to reach every in-sync replica.
+pub const REPLICATION_WAIT: Duration = Duration::from_secs(5);
 /// Bytes read per step while loading `__consumer_offsets`.
 const LOAD_READ_BYTES: usize = 1024 * 1024;
+
+/// The coordinator and the partitions it has loaded, under one lock.
+#[derive(Debug)]
+struct Inner {
+    coordinator: GroupCoordinator,
+    /// `__consumer_offsets` partitions whose groups are loaded, with the leader
+    /// epoch they were loaded in.
+    loaded: BTreeMap<u32, LeaderEpoch>,
+}
 
 /// The group coordinator of this broker and what it needs around it.
 #[derive(Debug)]
 pub struct GroupService {
-    coordinator: Mutex<GroupCoordinator>,
+    inner: Mutex<Inner>,
     clock_base: Instant,
     /// Partitions of `__consumer_offsets`: the real count once it exists.
     offsets_partitions: AtomicU32,
+    /// One creation of `__consumer_offsets` at a time from this broker.
+    creating: tokio::sync::Mutex<()>,
 }
 
 impl GroupService {
     pub fn new(config: &BrokerConfig) -> GroupService {
         GroupService {
-            coordinator: Mutex::new(GroupCoordinator::new(CoordinatorConfig {
-                session_timeout_ms_min: config.group_min_session_timeout_ms,
-                session_timeout_ms_max: config.group_max_session_timeout_ms,
-                members_per_group_max: config.group_max_size,
-                ..CoordinatorConfig::default()
-            })),
+            inner: Mutex::new(Inner {
+                coordinator: GroupCoordinator::new(CoordinatorConfig {
+                    session_timeout_ms_min: config.group_min_session_timeout_ms,
+                    session_timeout_ms_max: config.group_max_session_timeout_ms,
+                    members_per_group_max: config.group_max_size,
+                    ..CoordinatorConfig::default()
+                }),
+                loaded: BTreeMap::new(),
+            }),
             clock_base: Instant::now(),
             offsets_partitions: AtomicU32::new(config.offsets_topic_num_partitions),
+            creating: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -68,99 +99,91 @@ impl GroupService {
         self.clock_base.elapsed().as_millis() as Millis
     }
 
-    /// Replays every record of `__consumer_offsets` (blocking). Returns how many.
-    pub fn load(&self, registry: &TopicRegistry) -> Result<usize, BrokerError> {
-        let Some(topic) = registry.topic(OFFSETS_TOPIC) else {
-            return Ok(0);
+    /// Whether partition `p` is loaded in its current leader epoch.
+    fn is_loaded(&self, p: &Partition) -> bool {
+        p.is_leader() && self.inner.lock().loaded.get(&p.index()) == Some(&p.leader_epoch())
+    }
+
+    /// Brings partition `p` of `__consumer_offsets` in line with its leadership
+    /// (blocking): loads its groups if this broker leads it in an epoch it has
+    /// not loaded, forgets them if it does not lead it.
+    fn sync_partition(&self, topic: &Topic, p: &Partition) -> Result<(), ErrorInfo> {
+        let mut inner = self.inner.lock();
+        let index = p.index();
+        let count = topic.partitions.len() as u32;
+        let epoch = p.leader_epoch();
+        if p.is_leader() {
+            if inner.loaded.get(&index) == Some(&epoch) {
+                return Ok(());
+            }
+            inner.loaded.remove(&index);
+            inner
+                .coordinator
+                .retain_groups(|g| offsets_partition_for(g, count) != index);
+            let now = self.now();
+            let records = replay_partition(&mut inner.coordinator, p, now).inspect_err(|e| {
+                tracing::error!(partition = index, error = %e, "could not load consumer groups");
+            })?;
+            inner.loaded.insert(index, epoch);
+            tracing::info!(
+                partition = index,
+                leader_epoch = %epoch,
+                records,
+                "this broker now coordinates the groups of {OFFSETS_TOPIC}-{index}"
+            );
+        } else if inner.loaded.remove(&index).is_some() {
+            inner
+                .coordinator
+                .retain_groups(|g| offsets_partition_for(g, count) != index);
+            tracing::info!(
+                partition = index,
+                leader = ?p.leader(),
+                "no longer the coordinator of the groups of {OFFSETS_TOPIC}-{index}"
+            );
+        }
+        Ok(())
+    }
+
+    /// Runs one step and makes its records durable: appended on the leader and
+    /// replayed, then replicated to the ISR. Err: the records were not appended
+    /// (nothing was replayed), or not replicated in time.
+    async fn step(&self, state: &BrokerState, input: Input) -> (GroupReply, Result<(), ErrorInfo>) {
+        let (reply, written) = {
+            let mut inner = self.inner.lock();
+            let now = self.now();
+            let out = inner.coordinator.step(now, input);
+            if out.records.is_empty() {
+                return (out.reply, Ok(()));
+            }
+            let written = self.append(state, &inner.loaded, &out.records);
+            if written.is_ok() {
+                for r in out.records {
+                    inner.coordinator.step(now, Input::Replay(r));
+                }
+            }
+            (out.reply, written)
         };
-        self.offsets_partitions
-            .store(topic.partitions.len() as u32, Ordering::Release);
-        let mut coordinator = self.coordinator.lock();
-        let now = self.now();
-        let mut count = 0usize;
-        for p in &topic.partitions {
-            let corrupt = |reason: String| BrokerError::LogRecovery {
-                topic: OFFSETS_TOPIC.to_string(),
-                partition: p.index(),
-                dir: p.dir().to_path_buf(),
-                source: rill_log::LogError::Corrupt {
-                    path: p.dir().to_path_buf(),
-                    position: 0,
-                    reason,
-                },
-            };
-            let mut from = p.log_start_offset();
-            while from < p.high_watermark() {
-                let Some(slice) = p
-                    .read(from, LOAD_READ_BYTES)
-                    .map_err(|e| corrupt(e.message))?
-                else {
-                    break;
-                };
-                let crate::partition::ReadPlan::Local(slice) = slice else {
-                    return Err(corrupt(format!(
-                        "offset {from} lies in the object store; {OFFSETS_TOPIC} is never tiered"
-                    )));
-                };
-                let bytes = slice
-                    .read()
-                    .map_err(|e| corrupt(format!("read failed: {e}")))?;
-                let mut next = from;
-                for batch in rill_proto::batch::batches(&bytes) {
-                    let batch = batch.map_err(|e| corrupt(e.to_string()))?;
-                    next = batch.header.next_offset();
-                    for r in batch.records().map_err(|e| corrupt(e.to_string()))? {
-                        if r.offset < from {
-                            continue;
-                        }
-                        let Some(key) = r.key.as_deref() else {
-                            continue;
-                        };
-                        match GroupRecord::decode(key, r.value.as_deref()) {
-                            Ok(Some(record)) => {
-                                coordinator.step(now, Input::Replay(record));
-                                count += 1;
-                            }
-                            Ok(None) => {}
-                            Err(e) => {
-                                return Err(corrupt(format!("record at offset {}: {e}", r.offset)));
-                            }
-                        }
-                    }
-                }
-                if next <= from {
-                    break;
-                }
-                from = next;
+        let appended = match written {
+            Ok(a) => a,
+            Err(e) => return (reply, Err(e)),
+        };
+        for (p, end) in appended {
+            if let Err(e) = cluster_api::wait_replicated(state, &p, end, REPLICATION_WAIT).await {
+                return (reply, Err(not_coordinator_if_moved(e)));
             }
         }
-        tracing::info!(
-            records = count,
-            "loaded consumer groups from {OFFSETS_TOPIC}"
-        );
-        Ok(count)
+        (reply, Ok(()))
     }
 
-    /// Runs one step and makes its records durable (appended, then replayed).
-    /// Err: the records could not be appended (nothing was replayed).
-    fn step(&self, state: &BrokerState, input: Input) -> (GroupReply, Result<(), ErrorInfo>) {
-        let mut coordinator = self.coordinator.lock();
-        let now = self.now();
-        let out = coordinator.step(now, input);
-        if out.records.is_empty() {
-            return (out.reply, Ok(()));
-        }
-        let written = self.append(state, &out.records);
-        if written.is_ok() {
-            for r in out.records {
-                coordinator.step(now, Input::Replay(r));
-            }
-        }
-        (out.reply, written)
-    }
-
-    /// Appends records to their groups' partitions, one batch per partition.
-    fn append(&self, state: &BrokerState, records: &[GroupRecord]) -> Result<(), ErrorInfo> {
+    /// Appends records to their groups' partitions, one batch per partition; each
+    /// partition must be led here and loaded in its current epoch. Returns the
+    /// partitions written and their log end after the append.
+    fn append(
+        &self,
+        state: &BrokerState,
+        loaded: &BTreeMap<u32, LeaderEpoch>,
+        records: &[GroupRecord],
+    ) -> Result<Vec<(Arc<Partition>, Offset)>, ErrorInfo> {
         let topic = state.registry.topic(OFFSETS_TOPIC).ok_or_else(|| {
             ErrorInfo::new(
                 ErrorCode::CoordinatorNotAvailable,
@@ -182,28 +205,98 @@ impl GroupService {
                     timestamp_ms: now,
                 });
         }
+        let mut appended = Vec::new();
         for (p, builder) in by_partition {
-            let partition = topic.partition(p).expect("index below the count");
+            let partition = topic.partition(p).expect("index below the count").clone();
+            if loaded.get(&p) != Some(&partition.leader_epoch()) {
+                return Err(not_coordinator(state, &partition));
+            }
+            cluster_api::check_produce(state, &partition, Acks::All)
+                .map_err(not_coordinator_if_moved)?;
             let bytes: Bytes = builder.build();
             let mut buf = BytesMut::from(&bytes[..]);
             partition.append(&mut buf, now).map_err(|e| {
                 tracing::error!(error = %e, partition = p, "could not write to {OFFSETS_TOPIC}");
                 e
             })?;
+            let end = partition.log_end_offset();
+            appended.push((partition, end));
         }
-        Ok(())
+        Ok(appended)
     }
 
     /// Expires sessions (called by the timer).
-    fn tick(&self, state: &BrokerState) {
-        let (_, written) = self.step(state, Input::Tick);
+    async fn tick(&self, state: &BrokerState) {
+        let (_, written) = self.step(state, Input::Tick).await;
         if let Err(e) = written {
             tracing::warn!(error = %e, "could not record expired group members");
         }
     }
 }
 
-/// Runs the session timer until shutdown.
+/// Replays every record of partition `p` from its log start to its log end
+/// (the new leader's log is the truth, committed or about to be). Returns how many.
+fn replay_partition(
+    coordinator: &mut GroupCoordinator,
+    p: &Partition,
+    now: Millis,
+) -> Result<usize, ErrorInfo> {
+    let corrupt = |reason: String| {
+        ErrorInfo::new(
+            ErrorCode::CoordinatorNotAvailable,
+            format!(
+                "{OFFSETS_TOPIC}-{} in {} cannot be loaded: {reason}; its groups are unavailable on this broker",
+                p.index(),
+                p.dir().display()
+            ),
+        )
+    };
+    let end = p.log_end_offset();
+    let mut from = p.log_start_offset();
+    let mut count = 0usize;
+    while from < end {
+        let Some(slice) = p
+            .read_up_to(from, LOAD_READ_BYTES, end)
+            .map_err(|e| corrupt(e.message))?
+        else {
+            break;
+        };
+        let bytes = slice
+            .read()
+            .map_err(|e| corrupt(format!("read failed: {e}")))?;
+        let mut next = from;
+        for batch in rill_proto::batch::batches(&bytes) {
+            let batch = batch.map_err(|e| corrupt(e.to_string()))?;
+            next = batch.header.next_offset();
+            for r in batch.records().map_err(|e| corrupt(e.to_string()))? {
+                if r.offset < from {
+                    continue;
+                }
+                let Some(key) = r.key.as_deref() else {
+                    continue;
+                };
+                match GroupRecord::decode(key, r.value.as_deref()) {
+                    Ok(Some(record)) => {
+                        coordinator.step(now, Input::Replay(record));
+                        count += 1;
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        return Err(corrupt(format!("record at offset {}: {e}", r.offset)));
+                    }
+                }
+            }
+        }
+        if next <= from {
+            break;
+        }
+        from = next;
+    }
+    Ok(count)
+}
+
+/// Runs the session timer, and follows leadership of `__consumer_offsets`,
+/// until shutdown.
 pub(crate) async fn timer_loop(state: Arc<BrokerState>) {
     let mut timer = tokio::time::interval(GROUP_TICK_INTERVAL);
     timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -212,56 +305,127 @@ pub(crate) async fn timer_loop(state: Arc<BrokerState>) {
             _ = state.shutdown.cancelled() => return,
             _ = timer.tick() => {}
         }
-        state.groups.tick(&state);
+        sync_leadership(&state).await;
+        state.groups.tick(&state).await;
     }
 }
 
-/// Creates `__consumer_offsets` if it does not exist (compacted, internal).
-async fn offsets_topic(
-    state: &Arc<BrokerState>,
-) -> Result<Arc<crate::partition::Topic>, ErrorInfo> {
-    if let Some(t) = state.registry.topic(OFFSETS_TOPIC) {
-        return Ok(t);
+/// Loads or forgets the groups of every `__consumer_offsets` partition whose
+/// leadership changed since the last look.
+async fn sync_leadership(state: &Arc<BrokerState>) {
+    let Some(topic) = state.registry.topic(OFFSETS_TOPIC) else {
+        return;
+    };
+    let changed: Vec<u32> = {
+        let inner = state.groups.inner.lock();
+        topic
+            .partitions
+            .iter()
+            .filter(|p| {
+                let loaded = inner.loaded.get(&p.index());
+                if p.is_leader() {
+                    loaded != Some(&p.leader_epoch())
+                } else {
+                    loaded.is_some()
+                }
+            })
+            .map(|p| p.index())
+            .collect()
+    };
+    for index in changed {
+        let _ = load_partition(state, &topic, index).await;
     }
-    let spec = TopicSpec {
+}
+
+/// [`GroupService::sync_partition`] off the async threads.
+async fn load_partition(
+    state: &Arc<BrokerState>,
+    topic: &Arc<Topic>,
+    index: u32,
+) -> Result<(), ErrorInfo> {
+    let s = state.clone();
+    let t = topic.clone();
+    tokio::task::spawn_blocking(move || {
+        let p = t.partition(index).expect("index below the count");
+        s.groups.sync_partition(&t, p)
+    })
+    .await
+    .map_err(|e| {
+        ErrorInfo::new(
+            ErrorCode::InternalError,
+            format!("loading {OFFSETS_TOPIC}-{index} failed: {e}; see the broker log"),
+        )
+    })?
+}
+
+/// The spec of `__consumer_offsets` as this broker would create it.
+fn offsets_topic_spec(state: &BrokerState, partitions: u32) -> TopicSpec {
+    let live = state.cluster.image().live_brokers().len().max(1);
+    TopicSpec {
         name: OFFSETS_TOPIC.to_string(),
-        partitions: state.config.offsets_topic_num_partitions,
+        partitions,
         replication_factor: state
             .config
             .offsets_topic_replication_factor
-            .min(state.registry.live_brokers().max(1) as u16),
-        // Never tiered: the coordinator replays this topic from local segments at start.
+            .min(u16::try_from(live).unwrap_or(u16::MAX)),
+        // Never tiered: the coordinator replays this topic from local segments.
         configs: vec![
             ("cleanup.policy".into(), "compact".into()),
             ("remote.storage.enable".into(), "false".into()),
         ],
         internal: true,
-    };
-    let registry = state.registry.clone();
-    let created = tokio::task::spawn_blocking(move || registry.create(&spec, false))
-        .await
-        .map_err(|e| {
-            ErrorInfo::new(
-                ErrorCode::InternalError,
-                format!("creating {OFFSETS_TOPIC} failed: {e}; see the broker log"),
-            )
-        })?;
-    match created {
-        Ok(()) => tracing::info!("created {OFFSETS_TOPIC}"),
-        Err(e) if e.code == ErrorCode::TopicAlreadyExists => {}
-        Err(e) => {
-            return Err(ErrorInfo::new(
-                ErrorCode::CoordinatorNotAvailable,
-                format!("could not create {OFFSETS_TOPIC}: {e}"),
-            ));
+    }
+}
+
+/// `__consumer_offsets`, created through the quorum on first use. A broker that
+/// holds one it made itself before the topic was a cluster topic moves it into
+/// the quorum with its id, so its committed offsets are kept.
+async fn offsets_topic(state: &Arc<BrokerState>) -> Result<Arc<Topic>, ErrorInfo> {
+    let in_quorum = || state.cluster.image().topics.contains_key(OFFSETS_TOPIC);
+    if in_quorum()
+        && let Some(t) = state.registry.topic(OFFSETS_TOPIC)
+    {
+        return Ok(t);
+    }
+    {
+        let _creating = state.groups.creating.lock().await;
+        if !in_quorum() {
+            let local = state.registry.topic(OFFSETS_TOPIC);
+            let partitions = local
+                .as_ref()
+                .map_or(state.config.offsets_topic_num_partitions, |t| {
+                    t.partitions.len() as u32
+                });
+            let spec = offsets_topic_spec(state, partitions);
+            let rf = spec.replication_factor;
+            match cluster_api::create_topic_with_id(state, spec, false, local.map(|t| t.id.clone()))
+                .await
+            {
+                Ok(()) => tracing::info!(
+                    partitions,
+                    replication_factor = rf,
+                    "created {OFFSETS_TOPIC}"
+                ),
+                Err(e) if e.code == ErrorCode::TopicAlreadyExists => {}
+                Err(e) => {
+                    return Err(ErrorInfo::new(
+                        ErrorCode::CoordinatorNotAvailable,
+                        format!("could not create {OFFSETS_TOPIC}: {e}"),
+                    ));
+                }
+            }
         }
     }
-    let t = state.registry.topic(OFFSETS_TOPIC).ok_or_else(|| {
-        ErrorInfo::new(
-            ErrorCode::CoordinatorNotAvailable,
-            format!("{OFFSETS_TOPIC} was deleted while being created: retry"),
-        )
-    })?;
+    let t = state
+        .registry
+        .topic(OFFSETS_TOPIC)
+        .filter(|_| in_quorum())
+        .ok_or_else(|| {
+            ErrorInfo::new(
+                ErrorCode::CoordinatorNotAvailable,
+                format!("{OFFSETS_TOPIC} is being created: retry"),
+            )
+        })?;
     state
         .groups
         .offsets_partitions
@@ -269,28 +433,52 @@ async fn offsets_topic(
     Ok(t)
 }
 
-/// The leader of a partition as this broker sees it (the first replica; the
-/// cluster's metadata replaces this when partitions get elected leaders).
-fn leader_of(p: &Partition) -> i32 {
-    p.replicas()[0]
+/// NOT_COORDINATOR for partition `p` of `__consumer_offsets`.
+fn not_coordinator(state: &BrokerState, p: &Partition) -> ErrorInfo {
+    let led_by = match p.leader() {
+        Some(l) if l == state.config.id => {
+            "is led here but its groups are still loading".to_string()
+        }
+        Some(l) => format!("is led by broker {l}"),
+        None => "has no leader right now".to_string(),
+    };
+    ErrorInfo::new(
+        ErrorCode::NotCoordinator,
+        format!(
+            "broker {} is not the coordinator of groups on {OFFSETS_TOPIC}-{} (it {led_by}): ask FindCoordinator again",
+            state.config.id,
+            p.index()
+        ),
+    )
 }
 
-/// The group's partition of `__consumer_offsets`, if this broker leads it.
+/// A partition error that means the coordinator moved becomes NOT_COORDINATOR
+/// (the client then finds the new one).
+fn not_coordinator_if_moved(e: ErrorInfo) -> ErrorInfo {
+    if e.code == ErrorCode::NotLeaderOrFollower {
+        ErrorInfo::new(ErrorCode::NotCoordinator, e.message)
+    } else {
+        e
+    }
+}
+
+/// The group's partition of `__consumer_offsets`, if this broker coordinates
+/// it: it leads the partition and has loaded it (loading it now if needed).
 async fn check_coordinator(state: &Arc<BrokerState>, group_id: &str) -> Result<(), ErrorInfo> {
     super::coordinator::validate_group_id(group_id)?;
     let topic = offsets_topic(state).await?;
-    let p = offsets_partition_for(group_id, topic.partitions.len() as u32);
-    let leader = leader_of(topic.partition(p).expect("in range"));
-    if leader != state.config.id {
-        return Err(ErrorInfo::new(
-            ErrorCode::NotCoordinator,
-            format!(
-                "broker {} is not the coordinator of group {group_id} ({OFFSETS_TOPIC}-{p} is led by broker {leader}): ask FindCoordinator again",
-                state.config.id
-            ),
-        ));
+    let index = offsets_partition_for(group_id, topic.partitions.len() as u32);
+    let p = topic.partition(index).expect("in range");
+    if state.groups.is_loaded(p) {
+        return Ok(());
     }
-    Ok(())
+    if p.is_leader() {
+        load_partition(state, &topic, index).await?;
+        if state.groups.is_loaded(p) {
+            return Ok(());
+        }
+    }
+    Err(not_coordinator(state, p))
 }
 
 /// Partition counts of every non-internal topic.
@@ -352,7 +540,7 @@ pub(crate) async fn dispatch(
                 request: req,
                 partition_counts: partition_counts(&state.registry),
             };
-            let (out, written) = groups.step(state, input);
+            let (out, written) = groups.step(state, input).await;
             let GroupReply::Heartbeat(resp) = out else {
                 return Err(unexpected(api));
             };
@@ -372,13 +560,15 @@ pub(crate) async fn dispatch(
                 }));
             }
             let gid = req.group_id.clone();
-            let (out, written) = groups.step(
-                state,
-                Input::CommitOffsets {
-                    request: req,
-                    wall_ms: now_ms(),
-                },
-            );
+            let (out, written) = groups
+                .step(
+                    state,
+                    Input::CommitOffsets {
+                        request: req,
+                        wall_ms: now_ms(),
+                    },
+                )
+                .await;
             let GroupReply::Commit(mut resp) = out else {
                 return Err(unexpected(api));
             };
@@ -405,14 +595,14 @@ pub(crate) async fn dispatch(
                     offsets: Vec::new(),
                 }));
             }
-            match groups.step(state, Input::FetchOffsets(req)).0 {
+            match groups.step(state, Input::FetchOffsets(req)).await.0 {
                 GroupReply::Fetch(resp) => Ok(reply(resp)),
                 _ => Err(unexpected(api)),
             }
         }
         ApiKey::ListGroups => {
             let _req: ListGroupsRequest = decode(meta)?;
-            match groups.step(state, Input::ListGroups).0 {
+            match groups.step(state, Input::ListGroups).await.0 {
                 GroupReply::List(resp) => Ok(reply(resp)),
                 _ => Err(unexpected(api)),
             }
@@ -436,7 +626,7 @@ pub(crate) async fn dispatch(
                 }
             }
             let input = Input::DescribeGroups(DescribeGroupsRequest { group_ids: mine });
-            match groups.step(state, input).0 {
+            match groups.step(state, input).await.0 {
                 GroupReply::Describe(mut resp) => {
                     resp.groups.extend(errors);
                     Ok(reply(resp))
@@ -457,10 +647,12 @@ pub(crate) async fn dispatch(
                     }),
                 }
             }
-            let (out, written) = groups.step(
-                state,
-                Input::DeleteGroups(DeleteGroupsRequest { group_ids: mine }),
-            );
+            let (out, written) = groups
+                .step(
+                    state,
+                    Input::DeleteGroups(DeleteGroupsRequest { group_ids: mine }),
+                )
+                .await;
             let GroupReply::Delete(mut resp) = out else {
                 return Err(unexpected(api));
             };
@@ -496,19 +688,34 @@ async fn find_coordinator(state: &Arc<BrokerState>, group_id: &str) -> FindCoord
         Err(e) => return fail(e),
     };
     let p = offsets_partition_for(group_id, topic.partitions.len() as u32);
-    let leader = leader_of(topic.partition(p).expect("in range"));
-    if leader != state.config.id {
+    let Some(leader) = topic.partition(p).expect("in range").leader() else {
+        return fail(ErrorInfo::new(
+            ErrorCode::CoordinatorNotAvailable,
+            format!("{OFFSETS_TOPIC}-{p} (group {group_id}) has no leader right now: retry"),
+        ));
+    };
+    let addr = if leader == state.config.id {
+        Some(state.advertised.clone())
+    } else {
+        state
+            .cluster
+            .image()
+            .brokers
+            .get(&leader)
+            .map(|b| b.addr.clone())
+    };
+    let Some(addr) = addr else {
         return fail(ErrorInfo::new(
             ErrorCode::CoordinatorNotAvailable,
             format!(
-                "{OFFSETS_TOPIC}-{p} (group {group_id}) is led by broker {leader}, whose address this broker does not know: retry"
+                "{OFFSETS_TOPIC}-{p} (group {group_id}) is led by broker {leader}, which is not registered yet: retry"
             ),
         ));
-    }
+    };
     FindCoordinatorResponse {
         error: None,
         partition: p,
-        coordinator_id: state.config.id,
-        coordinator_addr: state.advertised.clone(),
+        coordinator_id: leader,
+        coordinator_addr: addr,
     }
 }

@@ -91,7 +91,7 @@ pub async fn run(command: GroupCommand) -> anyhow::Result<()> {
                 .await
                 .map_err(|e| client_error(format!("cannot describe group {}", args.group), e))?;
             let mut out = format!(
-                "Group: {}  State: {}  Epoch: {}  Assignor: {}  Members: {}\n\n",
+                "Group: {}  State: {}  Epoch: {}  Assignor: {}  Coordinator: {}  Members: {}\n\n",
                 g.group_id,
                 g.state,
                 g.group_epoch,
@@ -100,6 +100,7 @@ pub async fn run(command: GroupCommand) -> anyhow::Result<()> {
                 } else {
                     &g.assignor
                 },
+                g.coordinator,
                 g.members.len()
             );
             if !g.members.is_empty() {

@@ -15,7 +15,7 @@ use rill_proto::wire::{
     ListGroupsRequest, OffsetCommitPartition, OffsetCommitRequest, OffsetFetchRequest, OffsetSpec,
 };
 
-use super::{COORDINATOR_RETRY_BACKOFF, from_wire};
+use super::{COORDINATOR_MOVE_WAIT, COORDINATOR_RETRY_BACKOFF, from_wire};
 use crate::TopicPartition;
 use crate::admin::Admin;
 use crate::client::Client;
@@ -67,6 +67,8 @@ pub struct GroupDescription {
     pub state: String,
     pub group_epoch: i32,
     pub assignor: String,
+    /// The broker that coordinates the group (leads its `__consumer_offsets` partition).
+    pub coordinator: i32,
     pub members: Vec<GroupMember>,
     pub partitions: Vec<GroupPartition>,
 }
@@ -81,9 +83,18 @@ impl Client {
         req: &R,
         error: impl Fn(&R::Response) -> Option<&ErrorInfo>,
     ) -> Result<R::Response, ClientError> {
-        let mut attempt = 0;
+        Ok(self.group_call_at(group_id, req, error).await?.0)
+    }
+
+    /// [`Client::group_call`], also returning the coordinator that answered.
+    pub(crate) async fn group_call_at<R: ApiRequest>(
+        &self,
+        group_id: &str,
+        req: &R,
+        error: impl Fn(&R::Response) -> Option<&ErrorInfo>,
+    ) -> Result<(R::Response, i32), ClientError> {
+        let deadline = tokio::time::Instant::now() + COORDINATOR_MOVE_WAIT;
         loop {
-            attempt += 1;
             let coordinator = self.find_coordinator(group_id).await?;
             let resp = self.call(Some(coordinator), req, &[]).await;
             let moved = match &resp {
@@ -95,7 +106,7 @@ impl Client {
                 }),
                 Err(e) => e.is_retriable(),
             };
-            if moved && attempt < 3 {
+            if moved && tokio::time::Instant::now() < deadline {
                 tokio::time::sleep(COORDINATOR_RETRY_BACKOFF).await;
                 continue;
             }
@@ -106,7 +117,7 @@ impl Client {
                     e.clone(),
                 ));
             }
-            return Ok(r);
+            return Ok((r, coordinator));
         }
     }
 }
@@ -147,9 +158,9 @@ impl Admin {
         let req = DescribeGroupsRequest {
             group_ids: vec![group_id.to_string()],
         };
-        let mut resp = self
+        let (mut resp, coordinator) = self
             .client
-            .group_call(group_id, &req, |r| {
+            .group_call_at(group_id, &req, |r| {
                 r.groups.first().and_then(|g| g.error.as_ref())
             })
             .await?;
@@ -220,6 +231,7 @@ impl Admin {
             state: g.state,
             group_epoch: g.group_epoch,
             assignor: g.assignor,
+            coordinator,
             members,
             partitions,
         })

@@ -57,6 +57,10 @@ pub const LEAVE_ON_DROP_TIMEOUT: Duration = Duration::from_secs(2);
 pub const COORDINATOR_RETRY_BACKOFF: Duration = Duration::from_millis(100);
 /// Bound on finding the coordinator (retrying while it is not available).
 pub const FIND_COORDINATOR_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a commit or an admin group request keeps retrying while the
+/// coordinator moves (a failover of its `__consumer_offsets` partition takes
+/// about two seconds).
+pub const COORDINATOR_MOVE_WAIT: Duration = Duration::from_secs(15);
 
 /// An assignment change, in the order it happened.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -164,7 +168,16 @@ impl Client {
             let req = FindCoordinatorRequest {
                 group_id: group_id.to_string(),
             };
-            let (resp, _) = self.call(None, &req, &[]).await?;
+            let resp = match self.call(None, &req, &[]).await {
+                Ok((resp, _)) => resp,
+                Err(e) if e.is_retriable() && Instant::now() < deadline => {
+                    // That broker is down or restarting: ask another.
+                    tracing::debug!(group_id, error = %e, "could not ask for the coordinator");
+                    tokio::time::sleep(COORDINATOR_RETRY_BACKOFF).await;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             match resp.error {
                 None => {
                     let known = self
@@ -563,32 +576,34 @@ impl GroupConsumer {
             "commit offsets of group {} (member {})",
             self.config.group_id, self.member_id
         );
-        let mut attempts = 0;
+        // The coordinator may be moving (its broker died, a new leader of its
+        // `__consumer_offsets` partition is loading): retry within the bound.
+        // The same offsets again are harmless, so a commit that may or may not
+        // have been written is simply sent again.
+        let deadline = Instant::now() + COORDINATOR_MOVE_WAIT;
         let resp = loop {
-            attempts += 1;
-            let coordinator = self.coordinator().await?;
-            let resp = match self.client.call(Some(coordinator), &req, &[]).await {
-                Ok((resp, _)) => resp,
-                Err(e) if e.is_retriable() && attempts < 3 => {
-                    self.coordinator = None;
-                    tokio::time::sleep(COORDINATOR_RETRY_BACKOFF).await;
-                    continue;
-                }
-                Err(e) => return Err(e),
+            let failed = match self.coordinator().await {
+                Err(e) => e,
+                Ok(coordinator) => match self.client.call(Some(coordinator), &req, &[]).await {
+                    Err(e) => e,
+                    Ok((resp, _)) => {
+                        let retriable = resp
+                            .partitions
+                            .iter()
+                            .find_map(|p| p.error.clone().filter(|e| e.code.is_retriable()));
+                        match resp.error.clone().or(retriable) {
+                            Some(e) => ClientError::broker(what.clone(), e),
+                            None => break resp,
+                        }
+                    }
+                },
             };
-            match &resp.error {
-                Some(e)
-                    if matches!(
-                        e.code,
-                        ErrorCode::NotCoordinator | ErrorCode::CoordinatorNotAvailable
-                    ) && attempts < 3 =>
-                {
-                    self.coordinator = None;
-                    tokio::time::sleep(COORDINATOR_RETRY_BACKOFF).await;
-                }
-                Some(e) => return Err(ClientError::broker(what, e.clone())),
-                None => break resp,
+            if !failed.is_retriable() || Instant::now() >= deadline {
+                return Err(failed);
             }
+            tracing::debug!(group = %self.config.group_id, error = %failed, "commit failed; retrying");
+            self.coordinator = None;
+            tokio::time::sleep(COORDINATOR_RETRY_BACKOFF).await;
         };
         let mut first_error = None;
         for p in resp.partitions {
