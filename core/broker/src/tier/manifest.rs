@@ -102,6 +102,17 @@ pub enum ManifestError {
         ours: u64,
         our_epoch: LeaderEpoch,
     },
+    #[error(
+        "manifest of {topic}-{partition} was replaced by another writer after this broker read version {read} \
+         (the object store refused the conditional write of version {ours}): this broker re-reads it and stops \
+         uploading if it is no longer the leader"
+    )]
+    Replaced {
+        topic: String,
+        partition: u32,
+        read: u64,
+        ours: u64,
+    },
 }
 
 impl Manifest {

@@ -109,6 +109,9 @@ pub struct Tier {
     pub config: ObjectStoreConfig,
     pub cache: RemoteCache,
     pub metrics: TierMetrics,
+    /// Whether the store replaces objects conditionally (compare-and-swap on the
+    /// ETag); cleared the first time it answers that it cannot.
+    pub conditional_replace: std::sync::atomic::AtomicBool,
 }
 
 impl Tier {
@@ -186,6 +189,7 @@ impl Tier {
             cache: RemoteCache::new(config.cache_bytes),
             config: config.clone(),
             metrics: TierMetrics::register(),
+            conditional_replace: std::sync::atomic::AtomicBool::new(true),
         })
     }
 

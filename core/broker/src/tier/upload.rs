@@ -26,7 +26,7 @@ use super::{MANIFEST_NAME, RemoteLog, Tier, segment_objects};
 use crate::partition::{Partition, Topic};
 use crate::state::BrokerState;
 use object_store::path::Path as ObjectPath;
-use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion};
 use rill_log::TierableSegment;
 use rill_proto::types::now_ms;
 use rill_proto::{LeaderEpoch, Offset};
@@ -34,6 +34,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -353,6 +354,19 @@ pub async fn load_manifest(
     topic: &str,
     partition: u32,
 ) -> Result<Option<Manifest>, TierError> {
+    Ok(load_manifest_versioned(tier, prefix, topic, partition)
+        .await?
+        .map(|(m, _)| m))
+}
+
+/// The stored manifest and the store's version of the object (its ETag and,
+/// where the store versions objects, the version), for a conditional replace.
+async fn load_manifest_versioned(
+    tier: &Tier,
+    prefix: &ObjectPath,
+    topic: &str,
+    partition: u32,
+) -> Result<Option<(Manifest, UpdateVersion)>, TierError> {
     let path = prefix.clone().join(MANIFEST_NAME);
     let got = match tier.store.get(&path).await {
         Ok(got) => got,
@@ -376,34 +390,85 @@ pub async fn load_manifest(
             ),
         }));
     }
+    let version = UpdateVersion {
+        e_tag: got.meta.e_tag.clone(),
+        version: got.meta.version.clone(),
+    };
     let bytes = got.bytes().await.map_err(|source| TierError::Store {
         op: "manifest_read",
         path: path.to_string(),
         source,
     })?;
-    Ok(Some(Manifest::decode(&bytes, topic, partition)?))
+    Ok(Some((Manifest::decode(&bytes, topic, partition)?, version)))
 }
 
 /// Replaces the stored manifest with `next`, after checking that the store still
-/// holds its predecessor (see [`check_successor`]).
+/// holds its predecessor (see [`check_successor`]); the write itself is
+/// conditional on the object being the one read (see [`put_manifest`]).
 async fn store_manifest(
     tier: &Tier,
     prefix: &ObjectPath,
     next: &Manifest,
 ) -> Result<(), TierError> {
     next.validate()?;
-    let stored = load_manifest(tier, prefix, &next.topic, next.partition).await?;
-    check_successor(stored.as_ref(), next)?;
+    let stored = load_manifest_versioned(tier, prefix, &next.topic, next.partition).await?;
+    check_successor(stored.as_ref().map(|(m, _)| m), next)?;
+    put_manifest(tier, prefix, next, stored.map(|(_, v)| v)).await
+}
+
+/// Writes `next` only if the store still holds the object version `read`
+/// (`None`: only if there is no manifest yet): a compare-and-swap, so a paused
+/// old leader that resumes between its read and its write cannot overwrite a
+/// newer manifest. Stores that cannot write conditionally (object_store's local
+/// file system cannot replace conditionally) get a plain write; the leader-epoch
+/// check of [`check_successor`] just before it is then the only guard, which
+/// leaves a window of one round trip. That is logged once per broker.
+pub(super) async fn put_manifest(
+    tier: &Tier,
+    prefix: &ObjectPath,
+    next: &Manifest,
+    read: Option<UpdateVersion>,
+) -> Result<(), TierError> {
     let path = prefix.clone().join(MANIFEST_NAME);
-    tier.store
-        .put(&path, PutPayload::from(next.encode()))
+    let payload = PutPayload::from(next.encode());
+    let write_err = |source| TierError::Store {
+        op: "manifest_write",
+        path: path.to_string(),
+        source,
+    };
+    let mode = match read {
+        None => PutMode::Create,
+        Some(_) if !tier.conditional_replace.load(Ordering::Relaxed) => PutMode::Overwrite,
+        Some(v) => PutMode::Update(v),
+    };
+    let conditional = !matches!(mode, PutMode::Overwrite);
+    match tier
+        .store
+        .put_opts(&path, payload.clone(), PutOptions::from(mode))
         .await
-        .map_err(|source| TierError::Store {
-            op: "manifest_write",
-            path: path.to_string(),
-            source,
-        })?;
-    Ok(())
+    {
+        Ok(_) => Ok(()),
+        Err(
+            object_store::Error::Precondition { .. } | object_store::Error::AlreadyExists { .. },
+        ) if conditional => Err(TierError::Manifest(ManifestError::Replaced {
+            topic: next.topic.clone(),
+            partition: next.partition,
+            read: next.manifest_version.saturating_sub(1),
+            ours: next.manifest_version,
+        })),
+        Err(object_store::Error::NotImplemented { .. }) if conditional => {
+            if tier.conditional_replace.swap(false, Ordering::Relaxed) {
+                tracing::warn!(
+                    store = %tier.url,
+                    "this object store cannot replace an object conditionally; manifest writes rely on the \
+                     leader-epoch check alone (use S3, GCS or Azure for compare-and-swap)"
+                );
+            }
+            tier.store.put(&path, payload).await.map_err(write_err)?;
+            Ok(())
+        }
+        Err(source) => Err(write_err(source)),
+    }
 }
 
 fn read_at(file: &File, position: u64, len: u64, what: &str) -> Result<Vec<u8>, TierError> {
@@ -620,4 +685,77 @@ pub async fn delete_topic_objects(tier: Arc<Tier>, topic: String, topic_id: Stri
         }
     }
     tracing::info!(%topic, objects = deleted, "deleted the remote objects of a deleted topic");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ObjectStoreConfig;
+
+    fn seg(base: i64, next: i64, epoch: i32) -> RemoteSegment {
+        RemoteSegment {
+            base_offset: Offset(base),
+            next_offset: Offset(next),
+            size_bytes: 100,
+            max_timestamp_ms: 5,
+            leader_epoch: LeaderEpoch(epoch),
+            offset_index_bytes: 8,
+            time_index_bytes: 12,
+        }
+    }
+
+    /// Compare-and-swap: an old leader that read version 1, paused, and resumes
+    /// after the new leader stored version 2 is refused, not written over it.
+    #[tokio::test]
+    async fn a_writer_that_read_an_old_manifest_cannot_replace_a_newer_one() {
+        let tier = Tier::open(&ObjectStoreConfig {
+            url: "memory://".into(),
+            ..ObjectStoreConfig::default()
+        })
+        .unwrap();
+        let prefix = ObjectPath::from("t-id/0");
+        let v1 = Manifest::empty("t", "id", 0, LeaderEpoch(0))
+            .with_segment(seg(0, 10, 0), LeaderEpoch(0));
+        store_manifest(&tier, &prefix, &v1).await.unwrap();
+
+        let (_, read) = load_manifest_versioned(&tier, &prefix, "t", 0)
+            .await
+            .unwrap()
+            .expect("stored");
+        let new_leader = v1.with_segment(seg(10, 20, 1), LeaderEpoch(1));
+        put_manifest(&tier, &prefix, &new_leader, Some(read.clone()))
+            .await
+            .unwrap();
+        let old_leader = v1.with_segment(seg(10, 15, 0), LeaderEpoch(0));
+        let e = put_manifest(&tier, &prefix, &old_leader, Some(read))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                TierError::Manifest(ManifestError::Replaced {
+                    read: 1,
+                    ours: 2,
+                    ..
+                })
+            ),
+            "{e}"
+        );
+        assert!(
+            e.to_string().contains("was replaced by another writer"),
+            "{e}"
+        );
+        // A first manifest is created only where there is none.
+        let e = put_manifest(&tier, &prefix, &v1, None).await.unwrap_err();
+        assert!(
+            matches!(e, TierError::Manifest(ManifestError::Replaced { .. })),
+            "{e}"
+        );
+
+        let stored = load_manifest(&tier, &prefix, "t", 0)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(stored, new_leader);
+    }
 }
