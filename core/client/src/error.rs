@@ -103,6 +103,16 @@ impl ClientError {
         }
     }
 
+    /// Whether a group coordinator refused this member as no longer in the group
+    /// (UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH): it has lost its partitions and
+    /// rejoins; records since its last commit will be delivered again.
+    pub fn is_fenced(&self) -> bool {
+        matches!(
+            self.code(),
+            Some(ErrorCode::UnknownMemberId | ErrorCode::FencedMemberEpoch)
+        )
+    }
+
     /// Whether retrying the same operation later can succeed.
     pub fn is_retriable(&self) -> bool {
         match self {

@@ -144,7 +144,20 @@ impl Source {
             printed.iter().map(|(tp, o)| (tp.clone(), *o)).collect();
         // Commits the revoked partitions too (they are still ours until this
         // call acknowledges the revocation).
-        member.commit_offsets(&offsets).await?;
+        match member.commit_offsets(&offsets).await {
+            Ok(()) => {}
+            Err(e) if e.is_fenced() => {
+                // Removed from the group (session ended, or a new coordinator has
+                // not seen us yet): rejoin and go on from the committed offsets.
+                tracing::warn!(
+                    error = %e,
+                    "the group no longer counts this consumer; rejoining (records since the last commit may print again)"
+                );
+                printed.clear();
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        }
         for tp in revoked {
             tracing::info!("revoked {tp}");
             printed.remove(&tp);

@@ -599,6 +599,12 @@ impl GroupConsumer {
                 },
             };
             if !failed.is_retriable() || Instant::now() >= deadline {
+                if failed.is_fenced() {
+                    // The coordinator no longer counts this member as the owner (its
+                    // session ended, or the coordinator moved and has not seen it
+                    // yet): the partitions are gone, the next heartbeat rejoins.
+                    self.lose_all();
+                }
                 return Err(failed);
             }
             tracing::debug!(group = %self.config.group_id, error = %failed, "commit failed; retrying");
