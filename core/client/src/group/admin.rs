@@ -126,26 +126,43 @@ impl Client {
 const LIST_GROUPS_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl Admin {
-    /// Every group of the cluster (asks each broker for the groups it coordinates).
+    /// Every group of the cluster: asks each live broker for the groups it
+    /// coordinates. A broker that does not answer (it just died; its groups are
+    /// moving to the others) is skipped with a warning; only when no broker
+    /// answers is it an error.
     pub async fn list_groups(&self) -> Result<Vec<GroupListing>, ClientError> {
-        let brokers: Vec<i32> = {
-            let meta = self.client.inner.metadata.read();
-            let mut ids: Vec<i32> = meta.brokers.keys().copied().collect();
-            ids.sort_unstable();
-            ids
-        };
+        let meta = self.client.metadata(Some(Vec::new())).await?;
+        let mut brokers: Vec<i32> = meta
+            .brokers
+            .iter()
+            .filter(|b| b.alive)
+            .map(|b| b.id)
+            .collect();
+        brokers.sort_unstable();
         let mut out = Vec::new();
+        let mut answered = 0;
+        let mut first_error = None;
         for id in brokers {
             let call = self.client.call(Some(id), &ListGroupsRequest {}, &[]);
-            match tokio::time::timeout(LIST_GROUPS_TIMEOUT, call).await {
-                Ok(Ok((resp, _))) => out.extend(resp.groups),
-                Ok(Err(e)) => return Err(e),
-                Err(_) => {
-                    return Err(ClientError::Timeout {
-                        what: format!("list groups of broker {id} (after {LIST_GROUPS_TIMEOUT:?})"),
-                    });
+            let failed = match tokio::time::timeout(LIST_GROUPS_TIMEOUT, call).await {
+                Ok(Ok((resp, _))) => {
+                    answered += 1;
+                    out.extend(resp.groups);
+                    continue;
                 }
-            }
+                Ok(Err(e)) if e.is_retriable() => e,
+                Ok(Err(e)) => return Err(e),
+                Err(_) => ClientError::Timeout {
+                    what: format!("list groups of broker {id} (after {LIST_GROUPS_TIMEOUT:?})"),
+                },
+            };
+            tracing::warn!(broker = id, error = %failed, "a broker did not list its groups; skipping it");
+            first_error.get_or_insert(failed);
+        }
+        if answered == 0
+            && let Some(e) = first_error
+        {
+            return Err(e);
         }
         out.sort_by(|a, b| a.group_id.cmp(&b.group_id));
         out.dedup_by(|a, b| a.group_id == b.group_id);
