@@ -201,7 +201,7 @@ impl TransformInstance {
     /// Err only when a fresh instance cannot be made (init fails).
     pub fn process(
         &mut self,
-        records: &[InputRecord],
+        records: &[InputRecord<'_>],
         stop_at_failure: bool,
     ) -> Result<Vec<RecordOutcome>, TransformError> {
         if records.is_empty() {
@@ -285,7 +285,7 @@ impl TransformInstance {
     /// One call into the guest under the deadline; Err describes a trap.
     fn call(
         &mut self,
-        records: &[InputRecord],
+        records: &[InputRecord<'_>],
     ) -> Result<Vec<Result<Vec<OutputRecord>, String>>, String> {
         self.store
             .set_epoch_deadline(ticks(self.limits.call_timeout));
@@ -362,7 +362,11 @@ fn instantiate(
         ))
     })?;
     store.set_epoch_deadline(ticks(limits.call_timeout));
-    match bindings.call_init(&mut store, config) {
+    let config: Vec<(&str, &str)> = config
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    match bindings.call_init(&mut store, &config) {
         Ok(Ok(())) => {}
         Ok(Err(msg)) => return Err(fail(format!("init refused the configuration: {msg}"))),
         Err(e) => {

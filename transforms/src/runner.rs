@@ -35,7 +35,7 @@ use crate::instance::{Limits, RecordOutcome, TransformInstance, now_ms};
 use crate::module::TransformModule;
 use crate::registry::{InstanceStatus, LOGS_TOPIC, LogRecord, STATUS_TOPIC, read_to_end};
 use crate::state::StateStore;
-use crate::wit::{Header as WitHeader, InputRecord, OutputRecord};
+use crate::wit::{HeaderParam, InputRecord, OutputRecord};
 
 /// Commit points queued behind the committer (back-pressure beyond).
 pub const COMMIT_POINTS_IN_FLIGHT_MAX: usize = 16;
@@ -238,7 +238,12 @@ impl Runner {
             if !self.instances.contains_key(&tp) {
                 continue; // revoked while the fetch was in flight
             }
-            let inputs: Vec<InputRecord> = records.iter().map(to_input).collect();
+            let headers: Vec<Vec<HeaderParam<'_>>> = records.iter().map(header_params).collect();
+            let inputs: Vec<InputRecord<'_>> = records
+                .iter()
+                .zip(&headers)
+                .map(|(r, h)| to_input(r, h))
+                .collect();
             let halt_policy = self.deployment.on_error == ErrorPolicy::Halt;
             let instance = self.instances.get_mut(&tp).expect("checked above");
             let outcomes = run_wasm(|| instance.process(&inputs, halt_policy))?;
@@ -569,21 +574,26 @@ fn run_wasm<T>(f: impl FnOnce() -> T) -> T {
     }
 }
 
-fn to_input(r: &ConsumerRecord) -> InputRecord {
+/// A record's headers as the guest call borrows them.
+fn header_params(r: &ConsumerRecord) -> Vec<HeaderParam<'_>> {
+    r.headers
+        .iter()
+        .map(|h| HeaderParam {
+            key: &h.key,
+            value: &h.value,
+        })
+        .collect()
+}
+
+/// The input record as the guest call borrows it (no copy on the host side).
+fn to_input<'a>(r: &'a ConsumerRecord, headers: &'a [HeaderParam<'a>]) -> InputRecord<'a> {
     InputRecord {
-        topic: r.topic.to_string(),
+        topic: &r.topic,
         partition: r.partition,
         offset: r.offset.0,
         timestamp_ms: r.timestamp_ms,
-        key: r.key.as_ref().map(|k| k.to_vec()),
-        value: r.value.as_ref().map(|v| v.to_vec()),
-        headers: r
-            .headers
-            .iter()
-            .map(|h| WitHeader {
-                key: h.key.clone(),
-                value: h.value.to_vec(),
-            })
-            .collect(),
+        key: r.key.as_deref(),
+        value: r.value.as_deref(),
+        headers,
     }
 }

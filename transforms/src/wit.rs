@@ -8,11 +8,15 @@ wasmtime::component::bindgen!({
     path: "../sdk/wit",
     world: "rill:transform/transform@0.1.0",
     imports: { default: trappable },
+    // Borrowed parameter types: the host lends a record's topic, key, value and
+    // headers to the call (they are copied once, into guest memory) instead of
+    // copying them into owned host buffers first.
+    ownership: Borrowing { duplicate_if_necessary: true },
 });
 
 pub use rill::transform::log::Level;
 // `InputRecord` and `OutputRecord` are at this module's root (the world `use`s them).
-pub use rill::transform::types::Header;
+pub use rill::transform::types::{HeaderParam, HeaderResult};
 
 /// The contract version the host speaks (the WIT package version).
 pub const CONTRACT_VERSION: &str = "0.1.0";

@@ -293,15 +293,18 @@ fn boundary(module: Arc<TransformModule>, values: &[Bytes]) -> anyhow::Result<f6
         Limits::default(),
         StateStore::default(),
     )?;
-    let batch: Vec<InputRecord> = (0..BOUNDARY_BATCH)
+    let keys: Vec<Vec<u8>> = (0..BOUNDARY_BATCH)
+        .map(|i| format!("k{i}").into_bytes())
+        .collect();
+    let batch: Vec<InputRecord<'_>> = (0..BOUNDARY_BATCH)
         .map(|i| InputRecord {
-            topic: "bench".into(),
+            topic: "bench",
             partition: 0,
             offset: i as i64,
             timestamp_ms: 0,
-            key: Some(format!("k{i}").into_bytes()),
-            value: Some(values[i % values.len()].to_vec()),
-            headers: vec![],
+            key: Some(&keys[i]),
+            value: Some(&values[i % values.len()]),
+            headers: &[],
         })
         .collect();
     let rounds = 200;
