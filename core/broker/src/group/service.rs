@@ -30,7 +30,6 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
@@ -71,8 +70,6 @@ struct Inner {
 pub struct GroupService {
     inner: Mutex<Inner>,
     clock_base: Instant,
-    /// Partitions of `__consumer_offsets`: the real count once it exists.
-    offsets_partitions: AtomicU32,
     /// One creation of `__consumer_offsets` at a time from this broker.
     creating: tokio::sync::Mutex<()>,
 }
@@ -90,7 +87,6 @@ impl GroupService {
                 loaded: BTreeMap::new(),
             }),
             clock_base: Instant::now(),
-            offsets_partitions: AtomicU32::new(config.offsets_topic_num_partitions),
             creating: tokio::sync::Mutex::new(()),
         }
     }
@@ -101,7 +97,7 @@ impl GroupService {
 
     /// Whether partition `p` is loaded in its current leader epoch.
     fn is_loaded(&self, p: &Partition) -> bool {
-        p.is_leader() && self.inner.lock().loaded.get(&p.index()) == Some(&p.leader_epoch())
+        p.is_leader() && in_line(&self.inner.lock().loaded, p)
     }
 
     /// Brings partition `p` of `__consumer_offsets` in line with its leadership
@@ -112,10 +108,10 @@ impl GroupService {
         let index = p.index();
         let count = topic.partitions.len() as u32;
         let epoch = p.leader_epoch();
+        if in_line(&inner.loaded, p) {
+            return Ok(());
+        }
         if p.is_leader() {
-            if inner.loaded.get(&index) == Some(&epoch) {
-                return Ok(());
-            }
             inner.loaded.remove(&index);
             inner
                 .coordinator
@@ -131,7 +127,8 @@ impl GroupService {
                 records,
                 "this broker now coordinates the groups of {OFFSETS_TOPIC}-{index}"
             );
-        } else if inner.loaded.remove(&index).is_some() {
+        } else {
+            inner.loaded.remove(&index);
             inner
                 .coordinator
                 .retain_groups(|g| offsets_partition_for(g, count) != index);
@@ -321,19 +318,23 @@ async fn sync_leadership(state: &Arc<BrokerState>) {
         topic
             .partitions
             .iter()
-            .filter(|p| {
-                let loaded = inner.loaded.get(&p.index());
-                if p.is_leader() {
-                    loaded != Some(&p.leader_epoch())
-                } else {
-                    loaded.is_some()
-                }
-            })
+            .filter(|p| !in_line(&inner.loaded, p))
             .map(|p| p.index())
             .collect()
     };
     for index in changed {
         let _ = load_partition(state, &topic, index).await;
+    }
+}
+
+/// Whether what is loaded of partition `p` matches its leadership: loaded in
+/// the current leader epoch where this broker leads it, not loaded elsewhere.
+fn in_line(loaded: &BTreeMap<u32, LeaderEpoch>, p: &Partition) -> bool {
+    let epoch = loaded.get(&p.index());
+    if p.is_leader() {
+        epoch == Some(&p.leader_epoch())
+    } else {
+        epoch.is_none()
     }
 }
 
@@ -426,10 +427,6 @@ async fn offsets_topic(state: &Arc<BrokerState>) -> Result<Arc<Topic>, ErrorInfo
                 format!("{OFFSETS_TOPIC} is being created: retry"),
             )
         })?;
-    state
-        .groups
-        .offsets_partitions
-        .store(t.partitions.len() as u32, Ordering::Release);
     Ok(t)
 }
 
