@@ -6,22 +6,17 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
 use std::process::Stdio;
-use std::sync::{Arc, Mutex};
-use std::thread;
 
 use support::cluster::{TestCluster, partition0};
-use support::rill_command;
+use support::{collect_lines_on_thread, rill_command};
 
 const TOPIC: &str = "my-replicated-topic";
 
 #[test]
 fn quickstart_three_brokers_survive_the_leader_being_killed() {
     let mut c = TestCluster::start_joined(3, &[]);
-    c.wait_for("three live brokers", &["cluster", "info"], |out| {
-        out.lines().filter(|l| l.contains(" yes")).count() == 3
-    });
+    c.wait_all_live();
 
     c.rill_ok(
         &[
@@ -140,9 +135,7 @@ fn bench_failover_time() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(5);
     let mut c = TestCluster::start_joined(3, &[]);
-    c.wait_for("three live brokers", &["cluster", "info"], |out| {
-        out.lines().filter(|l| l.contains(" yes")).count() == 3
-    });
+    c.wait_all_live();
     c.rill_ok(
         &[
             "topic",
@@ -228,9 +221,7 @@ fn group_describe(out: &str) -> (i32, BTreeMap<u32, i64>) {
 #[test]
 fn group_offsets_survive_the_coordinator_being_killed() {
     let mut c = TestCluster::start_joined(3, &[]);
-    c.wait_for("three live brokers", &["cluster", "info"], |out| {
-        out.lines().filter(|l| l.contains(" yes")).count() == 3
-    });
+    c.wait_all_live();
     c.rill_ok(
         &[
             "topic",
@@ -264,14 +255,7 @@ fn group_offsets_survive_the_coordinator_being_killed() {
         .stderr(Stdio::inherit())
         .spawn()
         .expect("spawn rill consume --group");
-    let lines = Arc::new(Mutex::new(Vec::<String>::new()));
-    let sink = lines.clone();
-    let stdout = member.stdout.take().unwrap();
-    thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            sink.lock().unwrap().push(line);
-        }
-    });
+    let lines = collect_lines_on_thread(member.stdout.take().unwrap());
 
     // Offsets never go backwards, in any describe we see.
     let mut highest: BTreeMap<u32, i64> = BTreeMap::new();

@@ -67,9 +67,8 @@ fn acknowledged_writes_survive_kills_and_pauses() {
     let mut rng = Rng(seed);
 
     let mut c = TestCluster::start_joined(3, &[]);
-    c.wait_for("three live brokers", &["cluster", "info"], |out| {
-        out.lines().filter(|l| l.contains(" yes")).count() == 3
-    });
+
+    c.wait_all_live();
     c.rill_ok(
         &[
             "topic",

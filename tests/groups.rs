@@ -8,7 +8,6 @@
 mod support;
 
 use std::collections::{BTreeMap, HashMap};
-use std::io::{BufRead, BufReader};
 use std::process::{Child, Stdio};
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -48,17 +47,7 @@ impl Member {
             .stderr(Stdio::inherit())
             .spawn()
             .expect("spawn rill consume --group");
-        let stdout = child.stdout.take().unwrap();
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let sink = lines.clone();
-        thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                match line {
-                    Ok(l) => sink.lock().unwrap().push(l),
-                    Err(_) => return,
-                }
-            }
-        });
+        let lines = collect_lines_on_thread(child.stdout.take().unwrap());
         Member { child, lines }
     }
 

@@ -696,9 +696,7 @@ fn leader_failover_while_tiering_loses_no_segment_and_lists_none_twice() {
     let url = format!("file://{}", tier.path().display());
     let (_cfg_dir, cfg) = broker_config(Some(&url));
     let mut c = TestCluster::start_joined(3, &["--config", cfg.to_str().unwrap()]);
-    c.wait_for("three live brokers", &["cluster", "info"], |out| {
-        out.lines().filter(|l| l.contains(" yes")).count() == 3
-    });
+    c.wait_all_live();
     let topic = "tiered-ha";
     let create = tiered_topic_args(
         topic,

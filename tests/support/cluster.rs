@@ -138,6 +138,14 @@ impl TestCluster {
         }
     }
 
+    /// Waits until `rill cluster info` shows every broker of the cluster alive.
+    pub fn wait_all_live(&self) {
+        let n = self.brokers.len();
+        self.wait_for(&format!("{n} live brokers"), &["cluster", "info"], |out| {
+            out.lines().filter(|l| l.contains(" yes")).count() == n
+        });
+    }
+
     /// Every broker's log, for a failure message.
     pub fn logs(&self) -> String {
         (0..self.brokers.len())

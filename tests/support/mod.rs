@@ -22,7 +22,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, ExitStatus, Output, Stdio};
-use std::sync::mpsc;
+use std::sync::{Arc, Mutex, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -373,6 +373,18 @@ pub fn read_to_end_on_thread(mut pipe: impl Read + Send + 'static) -> thread::Jo
         let _ = pipe.read_to_end(&mut buf);
         buf
     })
+}
+
+/// Collects a pipe's lines, as they arrive, on a thread.
+pub fn collect_lines_on_thread(pipe: impl Read + Send + 'static) -> Arc<Mutex<Vec<String>>> {
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    let sink = lines.clone();
+    thread::spawn(move || {
+        for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+            sink.lock().unwrap().push(line);
+        }
+    });
+    lines
 }
 
 /// Asserts a command exited 0, printing its output (and the broker log) otherwise.
