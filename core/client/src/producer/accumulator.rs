@@ -317,6 +317,41 @@ impl Accumulator {
         }
     }
 
+    /// Appends `records` to `partition` as one batch of their own, closed at
+    /// once, so the broker appends all of them or none: the partition's open
+    /// batch is closed first and nothing joins this one. `reserved` is the
+    /// buffer memory held for all of them. The caller bounds their size.
+    pub fn append_batch(
+        &mut self,
+        topic: &str,
+        partition: u32,
+        records: &[Record],
+        reserved: usize,
+        now: Instant,
+    ) -> Arc<BatchCompletion> {
+        let id = self.next_batch_id;
+        self.next_batch_id += 1;
+        self.incomplete.insert(id);
+        let compression = self.compression;
+        let t = topic_mut(&mut self.topics, topic);
+        t.close(partition);
+        let completion = BatchCompletion::new(t.name.clone(), partition);
+        let mut builder = BatchBuilder::new(compression);
+        for r in records {
+            builder.push(r);
+        }
+        t.partition_mut(partition).open = Some(OpenBatch {
+            id,
+            builder,
+            created: now,
+            reserved,
+            count: records.len() as u32,
+            completion: completion.clone(),
+        });
+        t.close(partition);
+        completion
+    }
+
     /// Takes ready batches into requests. `budget(broker)` says how many more
     /// requests that broker may have in flight; `leader` maps a partition to its
     /// leader.
@@ -529,6 +564,26 @@ mod tests {
         }
         assert_eq!(records, 10);
         assert!(a.is_empty());
+    }
+
+    #[test]
+    fn an_atomic_batch_holds_exactly_its_records_past_batch_size() {
+        let mut a = acc(100);
+        let t0 = Instant::now();
+        a.append("t", 0, &rec("before"), 1, t0);
+        let big: Vec<Record> = (0..5).map(|i| rec(&format!("{i:060}"))).collect();
+        a.append_batch("t", 0, &big, 5, t0);
+        let after = a.append("t", 0, &rec("after"), 1, t0);
+        assert!(after.new_batch, "nothing joins the atomic batch");
+        let d = a.drain(t0, 1 << 20, |_, _| Some(1), |_| 5);
+        let batches = &d.requests[0].1;
+        let counts: Vec<usize> = batches
+            .iter()
+            .map(|b| BatchView::new(&b.bytes).unwrap().records().unwrap().len())
+            .collect();
+        // In order: the earlier open batch, then the five records together
+        // although they are three times batch_size.
+        assert_eq!(counts, vec![1, 5]);
     }
 
     #[test]

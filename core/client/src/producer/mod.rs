@@ -141,6 +141,15 @@ pub(crate) struct ProducerShared {
 }
 
 impl ProducerShared {
+    /// The setting that bounds one batch, and its value.
+    fn size_bound(&self) -> (&'static str, usize) {
+        if self.config.buffer_memory < self.request_payload_max {
+            ("buffer_memory", self.config.buffer_memory)
+        } else {
+            ("max_request_bytes", self.request_payload_max)
+        }
+    }
+
     pub fn broker_permits(&self, broker: i32) -> Arc<Semaphore> {
         self.in_flight
             .lock()
@@ -256,11 +265,7 @@ impl Producer {
             timestamp_ms,
         };
         let size = record_size(&rec);
-        let (limit, max) = if shared.config.buffer_memory < shared.request_payload_max {
-            ("buffer_memory", shared.config.buffer_memory)
-        } else {
-            ("max_request_bytes", shared.request_payload_max)
-        };
+        let (limit, max) = shared.size_bound();
         if size + rill_proto::batch::BATCH_HEADER_LEN > max {
             return Err(ClientError::RecordTooLarge {
                 topic: record.topic,
@@ -269,30 +274,7 @@ impl Producer {
                 max,
             });
         }
-        // Fast path without a timer when there is room; else wait, bounded.
-        match shared.buffer.try_acquire_many(size as u32) {
-            Ok(permit) => permit.forget(),
-            Err(tokio::sync::TryAcquireError::Closed) => return Err(ClientError::Closed),
-            Err(tokio::sync::TryAcquireError::NoPermits) => {
-                match tokio::time::timeout(
-                    shared.config.delivery_timeout,
-                    shared.buffer.acquire_many(size as u32),
-                )
-                .await
-                {
-                    Ok(Ok(permit)) => permit.forget(),
-                    Ok(Err(_)) => return Err(ClientError::Closed),
-                    Err(_) => {
-                        return Err(ClientError::Timeout {
-                            what: format!(
-                                "waiting for producer buffer space for a record to {} (buffer_memory {} bytes is full: is the broker slow or unreachable?)",
-                                record.topic, shared.config.buffer_memory
-                            ),
-                        });
-                    }
-                }
-            }
-        }
+        self.reserve(&record.topic, size).await?;
         let appended = shared.acc.lock().append_to(
             &record.topic,
             explicit,
@@ -310,6 +292,116 @@ impl Producer {
             timestamp_ms,
             shared.config.acks,
         ))
+    }
+
+    /// Holds `size` bytes of buffer memory for records to `topic`; waits while
+    /// the buffer is full, up to `delivery_timeout`.
+    async fn reserve(&self, topic: &str, size: usize) -> Result<(), ClientError> {
+        let shared = &self.shared;
+        // Fast path without a timer when there is room; else wait, bounded.
+        match shared.buffer.try_acquire_many(size as u32) {
+            Ok(permit) => permit.forget(),
+            Err(tokio::sync::TryAcquireError::Closed) => return Err(ClientError::Closed),
+            Err(tokio::sync::TryAcquireError::NoPermits) => {
+                match tokio::time::timeout(
+                    shared.config.delivery_timeout,
+                    shared.buffer.acquire_many(size as u32),
+                )
+                .await
+                {
+                    Ok(Ok(permit)) => permit.forget(),
+                    Ok(Err(_)) => return Err(ClientError::Closed),
+                    Err(_) => {
+                        return Err(ClientError::Timeout {
+                            what: format!(
+                                "waiting for producer buffer space for a record to {topic} (buffer_memory {} bytes is full: is the broker slow or unreachable?)",
+                                shared.config.buffer_memory
+                            ),
+                        });
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Queues `records` as one batch that the broker appends whole or not at
+    /// all (a crash never leaves a part of them in the log). They must all
+    /// name the same topic and the same explicit partition, and fit in one
+    /// request. Returns one delivery future per record; they resolve together.
+    pub async fn send_atomic(
+        &self,
+        records: Vec<ProducerRecord>,
+    ) -> Result<Vec<DeliveryFuture>, ClientError> {
+        let shared = &self.shared;
+        if shared.closing.load(Ordering::Relaxed) {
+            return Err(ClientError::Closed);
+        }
+        let Some(first) = records.first() else {
+            return Ok(Vec::new());
+        };
+        let (topic_name, partition) = (first.topic.clone(), first.partition);
+        let Some(partition) = partition else {
+            return Err(ClientError::Config(format!(
+                "an atomic batch to topic {topic_name} needs an explicit partition"
+            )));
+        };
+        if let Some(r) = records
+            .iter()
+            .find(|r| r.topic != topic_name || r.partition != Some(partition))
+        {
+            return Err(ClientError::Config(format!(
+                "an atomic batch goes to one partition: {topic_name}-{partition}, but a record names {}-{}",
+                r.topic,
+                r.partition.map_or("(none)".to_string(), |p| p.to_string())
+            )));
+        }
+        let topic = shared.client.topic(&topic_name).await?;
+        let count = topic.partitions.len() as u32;
+        if partition >= count {
+            return Err(ClientError::Config(format!(
+                "partition {partition} of topic {topic_name} does not exist: it has {count} partitions"
+            )));
+        }
+        let recs: Vec<(Record, TimestampMs)> = records
+            .into_iter()
+            .map(|r| {
+                let timestamp_ms = r.timestamp_ms.unwrap_or_else(now_ms);
+                let rec = Record {
+                    key: r.key,
+                    value: r.value,
+                    headers: r.headers,
+                    timestamp_ms,
+                };
+                (rec, timestamp_ms)
+            })
+            .collect();
+        let size: usize = recs.iter().map(|(r, _)| record_size(r)).sum();
+        let (limit, max) = shared.size_bound();
+        if size + rill_proto::batch::BATCH_HEADER_LEN > max {
+            // The whole batch is the unit here, so its size is what is reported.
+            return Err(ClientError::RecordTooLarge {
+                topic: topic_name,
+                size,
+                limit,
+                max,
+            });
+        }
+        self.reserve(&topic_name, size).await?;
+        let (records, stamps): (Vec<Record>, Vec<TimestampMs>) = recs.into_iter().unzip();
+        let completion =
+            shared
+                .acc
+                .lock()
+                .append_batch(&topic_name, partition, &records, size, Instant::now());
+        shared.wake.notify_one();
+        Ok(stamps
+            .into_iter()
+            .enumerate()
+            .map(|(i, ts)| {
+                DeliveryFuture::new(completion.clone(), i as u32, ts, shared.config.acks)
+            })
+            .collect())
     }
 
     /// Sends a record and waits for its acknowledgement.
