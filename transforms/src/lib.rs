@@ -21,6 +21,7 @@
 //! record are dropped; every queue is bounded (commit points in flight, log
 //! lines, state size, module size).
 
+pub mod checkpoint;
 pub mod deployment;
 pub mod engine;
 pub mod error;

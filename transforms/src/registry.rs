@@ -83,17 +83,30 @@ pub async fn read_to_end(
     client: &Client,
     tps: &[TopicPartition],
 ) -> Result<Vec<ConsumerRecord>, ClientError> {
+    read_between(client, tps, rill_client::OffsetSpec::Earliest).await
+}
+
+/// Every record of `tps` from the offset `from` names (per partition) to their
+/// end as of now.
+pub async fn read_between(
+    client: &Client,
+    tps: &[TopicPartition],
+    from: rill_client::OffsetSpec,
+) -> Result<Vec<ConsumerRecord>, ClientError> {
     let ends: HashMap<TopicPartition, Offset> = client
         .list_offsets(tps, rill_client::OffsetSpec::Latest)
         .await?
         .into_iter()
         .collect();
+    let starts = client.list_offsets(tps, from).await?;
     let mut consumer = client.consumer(ConsumerConfig {
         fetch_max_wait: Duration::from_millis(50),
         ..ConsumerConfig::default()
     })?;
     consumer.assign(tps.to_vec());
-    consumer.seek_to_beginning(tps).await?;
+    for (tp, start) in &starts {
+        consumer.seek(tp, *start)?;
+    }
     let mut out = Vec::new();
     let deadline = Instant::now() + READ_TO_END_TIMEOUT;
     loop {

@@ -9,31 +9,39 @@
 //! point is acknowledged, then writes the point's state writes to the changelog
 //! and waits for those, and only then hands the offsets back to be committed.
 //! So an input offset is committed only after its outputs and state are
-//! durable (at least once), and the changelog never runs ahead of the outputs
-//! (a restart re-processes, it never forgets an output). Up to
-//! [`COMMIT_POINTS_IN_FLIGHT_MAX`] points are in flight, so processing runs
-//! ahead of acknowledgements.
+//! durable (at least once), and the changelog never runs ahead of the outputs.
+//! With the state writes, in one atomic batch, goes the partition's
+//! checkpoint; with the outputs, an origin header: so a restart neither
+//! applies a state write twice nor writes an output twice (see
+//! `checkpoint.rs`). Up to [`COMMIT_POINTS_IN_FLIGHT_MAX`] points are in
+//! flight, so processing runs ahead of acknowledgements; the changelog writes
+//! of one point travel while the next point's outputs are awaited.
 //!
 //! Partitions come and go through [`Runner::assign`] and [`Runner::revoke`]:
-//! on assignment the partition's state is restored from the changelog topic;
-//! on revocation every pending commit point is resolved and committed first.
+//! on assignment the partition's state and checkpoint are restored from the
+//! changelog topic and the outputs written after the checkpoint are noted; on
+//! revocation every pending commit point is resolved and committed first.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use rill_client::partitioner::partition_for_key;
 use rill_client::{
-    Client, ClientError, ConsumerRecord, DeliveryFuture, Header, Offset, Producer, ProducerConfig,
-    ProducerRecord, TopicPartition,
+    Client, ClientError, ConsumerRecord, DeliveryFuture, Header, Offset, OffsetSpec, Producer,
+    ProducerConfig, ProducerRecord, TopicPartition,
 };
 use tokio::sync::mpsc;
 
+use crate::checkpoint::{Checkpoint, ORIGIN_HEADER, ORIGIN_SCAN_SLACK_MS, Written, origin_value};
 use crate::deployment::{Deployment, ErrorPolicy, RunState};
 use crate::error::TransformError;
 use crate::instance::{Limits, RecordOutcome, TransformInstance, now_ms};
 use crate::module::TransformModule;
-use crate::registry::{InstanceStatus, LOGS_TOPIC, LogRecord, STATUS_TOPIC, read_to_end};
+use crate::registry::{
+    InstanceStatus, LOGS_TOPIC, LogRecord, STATUS_TOPIC, read_between, read_to_end,
+};
 use crate::state::StateStore;
 use crate::wit::{HeaderParam, InputRecord, OutputRecord};
 
@@ -44,6 +52,8 @@ pub const STATUS_INTERVAL: Duration = Duration::from_secs(1);
 /// Headers a dead-lettered record carries.
 pub const DLQ_ERROR_HEADER: &str = "rill.transform.error";
 pub const DLQ_SOURCE_HEADER: &str = "rill.transform.source";
+/// The failed input record's own timestamp (the dead letter's is when it failed).
+pub const DLQ_TIMESTAMP_HEADER: &str = "rill.transform.source-timestamp";
 /// Separates the input topic from the user's key in a state changelog key.
 const STATE_KEY_SEPARATOR: u8 = 0;
 
@@ -55,6 +65,8 @@ pub struct Counters {
     pub dead_lettered: u64,
     pub skipped: u64,
     pub outputs: u64,
+    /// Outputs not sent again after a restart: the run before wrote them.
+    pub replayed_outputs_skipped: u64,
 }
 
 /// Offsets ready to commit, or the error that stops the runner.
@@ -62,8 +74,29 @@ type Resolved = Result<Vec<(TopicPartition, Offset)>, ClientError>;
 
 struct CommitPoint {
     deliveries: Vec<DeliveryFuture>,
-    changelog: Vec<ProducerRecord>,
-    offsets: Vec<(TopicPartition, Offset)>,
+    parts: Vec<PointPart>,
+    /// When the point was made: outputs of later input records were sent after.
+    made_ms: i64,
+}
+
+/// One input partition's share of a commit point.
+struct PointPart {
+    tp: TopicPartition,
+    state_partition: u32,
+    /// The state writes, in order.
+    state: Vec<ProducerRecord>,
+    next: Offset,
+}
+
+/// A point whose outputs are acknowledged and whose changelog writes are sent.
+type Stage2 = Result<(Vec<DeliveryFuture>, Vec<(TopicPartition, Offset)>), ClientError>;
+
+/// After an assignment: what the checkpoint covers and what was written past it.
+#[derive(Debug)]
+struct Recovery {
+    /// Input records below this offset are in the restored state and outputs.
+    resume: Option<i64>,
+    written: Written,
 }
 
 /// Where committed offsets go: the group coordinator, or our own topic.
@@ -87,6 +120,9 @@ pub struct Runner {
     client: Client,
     producer: Producer,
     instances: HashMap<TopicPartition, TransformInstance>,
+    recovery: HashMap<TopicPartition, Recovery>,
+    /// Partition counts of the topics outputs go to.
+    partition_counts: HashMap<String, u32>,
     state_partitions: u32,
     instance_id: String,
     pub counters: Counters,
@@ -94,7 +130,7 @@ pub struct Runner {
     commit_tx: mpsc::Sender<CommitPoint>,
     resolved_rx: mpsc::Receiver<Resolved>,
     in_flight: usize,
-    committer: tokio::task::JoinHandle<()>,
+    committer: [tokio::task::JoinHandle<()>; 2],
     last_status: Instant,
     pending_logs: Vec<LogRecord>,
 }
@@ -123,22 +159,49 @@ impl Runner {
         let state_partitions = client.partition_count(&deployment.state_topic()).await?;
         let (commit_tx, mut commit_rx) = mpsc::channel::<CommitPoint>(COMMIT_POINTS_IN_FLIGHT_MAX);
         let (resolved_tx, resolved_rx) = mpsc::channel::<Resolved>(COMMIT_POINTS_IN_FLIGHT_MAX + 1);
+        let (stage2_tx, mut stage2_rx) = mpsc::channel::<Stage2>(COMMIT_POINTS_IN_FLIGHT_MAX);
         let changelog_producer = producer.clone();
-        let committer = tokio::spawn(async move {
+        let state_topic = deployment.state_topic();
+        // Stage 1: outputs acknowledged, then the changelog batch sent.
+        let outputs_acked = tokio::spawn(async move {
             while let Some(point) = commit_rx.recv().await {
-                let result = resolve(point, &changelog_producer).await;
+                let result = write_changelog(point, &changelog_producer, &state_topic).await;
+                let failed = result.is_err();
+                if stage2_tx.send(result).await.is_err() || failed {
+                    return;
+                }
+            }
+        });
+        // Stage 2: the changelog acknowledged, then the offsets are ready.
+        let changelog_acked = tokio::spawn(async move {
+            while let Some(sent) = stage2_rx.recv().await {
+                let result = match sent {
+                    Ok((acks, offsets)) => {
+                        async {
+                            for a in acks {
+                                a.await?;
+                            }
+                            Ok(offsets)
+                        }
+                        .await
+                    }
+                    Err(e) => Err(e),
+                };
                 let failed = result.is_err();
                 if resolved_tx.send(result).await.is_err() || failed {
                     return;
                 }
             }
         });
+        let committer = [outputs_acked, changelog_acked];
         Ok(Runner {
             deployment,
             module,
             client,
             producer,
             instances: HashMap::new(),
+            recovery: HashMap::new(),
+            partition_counts: HashMap::new(),
             state_partitions,
             instance_id,
             counters: Counters::default(),
@@ -165,9 +228,28 @@ impl Runner {
             if self.instances.contains_key(tp) {
                 continue;
             }
-            let state =
+            let (state, checkpoint) =
                 restore_state(&self.client, &self.deployment, self.state_partition(tp), tp).await?;
             let restored = state.len();
+            let checkpoint = match checkpoint {
+                Some(c) => c,
+                None => self.first_checkpoint(tp).await?,
+            };
+            let written = self.written_since(tp, &checkpoint).await?;
+            if checkpoint.next.is_some() || !written.is_empty() {
+                tracing::info!(
+                    transform = %self.deployment.name, %tp, resume = ?checkpoint.next,
+                    output_partitions = written.len(),
+                    "resuming after the checkpoint; outputs written past it are not sent again"
+                );
+            }
+            self.recovery.insert(
+                tp.clone(),
+                Recovery {
+                    resume: checkpoint.next,
+                    written,
+                },
+            );
             let instance = TransformInstance::new(
                 self.module.clone(),
                 &self.deployment.name,
@@ -192,8 +274,91 @@ impl Runner {
             if let Some(mut inst) = self.instances.remove(tp) {
                 self.collect_logs(tp, &mut inst);
             }
+            self.recovery.remove(tp);
         }
         Ok(())
+    }
+
+    /// Writes the checkpoint of a partition that has none yet (its first
+    /// assignment): nothing processed, no output sent before now.
+    // `&mut self`: a Runner is Send but not Sync (its wasm stores are not).
+    async fn first_checkpoint(
+        &mut self,
+        tp: &TopicPartition,
+    ) -> Result<Checkpoint, TransformError> {
+        let c = Checkpoint {
+            next: None,
+            since_ms: now_ms(),
+        };
+        let record = ProducerRecord::new(self.deployment.state_topic(), c.encode())
+            .key(Checkpoint::key(tp))
+            .partition(self.state_partition(tp));
+        self.producer.send_and_wait(record).await?;
+        Ok(c)
+    }
+
+    /// The topics this deployment writes outputs to.
+    fn output_topics(&self) -> Vec<String> {
+        let mut topics = self.deployment.outputs.clone();
+        if self.deployment.on_error == ErrorPolicy::DeadLetter {
+            topics.push(self.deployment.dlq_topic());
+        }
+        topics
+    }
+
+    /// What outputs from `tp` each output partition got after `checkpoint`.
+    async fn written_since(
+        &mut self,
+        tp: &TopicPartition,
+        checkpoint: &Checkpoint,
+    ) -> Result<Written, TransformError> {
+        let mut tps = Vec::new();
+        for topic in self.output_topics() {
+            let n = self.partition_count(&topic).await?;
+            tps.extend((0..n).map(|p| TopicPartition::new(&topic, p)));
+        }
+        let since = checkpoint.since_ms - ORIGIN_SCAN_SLACK_MS;
+        let outputs = read_between(&self.client, &tps, OffsetSpec::Timestamp(since)).await?;
+        Ok(Written::scan(tp, &outputs))
+    }
+
+    async fn partition_count(&mut self, topic: &str) -> Result<u32, TransformError> {
+        if let Some(n) = self.partition_counts.get(topic) {
+            return Ok(*n);
+        }
+        let n = self.client.partition_count(topic).await?;
+        self.partition_counts.insert(topic.to_string(), n);
+        Ok(n)
+    }
+
+    /// Where an output goes: by key, or keyless to the input partition's
+    /// number (so a replay sends it to the same partition).
+    async fn destination(
+        &mut self,
+        from: &TopicPartition,
+        topic: &str,
+        key: Option<&[u8]>,
+    ) -> Result<TopicPartition, TransformError> {
+        let n = self.partition_count(topic).await?.max(1);
+        let partition = match key {
+            Some(k) => partition_for_key(k, n),
+            None => from.partition % n,
+        };
+        Ok(TopicPartition::new(topic, partition))
+    }
+
+    /// Whether output `index` of input `offset` of `from` to `to` was written
+    /// by the run before a restart.
+    fn written_before(
+        &self,
+        from: &TopicPartition,
+        to: &TopicPartition,
+        offset: i64,
+        index: u32,
+    ) -> bool {
+        self.recovery
+            .get(from)
+            .is_some_and(|r| r.written.contains(to, (offset, index)))
     }
 
     /// The partitions with a running instance.
@@ -230,13 +395,21 @@ impl Runner {
         }
         let mut point = CommitPoint {
             deliveries: Vec::new(),
-            changelog: Vec::new(),
-            offsets: Vec::new(),
+            parts: Vec::new(),
+            made_ms: now_ms(),
         };
         let mut halted = None;
-        for (tp, records) in by_tp {
+        for (tp, mut records) in by_tp {
             if !self.instances.contains_key(&tp) {
                 continue; // revoked while the fetch was in flight
+            }
+            // Records the restored checkpoint covers are done already.
+            let mut next = None;
+            if let Some(resume) = self.recovery.get(&tp).and_then(|r| r.resume) {
+                if let Some(last) = records.iter().filter(|r| r.offset.0 < resume).last() {
+                    next = Some(Offset(last.offset.0 + 1));
+                }
+                records.retain(|r| r.offset.0 >= resume);
             }
             let headers: Vec<Vec<HeaderParam<'_>>> = records.iter().map(header_params).collect();
             let inputs: Vec<InputRecord<'_>> = records
@@ -245,9 +418,12 @@ impl Runner {
                 .map(|(r, h)| to_input(r, h))
                 .collect();
             let halt_policy = self.deployment.on_error == ErrorPolicy::Halt;
-            let instance = self.instances.get_mut(&tp).expect("checked above");
-            let outcomes = run_wasm(|| instance.process(&inputs, halt_policy))?;
-            let mut next = None;
+            let outcomes = if inputs.is_empty() {
+                Vec::new()
+            } else {
+                let instance = self.instances.get_mut(&tp).expect("checked above");
+                run_wasm(|| instance.process(&inputs, halt_policy))?
+            };
             for (record, outcome) in records.iter().zip(outcomes) {
                 let outcome = match outcome {
                     RecordOutcome::Output(outs) => match self.check_outputs(&outs) {
@@ -259,10 +435,20 @@ impl Runner {
                 match outcome {
                     RecordOutcome::Output(outs) => {
                         self.counters.processed += 1;
-                        for o in outs {
+                        for (index, o) in outs.into_iter().enumerate() {
+                            let topic = o
+                                .topic
+                                .clone()
+                                .unwrap_or_else(|| self.deployment.outputs[0].clone());
+                            let to = self.destination(&tp, &topic, o.key.as_deref()).await?;
+                            if self.written_before(&tp, &to, record.offset.0, index as u32) {
+                                self.counters.replayed_outputs_skipped += 1;
+                                continue;
+                            }
+                            let origin = origin_value(&tp, record.offset.0, index as u32);
                             point
                                 .deliveries
-                                .push(send_output(&self.producer, &self.deployment, o).await?);
+                                .push(send_output(&self.producer, to, o, origin).await?);
                             self.counters.outputs += 1;
                         }
                     }
@@ -274,10 +460,17 @@ impl Runner {
                         match self.deployment.on_error {
                             ErrorPolicy::Skip => self.counters.skipped += 1,
                             ErrorPolicy::DeadLetter => {
-                                point.deliveries.push(
-                                    dead_letter(&self.producer, &self.deployment, record, &error)
-                                        .await?,
-                                );
+                                let dlq = self.deployment.dlq_topic();
+                                let to = self.destination(&tp, &dlq, record.key.as_deref()).await?;
+                                if self.written_before(&tp, &to, record.offset.0, 0) {
+                                    self.counters.replayed_outputs_skipped += 1;
+                                } else {
+                                    let origin = origin_value(&tp, record.offset.0, 0);
+                                    point.deliveries.push(
+                                        dead_letter(&self.producer, to, record, &error, origin)
+                                            .await?,
+                                    );
+                                }
                                 self.counters.dead_lettered += 1;
                             }
                             ErrorPolicy::Halt => {
@@ -289,28 +482,45 @@ impl Runner {
                 }
                 next = Some(Offset(record.offset.0 + 1));
             }
-            let instance = self.instances.get_mut(&tp).expect("checked above");
-            for (key, value) in instance.state_mut().take_changelog() {
-                let mut k = Self::state_key_prefix(&tp);
-                k.extend_from_slice(&key);
-                let partition = tp.partition % self.state_partitions.max(1);
-                let topic = self.deployment.state_topic();
-                point.changelog.push(match value {
-                    Some(v) => ProducerRecord::new(topic, v).key(k).partition(partition),
-                    None => ProducerRecord::tombstone(topic, k).partition(partition),
-                });
-            }
+            let state_partition = self.state_partition(&tp);
+            let topic = self.deployment.state_topic();
+            let state: Vec<ProducerRecord> = self
+                .instances
+                .get_mut(&tp)
+                .expect("checked above")
+                .state_mut()
+                .take_changelog()
+                .into_iter()
+                .map(|(key, value)| {
+                    let mut k = Self::state_key_prefix(&tp);
+                    k.extend_from_slice(&key);
+                    match value {
+                        Some(v) => ProducerRecord::new(&topic, v).key(k),
+                        None => ProducerRecord::tombstone(&topic, k),
+                    }
+                    .partition(state_partition)
+                })
+                .collect();
             let mut inst = self.instances.remove(&tp).expect("checked above");
             self.collect_logs(&tp, &mut inst);
             self.instances.insert(tp.clone(), inst);
             if let Some(next) = next {
-                point.offsets.push((tp, next));
+                self.end_recovery_before(&tp, next);
+                point.parts.push(PointPart {
+                    tp,
+                    state_partition,
+                    state,
+                    next,
+                });
+            } else {
+                // Only a record that failed under `halt` came: its writes are dropped.
+                debug_assert!(state.is_empty(), "state writes without a processed record");
             }
             if halted.is_some() {
                 break;
             }
         }
-        if !point.offsets.is_empty() || !point.deliveries.is_empty() {
+        if !point.parts.is_empty() || !point.deliveries.is_empty() {
             self.in_flight += 1;
             self.commit_tx
                 .send(point)
@@ -318,6 +528,24 @@ impl Runner {
                 .map_err(|_| TransformError::Client(ClientError::Closed))?;
         }
         Ok(halted)
+    }
+
+    /// Forgets the recovery of `tp` once processing reached `next` and no
+    /// output written before the restart lies beyond.
+    fn end_recovery_before(&mut self, tp: &TopicPartition, next: Offset) {
+        let done = self.recovery.get(tp).is_some_and(|r| {
+            r.resume.is_none_or(|resume| next.0 >= resume) && !r.written.reaches(next.0)
+        });
+        if done {
+            self.recovery.remove(tp);
+            if self.counters.replayed_outputs_skipped > 0 {
+                tracing::info!(
+                    transform = %self.deployment.name, %tp,
+                    skipped = self.counters.replayed_outputs_skipped,
+                    "caught up with the outputs written before the restart"
+                );
+            }
+        }
     }
 
     fn check_outputs(&self, outs: &[OutputRecord]) -> Result<(), String> {
@@ -463,7 +691,9 @@ impl Runner {
         }
         self.publish_status(state, 0, true).await?;
         self.producer.close().await?;
-        self.committer.abort();
+        for task in &self.committer {
+            task.abort();
+        }
         drained
     }
 
@@ -477,55 +707,68 @@ impl Runner {
     }
 }
 
-/// The state of `tp` as its changelog partition holds it.
+/// The state and checkpoint of `tp` as its changelog partition holds them.
 async fn restore_state(
     client: &Client,
     deployment: &Deployment,
     state_partition: u32,
     tp: &TopicPartition,
-) -> Result<StateStore, TransformError> {
+) -> Result<(StateStore, Option<Checkpoint>), TransformError> {
     let mut state = StateStore::default();
+    let mut checkpoint = None;
     let stp = TopicPartition::new(deployment.state_topic(), state_partition);
     let prefix = Runner::state_key_prefix(tp);
     for r in read_to_end(client, &[stp]).await? {
+        if let Some(c) = Checkpoint::decode_for(tp, &r) {
+            checkpoint = Some(c);
+            continue;
+        }
         let Some(key) = r.key else { continue };
         if let Some(user_key) = key.strip_prefix(prefix.as_slice()) {
             state.restore(user_key.to_vec(), r.value.map(|v| v.to_vec()));
         }
     }
-    Ok(state)
+    Ok((state, checkpoint))
 }
 
 async fn send_output(
     producer: &Producer,
-    deployment: &Deployment,
+    to: TopicPartition,
     o: OutputRecord,
+    origin: Bytes,
 ) -> Result<DeliveryFuture, TransformError> {
-    let topic = o.topic.unwrap_or_else(|| deployment.outputs[0].clone());
+    let mut headers: Vec<Header> = o
+        .headers
+        .into_iter()
+        .map(|h| Header {
+            key: h.key,
+            value: Bytes::from(h.value),
+        })
+        .collect();
+    headers.push(Header {
+        key: ORIGIN_HEADER.into(),
+        value: origin,
+    });
     let record = ProducerRecord {
-        topic,
-        partition: None,
+        topic: to.topic,
+        partition: Some(to.partition),
         key: o.key.map(Bytes::from),
         value: o.value.map(Bytes::from),
-        headers: o
-            .headers
-            .into_iter()
-            .map(|h| Header {
-                key: h.key,
-                value: Bytes::from(h.value),
-            })
-            .collect(),
+        headers,
         timestamp_ms: None,
     };
     Ok(producer.send(record).await?)
 }
 
-/// The input record, with the error and where it came from in headers.
+/// The input record, with the error and where it came from in headers. It is
+/// stamped with the time it failed (a restart finds it by that time); its own
+/// timestamp goes in a header.
 async fn dead_letter(
     producer: &Producer,
-    deployment: &Deployment,
+    to: TopicPartition,
     record: &ConsumerRecord,
     error: &str,
+    origin: Bytes,
 ) -> Result<DeliveryFuture, TransformError> {
     let mut headers = record.headers.clone();
     headers.push(Header {
@@ -539,29 +782,49 @@ async fn dead_letter(
             record.topic, record.partition, record.offset
         )),
     });
+    headers.push(Header {
+        key: DLQ_TIMESTAMP_HEADER.into(),
+        value: Bytes::from(record.timestamp_ms.to_string()),
+    });
+    headers.push(Header {
+        key: ORIGIN_HEADER.into(),
+        value: origin,
+    });
     let dlq = ProducerRecord {
-        topic: deployment.dlq_topic(),
-        partition: None,
+        topic: to.topic,
+        partition: Some(to.partition),
         key: record.key.clone(),
         value: record.value.clone(),
         headers,
-        timestamp_ms: Some(record.timestamp_ms),
+        timestamp_ms: None,
     };
     Ok(producer.send(dlq).await?)
 }
 
-async fn resolve(point: CommitPoint, producer: &Producer) -> Resolved {
+/// Waits for a point's outputs, then sends each partition's state writes and
+/// checkpoint as one atomic batch; returns their delivery futures and the
+/// offsets to commit once those resolve.
+async fn write_changelog(point: CommitPoint, producer: &Producer, state_topic: &str) -> Stage2 {
     for d in point.deliveries {
         d.await?;
     }
-    let mut changelog = Vec::with_capacity(point.changelog.len());
-    for r in point.changelog {
-        changelog.push(producer.send(r).await?);
+    let mut acks = Vec::new();
+    let mut offsets = Vec::with_capacity(point.parts.len());
+    for part in point.parts {
+        let checkpoint = Checkpoint {
+            next: Some(part.next.0),
+            since_ms: point.made_ms,
+        };
+        let mut batch = part.state;
+        batch.push(
+            ProducerRecord::new(state_topic, checkpoint.encode())
+                .key(Checkpoint::key(&part.tp))
+                .partition(part.state_partition),
+        );
+        acks.extend(producer.send_atomic(batch).await?);
+        offsets.push((part.tp, part.next));
     }
-    for d in changelog {
-        d.await?;
-    }
-    Ok(point.offsets)
+    Ok((acks, offsets))
 }
 
 /// Runs guest code without stalling other tasks of a multi-threaded runtime.
