@@ -14,7 +14,9 @@
 //! - the log-compaction example (examples/profiles) and the activity counts
 //!   (examples/activity);
 //! - `rill transform new` scaffolds a crate that builds and passes its test;
-//! - invalid modules are refused with an error naming what is wrong.
+//! - invalid modules are refused with an error naming what is wrong;
+//! - a `rill transform run` worker SIGKILLed mid-stream: the next one resumes
+//!   from the checkpoint and writes no output twice.
 
 #[path = "support/mod.rs"]
 mod support;
@@ -611,4 +613,145 @@ fn invalid_modules_are_refused_with_what_is_wrong() {
         "src",
     ]));
     assert!(e.contains("invalid transform name"), "{e}");
+}
+
+/// Sum of the end offsets of a topic's partitions.
+async fn end_offsets_sum(client: &Client, topic: &str) -> i64 {
+    let n = client.partition_count(topic).await.unwrap();
+    let tps: Vec<TopicPartition> = (0..n).map(|p| TopicPartition::new(topic, p)).collect();
+    client
+        .list_offsets(&tps, rill_client::OffsetSpec::Latest)
+        .await
+        .unwrap()
+        .iter()
+        .map(|(_, o)| o.0)
+        .sum()
+}
+
+/// A `rill transform run` worker whose output is kept in a file.
+fn spawn_worker(broker: &TestBroker, log: &Path) -> std::process::Child {
+    let file = std::fs::File::create(log).unwrap();
+    broker
+        .client_command(&["transform", "run"])
+        .env("RUST_LOG", "info")
+        .stdin(std::process::Stdio::null())
+        .stdout(file.try_clone().unwrap())
+        .stderr(file)
+        .spawn()
+        .expect("spawn rill transform run")
+}
+
+#[test]
+fn a_killed_worker_resumes_without_duplicating_outputs() {
+    const RECORDS: usize = 40_000;
+    let wasm = build_guest(&root().join("examples/identity"));
+    // The broker runs no transforms: the worker process is the one to kill.
+    let broker = TestBroker::start_with(&["--no-transforms"]);
+    broker.rill_ok(&["topic", "create", "src", "--partitions", "2"]);
+    broker.rill_ok(&["topic", "create", "dst", "--partitions", "3"]);
+    let rt = runtime();
+    let client = rt.block_on(client(&broker));
+    rt.block_on(async {
+        let producer = client
+            .producer(rill_client::ProducerConfig::default())
+            .unwrap();
+        for i in 0..RECORDS {
+            // Half keyed, half keyless: both must land in the same place on a replay.
+            let mut r = rill_client::ProducerRecord::new("src", format!("record-{i:06}"));
+            if i % 2 == 0 {
+                r = r.key(format!("k{}", i % 97));
+            }
+            let _ = producer.send(r).await.unwrap();
+        }
+        producer.flush().await.unwrap();
+    });
+    deploy(
+        &broker,
+        &wasm,
+        &[
+            "--name", "copy", "--input", "src", "--output", "dst", "--from", "earliest",
+        ],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let mut worker = spawn_worker(&broker, &dir.path().join("worker-1.log"));
+
+    // Kill it mid-stream, with outputs written past the committed offsets.
+    let deadline = Instant::now() + PROGRESS_TIMEOUT;
+    loop {
+        let written = rt.block_on(end_offsets_sum(&client, "dst"));
+        if written >= (RECORDS / 4) as i64 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the worker wrote {written} outputs in {PROGRESS_TIMEOUT:?}:\n{}",
+            std::fs::read_to_string(dir.path().join("worker-1.log")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    worker.kill().unwrap();
+    worker.wait().unwrap();
+    let written = rt.block_on(end_offsets_sum(&client, "dst"));
+    let committed: i64 = rt
+        .block_on(client.admin().committed_offsets("__transform-copy"))
+        .unwrap()
+        .iter()
+        .map(|(_, o)| o.0)
+        .sum();
+    assert!(
+        (written as usize) < RECORDS,
+        "killed before the end ({written} of {RECORDS})"
+    );
+    assert!(
+        written > committed,
+        "the kill left outputs past the committed offsets ({written} written, {committed} committed): \
+         a restart from the commits alone would repeat them"
+    );
+
+    // A new worker takes over from where the changelog and the outputs say.
+    let mut worker = spawn_worker(&broker, &dir.path().join("worker-2.log"));
+    let deadline = Instant::now() + PROGRESS_TIMEOUT;
+    loop {
+        let committed: i64 = rt
+            .block_on(client.admin().committed_offsets("__transform-copy"))
+            .unwrap()
+            .iter()
+            .map(|(_, o)| o.0)
+            .sum();
+        if committed >= RECORDS as i64 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the second worker committed {committed} of {RECORDS} in {PROGRESS_TIMEOUT:?}:\n{}",
+            std::fs::read_to_string(dir.path().join("worker-2.log")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let outputs = rt.block_on(read_all(&client, "dst"));
+    let _ = worker.kill();
+    let _ = worker.wait();
+    let mut seen = std::collections::HashMap::new();
+    for r in &outputs {
+        let v = String::from_utf8(r.value.clone().unwrap().to_vec()).unwrap();
+        *seen.entry(v).or_insert(0) += 1;
+    }
+    let repeated: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).take(5).collect();
+    assert!(
+        repeated.is_empty(),
+        "outputs repeated after the restart (e.g. {repeated:?}); {} outputs for {RECORDS} inputs",
+        outputs.len()
+    );
+    assert_eq!(seen.len(), RECORDS, "every input has its output");
+    assert!(
+        outputs
+            .iter()
+            .all(|r| r.headers.iter().any(|h| h.key == "rill.origin")),
+        "every output names its origin"
+    );
+    let log = std::fs::read_to_string(dir.path().join("worker-2.log")).unwrap_or_default();
+    assert!(
+        log.contains("resuming after the checkpoint"),
+        "the second worker resumed from a checkpoint:\n{log}"
+    );
 }
