@@ -821,7 +821,22 @@ async fn write_changelog(point: CommitPoint, producer: &Producer, state_topic: &
                 .key(Checkpoint::key(&part.tp))
                 .partition(part.state_partition),
         );
-        acks.extend(producer.send_atomic(batch).await?);
+        match producer.send_atomic(batch.clone()).await {
+            Ok(sent) => acks.extend(sent),
+            Err(ClientError::RecordTooLarge { size, max, .. }) => {
+                // One batch cannot hold them: write them in order, checkpoint
+                // last. A crash between the two could apply part of them twice.
+                tracing::warn!(
+                    partition = %part.tp, size, max,
+                    "the state writes of one poll are larger than a request: written \
+                     without the atomic checkpoint (a crash now could repeat some of them)"
+                );
+                for r in batch {
+                    acks.push(producer.send(r).await?);
+                }
+            }
+            Err(e) => return Err(e),
+        }
         offsets.push((part.tp, part.next));
     }
     Ok((acks, offsets))
