@@ -34,7 +34,7 @@ use serde::{Deserialize, Serialize};
 /// The header naming the input record an output came from.
 pub const ORIGIN_HEADER: &str = "rill.origin";
 /// Clock slack allowed when finding a checkpoint's outputs by timestamp.
-pub const ORIGIN_SCAN_SLACK_MS: i64 = 5_000;
+pub const ORIGIN_SCAN_SLACK_MS: i64 = 1_000;
 /// Starts a checkpoint's changelog key; no state key starts with it (those
 /// start with an input topic's name, and topic names are never empty).
 const CHECKPOINT_KEY_PREFIX: &[u8] = b"\0checkpoint\0";
@@ -108,9 +108,9 @@ pub struct Written {
 }
 
 impl Written {
-    /// Notes the origins from `from` that `records` (outputs) carry.
-    pub fn scan(from: &TopicPartition, records: &[ConsumerRecord]) -> Written {
-        let mut last: HashMap<TopicPartition, Origin> = HashMap::new();
+    /// Per input partition, the origins that `records` (outputs) carry.
+    pub fn scan(records: &[ConsumerRecord]) -> HashMap<TopicPartition, Written> {
+        let mut by_input: HashMap<TopicPartition, Written> = HashMap::new();
         for r in records {
             let Some(h) = r.headers.iter().find(|h| h.key == ORIGIN_HEADER) else {
                 continue;
@@ -118,15 +118,16 @@ impl Written {
             let Some((topic, partition, offset, index)) = parse_origin(&h.value) else {
                 continue;
             };
-            if topic != from.topic || partition != from.partition {
-                continue;
-            }
+            let last = &mut by_input
+                .entry(TopicPartition::new(topic, partition))
+                .or_default()
+                .last;
             let e = last
                 .entry(TopicPartition::new(&*r.topic, r.partition))
                 .or_insert((offset, index));
             *e = (*e).max((offset, index));
         }
-        Written { last }
+        by_input
     }
 
     /// Whether output `origin` to `to` was written before.
@@ -192,7 +193,9 @@ mod tests {
             output("out", 1, Some(origin_value(&mine, 11, 0))),
             output("out", 1, None),
         ];
-        let w = Written::scan(&mine, &records);
+        let mut by_input = Written::scan(&records);
+        let w = by_input.remove(&mine).unwrap();
+        assert!(by_input[&other].contains(&TopicPartition::new("out", 0), (99, 0)));
         let p0 = TopicPartition::new("out", 0);
         let p1 = TopicPartition::new("out", 1);
         assert!(w.contains(&p0, (10, 2)));

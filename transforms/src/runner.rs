@@ -224,18 +224,26 @@ impl Runner {
 
     /// Starts instances for `tps`, each with its state restored.
     pub async fn assign(&mut self, tps: &[TopicPartition]) -> Result<(), TransformError> {
+        let mut restored = Vec::new();
         for tp in tps {
             if self.instances.contains_key(tp) {
                 continue;
             }
             let (state, checkpoint) =
                 restore_state(&self.client, &self.deployment, self.state_partition(tp), tp).await?;
-            let restored = state.len();
             let checkpoint = match checkpoint {
                 Some(c) => c,
                 None => self.first_checkpoint(tp).await?,
             };
-            let written = self.written_since(tp, &checkpoint).await?;
+            restored.push((tp.clone(), state, checkpoint));
+        }
+        // One read of the outputs serves every partition assigned together.
+        let Some(since) = restored.iter().map(|(_, _, c)| c.since_ms).min() else {
+            return Ok(());
+        };
+        let mut written = self.written_since(since).await?;
+        for (tp, state, checkpoint) in restored {
+            let written = written.remove(&tp).unwrap_or_default();
             if checkpoint.next.is_some() || !written.is_empty() {
                 tracing::info!(
                     transform = %self.deployment.name, %tp, resume = ?checkpoint.next,
@@ -250,6 +258,7 @@ impl Runner {
                     written,
                 },
             );
+            let entries = state.len();
             let instance = TransformInstance::new(
                 self.module.clone(),
                 &self.deployment.name,
@@ -257,8 +266,8 @@ impl Runner {
                 self.limits(),
                 state,
             )?;
-            tracing::info!(transform = %self.deployment.name, %tp, restored, "instance started");
-            self.instances.insert(tp.clone(), instance);
+            tracing::info!(transform = %self.deployment.name, %tp, restored = entries, "instance started");
+            self.instances.insert(tp, instance);
         }
         Ok(())
     }
@@ -306,20 +315,20 @@ impl Runner {
         topics
     }
 
-    /// What outputs from `tp` each output partition got after `checkpoint`.
+    /// Per input partition, what outputs from it each output partition got
+    /// after `since_ms` (less the clock slack).
     async fn written_since(
         &mut self,
-        tp: &TopicPartition,
-        checkpoint: &Checkpoint,
-    ) -> Result<Written, TransformError> {
+        since_ms: i64,
+    ) -> Result<HashMap<TopicPartition, Written>, TransformError> {
         let mut tps = Vec::new();
         for topic in self.output_topics() {
             let n = self.partition_count(&topic).await?;
             tps.extend((0..n).map(|p| TopicPartition::new(&topic, p)));
         }
-        let since = checkpoint.since_ms - ORIGIN_SCAN_SLACK_MS;
+        let since = since_ms - ORIGIN_SCAN_SLACK_MS;
         let outputs = read_between(&self.client, &tps, OffsetSpec::Timestamp(since)).await?;
-        Ok(Written::scan(tp, &outputs))
+        Ok(Written::scan(&outputs))
     }
 
     async fn partition_count(&mut self, topic: &str) -> Result<u32, TransformError> {
