@@ -347,13 +347,12 @@ impl Runner {
         from: &TopicPartition,
         topic: &str,
         key: Option<&[u8]>,
-    ) -> Result<TopicPartition, TransformError> {
+    ) -> Result<u32, TransformError> {
         let n = self.partition_count(topic).await?.max(1);
-        let partition = match key {
+        Ok(match key {
             Some(k) => partition_for_key(k, n),
             None => from.partition % n,
-        };
-        Ok(TopicPartition::new(topic, partition))
+        })
     }
 
     /// Whether output `index` of input `offset` of `from` to `to` was written
@@ -361,13 +360,16 @@ impl Runner {
     fn written_before(
         &self,
         from: &TopicPartition,
-        to: &TopicPartition,
+        to: (&str, u32),
         offset: i64,
         index: u32,
     ) -> bool {
-        self.recovery
-            .get(from)
-            .is_some_and(|r| r.written.contains(to, (offset, index)))
+        // Most calls: no recovery under way, and nothing to allocate.
+        !self.recovery.is_empty()
+            && self.recovery.get(from).is_some_and(|r| {
+                r.written
+                    .contains(&TopicPartition::new(to.0, to.1), (offset, index))
+            })
     }
 
     /// The partitions with a running instance.
@@ -444,13 +446,19 @@ impl Runner {
                 match outcome {
                     RecordOutcome::Output(outs) => {
                         self.counters.processed += 1;
-                        for (index, o) in outs.into_iter().enumerate() {
+                        for (index, mut o) in outs.into_iter().enumerate() {
                             let topic = o
                                 .topic
-                                .clone()
+                                .take()
                                 .unwrap_or_else(|| self.deployment.outputs[0].clone());
-                            let to = self.destination(&tp, &topic, o.key.as_deref()).await?;
-                            if self.written_before(&tp, &to, record.offset.0, index as u32) {
+                            let partition = self.destination(&tp, &topic, o.key.as_deref()).await?;
+                            let to = TopicPartition { topic, partition };
+                            if self.written_before(
+                                &tp,
+                                (&to.topic, partition),
+                                record.offset.0,
+                                index as u32,
+                            ) {
                                 self.counters.replayed_outputs_skipped += 1;
                                 continue;
                             }
@@ -470,8 +478,15 @@ impl Runner {
                             ErrorPolicy::Skip => self.counters.skipped += 1,
                             ErrorPolicy::DeadLetter => {
                                 let dlq = self.deployment.dlq_topic();
-                                let to = self.destination(&tp, &dlq, record.key.as_deref()).await?;
-                                if self.written_before(&tp, &to, record.offset.0, 0) {
+                                let partition =
+                                    self.destination(&tp, &dlq, record.key.as_deref()).await?;
+                                let to = TopicPartition::new(dlq, partition);
+                                if self.written_before(
+                                    &tp,
+                                    (&to.topic, partition),
+                                    record.offset.0,
+                                    0,
+                                ) {
                                     self.counters.replayed_outputs_skipped += 1;
                                 } else {
                                     let origin = origin_value(&tp, record.offset.0, 0);
