@@ -86,6 +86,8 @@ struct PointPart {
     /// The state writes, in order.
     state: Vec<ProducerRecord>,
     next: Offset,
+    /// The checkpoint's time if not the point's (a recovery under way).
+    since_ms: Option<i64>,
 }
 
 /// A point whose outputs are acknowledged and whose changelog writes are sent.
@@ -97,6 +99,9 @@ struct Recovery {
     /// Input records below this offset are in the restored state and outputs.
     resume: Option<i64>,
     written: Written,
+    /// The restored checkpoint's time: while the run before's outputs lie
+    /// ahead, a new checkpoint keeps it, so a second restart finds them too.
+    since_ms: i64,
 }
 
 /// Where committed offsets go: the group coordinator, or our own topic.
@@ -256,6 +261,7 @@ impl Runner {
                 Recovery {
                     resume: checkpoint.next,
                     written,
+                    since_ms: checkpoint.since_ms,
                 },
             );
             let entries = state.len();
@@ -530,11 +536,13 @@ impl Runner {
             self.instances.insert(tp.clone(), inst);
             if let Some(next) = next {
                 self.end_recovery_before(&tp, next);
+                let since_ms = self.recovery.get(&tp).map(|r| r.since_ms);
                 point.parts.push(PointPart {
                     tp,
                     state_partition,
                     state,
                     next,
+                    since_ms,
                 });
             } else {
                 // Only a record that failed under `halt` came: its writes are dropped.
@@ -837,7 +845,7 @@ async fn write_changelog(point: CommitPoint, producer: &Producer, state_topic: &
     for part in point.parts {
         let checkpoint = Checkpoint {
             next: Some(part.next.0),
-            since_ms: point.made_ms,
+            since_ms: part.since_ms.unwrap_or(point.made_ms),
         };
         let mut batch = part.state;
         batch.push(
