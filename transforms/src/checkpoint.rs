@@ -83,7 +83,33 @@ pub type Origin = (i64, u32);
 
 /// The origin header's value for output `index` of input `offset` of `tp`.
 pub fn origin_value(tp: &TopicPartition, offset: i64, index: u32) -> Bytes {
-    Bytes::from(format!("{}-{}@{offset}#{index}", tp.topic, tp.partition))
+    Origins::new(tp).value(offset, index)
+}
+
+/// Origin header values of one input partition: the `topic-partition@` prefix
+/// is formatted once, each value appends an offset and an index (one allocation).
+#[derive(Debug, Clone)]
+pub struct Origins {
+    prefix: Vec<u8>,
+}
+
+impl Origins {
+    pub fn new(tp: &TopicPartition) -> Origins {
+        Origins {
+            prefix: format!("{}-{}@", tp.topic, tp.partition).into_bytes(),
+        }
+    }
+
+    /// `topic-partition@offset#index`.
+    pub fn value(&self, offset: i64, index: u32) -> Bytes {
+        let mut numbers = itoa::Buffer::new();
+        let mut v = Vec::with_capacity(self.prefix.len() + 32);
+        v.extend_from_slice(&self.prefix);
+        v.extend_from_slice(numbers.format(offset).as_bytes());
+        v.push(b'#');
+        v.extend_from_slice(numbers.format(index).as_bytes());
+        Bytes::from(v)
+    }
 }
 
 /// Parses an origin header's value: input topic, partition, offset, index.
@@ -177,7 +203,13 @@ mod tests {
     fn origins_round_trip_with_dashes_in_topic_names() {
         let tp = TopicPartition::new("web-logs-2026", 7);
         let v = origin_value(&tp, 123, 4);
+        assert_eq!(&v[..], b"web-logs-2026-7@123#4");
         assert_eq!(parse_origin(&v), Some(("web-logs-2026", 7, 123, 4)));
+        let big = Origins::new(&tp).value(i64::MAX, u32::MAX);
+        assert_eq!(
+            parse_origin(&big),
+            Some(("web-logs-2026", 7, i64::MAX, u32::MAX))
+        );
         assert_eq!(parse_origin(b"no-origin"), None);
         assert_eq!(parse_origin(b"t-x@1#2"), None);
     }

@@ -34,7 +34,7 @@ use rill_client::{
 };
 use tokio::sync::mpsc;
 
-use crate::checkpoint::{Checkpoint, ORIGIN_HEADER, ORIGIN_SCAN_SLACK_MS, Written, origin_value};
+use crate::checkpoint::{Checkpoint, ORIGIN_HEADER, ORIGIN_SCAN_SLACK_MS, Origins, Written};
 use crate::deployment::{Deployment, ErrorPolicy, RunState};
 use crate::error::TransformError;
 use crate::instance::{Limits, RecordOutcome, TransformInstance, now_ms};
@@ -435,6 +435,7 @@ impl Runner {
                 .map(|(r, h)| to_input(r, h))
                 .collect();
             let halt_policy = self.deployment.on_error == ErrorPolicy::Halt;
+            let origins = Origins::new(&tp);
             let outcomes = if inputs.is_empty() {
                 Vec::new()
             } else {
@@ -468,7 +469,7 @@ impl Runner {
                                 self.counters.replayed_outputs_skipped += 1;
                                 continue;
                             }
-                            let origin = origin_value(&tp, record.offset.0, index as u32);
+                            let origin = origins.value(record.offset.0, index as u32);
                             point
                                 .deliveries
                                 .push(send_output(&self.producer, to, o, origin).await?);
@@ -495,7 +496,7 @@ impl Runner {
                                 ) {
                                     self.counters.replayed_outputs_skipped += 1;
                                 } else {
-                                    let origin = origin_value(&tp, record.offset.0, 0);
+                                    let origin = origins.value(record.offset.0, 0);
                                     point.deliveries.push(
                                         dead_letter(&self.producer, to, record, &error, origin)
                                             .await?,
