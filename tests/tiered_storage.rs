@@ -160,7 +160,9 @@ fn poll_until<T>(
 
 /// Waits until local retention has removed all but a few segments and the log
 /// start is still 0 (the rest is remote).
-fn wait_tiered(broker: &TestBroker, topic: &str) -> (i64, i64, u64) {
+/// Waits until tiering caught up and `describe` shows the local log starting
+/// past `local_start_after` (its columns can lag the segment count).
+fn wait_tiered(broker: &TestBroker, topic: &str, local_start_after: i64) -> (i64, i64, u64) {
     poll_until(
         Duration::from_millis(200),
         || broker.log(),
@@ -169,7 +171,10 @@ fn wait_tiered(broker: &TestBroker, topic: &str) -> (i64, i64, u64) {
             let local = local_segment_count(broker, topic);
             // Local retention keeps 2 segments' worth, plus the active one, plus
             // whatever is not uploaded yet.
-            if cols.1 > 0 && local <= (LOCAL_RETENTION_BYTES / SEGMENT_BYTES) as usize + 2 {
+            if cols.1 > local_start_after
+                && cols.2 > 0
+                && local <= (LOCAL_RETENTION_BYTES / SEGMENT_BYTES) as usize + 2
+            {
                 Ok(cols)
             } else {
                 Err(format!(
@@ -233,7 +238,7 @@ fn file_backend_tiers_and_reads_back_everything_in_order() {
     std::thread::sleep(Duration::from_millis(20));
     produce(&broker, "tiered", half..RECORDS);
 
-    let (start, local_start, remote_size) = wait_tiered(&broker, "tiered");
+    let (start, local_start, remote_size) = wait_tiered(&broker, "tiered", half as i64);
     assert_eq!(start, 0, "the log still starts at 0: the rest is remote");
     assert!(
         local_start > half as i64 && remote_size > 0,
@@ -555,7 +560,7 @@ fn s3_server_tiers_survives_a_broker_kill_mid_upload_and_reads_back_everything()
     assert!(!before.is_empty());
     broker.restart();
 
-    let (start, local_start, remote_size) = wait_tiered(&broker, "tiered");
+    let (start, local_start, remote_size) = wait_tiered(&broker, "tiered", 0);
     assert_eq!(start, 0);
     assert!(local_start > 0 && remote_size > 0);
     let after = manifest_bases(s3.port);
