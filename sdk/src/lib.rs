@@ -1,7 +1,7 @@
 //! rill-sdk: write a Rill transform as a plain Rust function.
 //!
 //! What it is: the guest side of the contract in `sdk/wit/transform.wit`
-//! (package `rill:transform@0.1.0`). A transform is a function from one input
+//! (package `rill:transform@0.2.0`). A transform is a function from one input
 //! [`Record`] to zero or more [`Output`]s (or an error), marked with
 //! [`transform`]; built for `wasm32-wasip2` it becomes a WebAssembly component
 //! that `rill transform deploy` accepts. Built natively, the same function is an
@@ -57,7 +57,7 @@ pub use record::{Config, Header, IntoOutputs, Output, Record};
 pub use rill_sdk_macros::transform;
 
 /// The contract version this SDK speaks (the WIT package version).
-pub const CONTRACT_VERSION: &str = "0.1.0";
+pub const CONTRACT_VERSION: &str = "0.2.0";
 
 /// Log lines the host keeps per transform (`rill transform logs NAME`). Natively
 /// they are kept in memory for [`testing::logs`].
@@ -122,7 +122,7 @@ pub mod __private {
     pub mod bindings {
         wit_bindgen::generate!({
             path: "wit",
-            world: "rill:transform/transform@0.1.0",
+            world: "rill:transform/transform@0.2.0",
             pub_export_macro: true,
             export_macro_name: "export_transform",
             default_bindings_module: "rill_sdk::__private::bindings",
@@ -152,49 +152,80 @@ pub mod __private {
             .map_err(|e| e.to_string())
     }
 
+    /// Runs the user's function on each record of a batch (the contract's
+    /// `process`): each record is handed over as an owned [`Record`], and its
+    /// outputs' bytes are appended to the one byte list the host copies back.
     #[cfg(target_arch = "wasm32")]
     pub fn process_batch<O: IntoOutputs, E: Display>(
-        records: Vec<bindings::rill::transform::types::InputRecord>,
+        batch: bindings::rill::transform::types::InputBatch,
         f: fn(Record) -> Result<O, E>,
-    ) -> Vec<Result<Vec<bindings::rill::transform::types::OutputRecord>, String>> {
-        use bindings::rill::transform::types::{Header as WitHeader, OutputRecord};
-        records
-            .into_iter()
-            .map(|r| {
-                let record = Record {
-                    topic: r.topic,
-                    partition: r.partition,
-                    offset: r.offset,
-                    timestamp_ms: r.timestamp_ms,
-                    key: r.key,
-                    value: r.value,
-                    headers: r
-                        .headers
-                        .into_iter()
-                        .map(|h| crate::Header {
-                            key: h.key,
-                            value: h.value,
-                        })
-                        .collect(),
-                };
-                process_one(record, f).map(|outs| {
-                    outs.into_iter()
-                        .map(|o| OutputRecord {
-                            topic: o.topic,
-                            key: o.key,
-                            value: o.value,
-                            headers: o
-                                .headers
-                                .into_iter()
-                                .map(|h| WitHeader {
-                                    key: h.key,
-                                    value: h.value,
-                                })
-                                .collect(),
-                        })
-                        .collect()
+    ) -> bindings::rill::transform::types::OutputBatch {
+        use bindings::rill::transform::types::{
+            Failure, Header as WitHeader, OutputBatch, OutputRecord,
+        };
+        let data = &batch.data;
+        let mut out = OutputBatch {
+            records: Vec::with_capacity(batch.records.len()),
+            headers: Vec::new(),
+            data: Vec::with_capacity(data.len()),
+            failures: Vec::new(),
+        };
+        for (input, r) in batch.records.iter().enumerate() {
+            let input = input as u32;
+            let first = r.first_header as usize;
+            let headers = batch.headers[first..first + r.header_count as usize]
+                .iter()
+                .map(|h| crate::Header {
+                    key: String::from_utf8_lossy(span(data, h.key)).into_owned(),
+                    value: span(data, h.value).to_vec(),
                 })
-            })
-            .collect()
+                .collect();
+            let record = Record {
+                topic: batch.topic.clone(),
+                partition: batch.partition,
+                offset: r.offset,
+                timestamp_ms: r.timestamp_ms,
+                key: r.key.map(|s| span(data, s).to_vec()),
+                value: r.value.map(|s| span(data, s).to_vec()),
+                headers,
+            };
+            match process_one(record, f) {
+                Ok(outputs) => {
+                    for o in outputs {
+                        let first_header = out.headers.len() as u32;
+                        for h in &o.headers {
+                            let key = push(&mut out.data, h.key.as_bytes());
+                            let value = push(&mut out.data, &h.value);
+                            out.headers.push(WitHeader { key, value });
+                        }
+                        out.records.push(OutputRecord {
+                            input,
+                            topic: o.topic,
+                            key: o.key.map(|k| push(&mut out.data, &k)),
+                            value: o.value.map(|v| push(&mut out.data, &v)),
+                            first_header,
+                            header_count: o.headers.len() as u32,
+                        });
+                    }
+                }
+                Err(message) => out.failures.push(Failure { input, message }),
+            }
+        }
+        out
+    }
+
+    #[cfg(target_arch = "wasm32")]
+    fn span(data: &[u8], s: bindings::rill::transform::types::Span) -> &[u8] {
+        &data[s.start as usize..s.start as usize + s.len as usize]
+    }
+
+    #[cfg(target_arch = "wasm32")]
+    fn push(data: &mut Vec<u8>, bytes: &[u8]) -> bindings::rill::transform::types::Span {
+        let start = data.len() as u32;
+        data.extend_from_slice(bytes);
+        bindings::rill::transform::types::Span {
+            start,
+            len: bytes.len() as u32,
+        }
     }
 }

@@ -1,7 +1,8 @@
 //! The records a transform reads and writes, and the deployment configuration.
 //!
-//! These mirror `input-record`, `output-record` and `header` of the WIT contract
-//! but are plain Rust types, so a transform and its tests never see the bindings.
+//! These are what the user's function sees: one whole record, owning its
+//! bytes. On the wire (the WIT contract) a batch travels as spans into one
+//! byte list; the glue in `lib.rs` turns it into these and back.
 
 use std::collections::BTreeMap;
 

@@ -2,8 +2,8 @@
 //! wasmtime store with a memory cap, an epoch deadline per call, the instance's
 //! state and its log lines.
 //!
-//! Failure handling: a batch is processed in one call. If every record
-//! succeeds, the state writes of the call are applied. If any record fails (an
+//! Failure handling: a batch is processed in one call (its records laid out as
+//! in `batch.rs`). If every record succeeds, the state writes of the call are applied. If any record fails (an
 //! error result, a trap, the deadline or the memory cap), the call's state
 //! writes are dropped, a trapped instance is replaced by a fresh one (same
 //! state, `init` run again), and the batch is run again one record per call, so
@@ -23,7 +23,10 @@ use crate::engine::{engine, ticks};
 use crate::error::TransformError;
 use crate::module::TransformModule;
 use crate::state::StateStore;
-use crate::wit::{InputRecord, Level, OutputRecord, Transform, rill};
+use rill_client::ConsumerRecord;
+
+use crate::batch::{InputBuffer, Processed, decode};
+use crate::wit::{Level, Transform, WORLD, rill};
 
 /// Default memory cap of one instance.
 pub const MEMORY_BYTES_MAX_DEFAULT: usize = 64 * 1024 * 1024;
@@ -142,15 +145,6 @@ impl rill::transform::state::Host for HostState {
     }
 }
 
-/// What became of one input record.
-#[derive(Debug, Clone)]
-pub enum RecordOutcome {
-    /// The records to write (possibly none).
-    Output(Vec<OutputRecord>),
-    /// The guest returned an error or trapped on this record alone.
-    Failed(String),
-}
-
 /// A running instance.
 pub struct TransformInstance {
     module: Arc<TransformModule>,
@@ -160,6 +154,8 @@ pub struct TransformInstance {
     store: Store<HostState>,
     bindings: Transform,
     stderr: MemoryOutputPipe,
+    /// The input side of a call, kept between calls.
+    input: InputBuffer,
     /// Instances created so far (1 + replacements after traps).
     pub generation: u64,
 }
@@ -191,107 +187,93 @@ impl TransformInstance {
             store,
             bindings,
             stderr,
+            input: InputBuffer::default(),
             generation: 1,
         })
     }
 
-    /// Processes records of one partition, in order; one outcome per record, or,
-    /// with `stop_at_failure`, outcomes up to and including the first failure
-    /// (the records after it are not run, so they leave no state behind).
-    /// Err only when a fresh instance cannot be made (init fails).
+    /// Processes records of one partition (`topic`, `partition`), in order:
+    /// one result per record, or, with `stop_at_failure`, results up to and
+    /// including the first failure (the records after it are not run, so they
+    /// leave no state behind). Err only when a fresh instance cannot be made
+    /// (init fails).
     pub fn process(
         &mut self,
-        records: &[InputRecord<'_>],
+        topic: &str,
+        partition: u32,
+        records: &[ConsumerRecord],
         stop_at_failure: bool,
-    ) -> Result<Vec<RecordOutcome>, TransformError> {
+    ) -> Result<Processed, TransformError> {
         if records.is_empty() {
-            return Ok(Vec::new());
+            return Ok(Processed::default());
         }
-        match self.call(records) {
-            Ok(results) if results.len() == records.len() && results.iter().all(Result::is_ok) => {
+        match self.call(topic, partition, records) {
+            Ok(p) if p.all_ok() => {
                 self.store.data_mut().state.commit_call();
-                return Ok(results
-                    .into_iter()
-                    .map(|r| RecordOutcome::Output(r.unwrap_or_default()))
-                    .collect());
+                return Ok(p);
             }
-            Ok(results) if records.len() == 1 && results.len() == 1 => {
+            Ok(p) => {
                 self.store.data_mut().state.rollback_call();
-                let msg = results.into_iter().next().and_then(Result::err);
-                return Ok(vec![RecordOutcome::Failed(msg.unwrap_or_default())]);
+                if records.len() == 1 {
+                    return Ok(p);
+                }
             }
-            Ok(results) if results.len() != records.len() => {
-                self.store.data_mut().state.rollback_call();
-                return Ok(vec![
-                    RecordOutcome::Failed(format!(
-                        "the module returned {} results for {} records (the contract wants one per record)",
-                        results.len(),
-                        records.len()
-                    ));
-                    records.len()
-                ]);
-            }
-            Ok(_) => self.store.data_mut().state.rollback_call(),
             Err(trap) => {
                 self.store.data_mut().state.rollback_call();
                 self.replace()?;
                 if records.len() == 1 {
-                    return Ok(vec![RecordOutcome::Failed(trap)]);
+                    return Ok(Processed::all_failed(1, &trap));
                 }
             }
         }
         // Something failed in the batch: one record per call.
-        let mut out = Vec::with_capacity(records.len());
-        for record in records {
-            let one = std::slice::from_ref(record);
-            match self.call(one) {
-                Ok(mut results) if results.len() == 1 => match results.pop() {
-                    Some(Ok(outputs)) => {
-                        self.store.data_mut().state.commit_call();
-                        out.push(RecordOutcome::Output(outputs));
-                    }
-                    Some(Err(msg)) => {
-                        self.store.data_mut().state.rollback_call();
-                        out.push(RecordOutcome::Failed(msg));
-                        if stop_at_failure {
-                            break;
-                        }
-                    }
-                    None => unreachable!("one result"),
-                },
-                Ok(results) => {
+        let mut out = Processed::default();
+        for one in records.chunks(1) {
+            let p = match self.call(topic, partition, one) {
+                Ok(p) if p.all_ok() => {
+                    self.store.data_mut().state.commit_call();
+                    p
+                }
+                Ok(p) => {
                     self.store.data_mut().state.rollback_call();
-                    out.push(RecordOutcome::Failed(format!(
-                        "the module returned {} results for 1 record",
-                        results.len()
-                    )));
-                    if stop_at_failure {
-                        break;
-                    }
+                    p
                 }
                 Err(trap) => {
                     self.store.data_mut().state.rollback_call();
                     self.replace()?;
-                    out.push(RecordOutcome::Failed(trap));
-                    if stop_at_failure {
-                        break;
-                    }
+                    Processed::all_failed(1, &trap)
                 }
+            };
+            let failed = !p.all_ok();
+            out.append(p);
+            if failed && stop_at_failure {
+                break;
             }
         }
         Ok(out)
     }
 
-    /// One call into the guest under the deadline; Err describes a trap.
+    /// One call into the guest under the deadline; Err describes a trap. An
+    /// answer that breaks the contract fails every record of the call.
     fn call(
         &mut self,
-        records: &[InputRecord<'_>],
-    ) -> Result<Vec<Result<Vec<OutputRecord>, String>>, String> {
+        topic: &str,
+        partition: u32,
+        records: &[ConsumerRecord],
+    ) -> Result<Processed, String> {
+        self.input.fill(records);
         self.store
             .set_epoch_deadline(ticks(self.limits.call_timeout));
-        self.bindings
-            .call_process(&mut self.store, records)
-            .map_err(|e| describe_trap(&e, &self.stderr, self.limits))
+        let out = self
+            .bindings
+            .call_process(&mut self.store, self.input.batch(topic, partition))
+            .map_err(|e| describe_trap(&e, &self.stderr, self.limits))?;
+        Ok(decode(out, records.len()).unwrap_or_else(|e| {
+            Processed::all_failed(
+                records.len(),
+                &format!("the module's answer breaks the contract {WORLD}: {e}"),
+            )
+        }))
     }
 
     /// Replaces a trapped instance by a fresh one with the same state.

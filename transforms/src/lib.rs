@@ -1,7 +1,7 @@
 //! rill-transforms: the host that runs user WebAssembly transforms.
 //!
 //! What it is: a transform is a WebAssembly component implementing the world
-//! `rill:transform/transform@0.1.0` (sdk/wit/transform.wit; write one with
+//! `rill:transform/transform@0.2.0` (sdk/wit/transform.wit; write one with
 //! rill-sdk). This crate validates and compiles such a module
 //! ([`TransformModule`]), runs an instance of it per input partition with a
 //! memory cap and a deadline per call ([`TransformInstance`]), and runs a
@@ -21,6 +21,7 @@
 //! record are dropped; every queue is bounded (commit points in flight, log
 //! lines, state size, module size).
 
+pub mod batch;
 pub mod checkpoint;
 pub mod deployment;
 pub mod engine;
@@ -34,9 +35,10 @@ pub mod supervisor;
 pub mod wit;
 pub mod worker;
 
+pub use batch::{Processed, TransformOutput};
 pub use deployment::{Deployment, ErrorPolicy, RunState, StartFrom};
 pub use error::TransformError;
-pub use instance::{Limits, LogLine, RecordOutcome, TransformInstance};
+pub use instance::{Limits, LogLine, TransformInstance};
 pub use module::TransformModule;
 pub use runner::{RunEnd, Runner};
 pub use state::StateStore;

@@ -201,11 +201,14 @@ mod tests {
     #[test]
     fn names_foreign_imports_and_version_mismatches() {
         assert!(check_import("wasi:cli/stderr@0.2.0").is_ok());
-        assert!(check_import("rill:transform/state@0.1.0").is_ok());
-        let e = check_import("rill:transform/state@0.2.0")
+        assert!(check_import("rill:transform/state@0.2.0").is_ok());
+        // A module built with an SDK of contract 0.1.0 (one record per list
+        // element) is named as such, with what to do.
+        let e = check_import("rill:transform/state@0.1.0")
             .unwrap_err()
             .to_string();
-        assert!(e.contains("contract version 0.2.0"), "{e}");
+        assert!(e.contains("contract version 0.1.0"), "{e}");
+        assert!(e.contains("rebuild it against rill-sdk 0.2.0"), "{e}");
         let e = check_import("acme:thing/x").unwrap_err().to_string();
         assert!(e.contains("acme:thing/x"), "{e}");
     }

@@ -34,16 +34,16 @@ use rill_client::{
 };
 use tokio::sync::mpsc;
 
+use crate::batch::{Processed, TransformOutput};
 use crate::checkpoint::{Checkpoint, ORIGIN_HEADER, ORIGIN_SCAN_SLACK_MS, Origins, Written};
 use crate::deployment::{Deployment, ErrorPolicy, RunState};
 use crate::error::TransformError;
-use crate::instance::{Limits, RecordOutcome, TransformInstance, now_ms};
+use crate::instance::{Limits, TransformInstance, now_ms};
 use crate::module::TransformModule;
 use crate::registry::{
     InstanceStatus, LOGS_TOPIC, LogRecord, STATUS_TOPIC, read_between, read_to_end,
 };
 use crate::state::StateStore;
-use crate::wit::{HeaderParam, InputRecord, OutputRecord};
 
 /// Commit points queued behind the committer (back-pressure beyond).
 pub const COMMIT_POINTS_IN_FLIGHT_MAX: usize = 16;
@@ -73,10 +73,28 @@ pub struct Counters {
 type Resolved = Result<Vec<(TopicPartition, Offset)>, ClientError>;
 
 struct CommitPoint {
+    /// One delivery per output batch (records of one batch resolve together).
     deliveries: Vec<DeliveryFuture>,
     parts: Vec<PointPart>,
     /// When the point was made: outputs of later input records were sent after.
     made_ms: i64,
+}
+
+/// How many of the latest deliveries a new one is compared with: outputs
+/// spread over a few partitions still keep one delivery per batch.
+const SAME_BATCH_LOOKBACK: usize = 8;
+
+impl CommitPoint {
+    /// Adds a delivery the point waits for, unless one of the same batch is in.
+    fn wait_for(&mut self, delivery: DeliveryFuture) {
+        let recent = self.deliveries.len().saturating_sub(SAME_BATCH_LOOKBACK);
+        if !self.deliveries[recent..]
+            .iter()
+            .any(|d| d.same_batch(&delivery))
+        {
+            self.deliveries.push(delivery);
+        }
+    }
 }
 
 /// One input partition's share of a commit point.
@@ -428,32 +446,28 @@ impl Runner {
                 }
                 records.retain(|r| r.offset.0 >= resume);
             }
-            let headers: Vec<Vec<HeaderParam<'_>>> = records.iter().map(header_params).collect();
-            let inputs: Vec<InputRecord<'_>> = records
-                .iter()
-                .zip(&headers)
-                .map(|(r, h)| to_input(r, h))
-                .collect();
             let halt_policy = self.deployment.on_error == ErrorPolicy::Halt;
             let origins = Origins::new(&tp);
-            let outcomes = if inputs.is_empty() {
-                Vec::new()
+            let Processed {
+                mut outputs,
+                results,
+            } = if records.is_empty() {
+                Processed::default()
             } else {
                 let instance = self.instances.get_mut(&tp).expect("checked above");
-                run_wasm(|| instance.process(&inputs, halt_policy))?
+                run_wasm(|| instance.process(&tp.topic, tp.partition, &records, halt_policy))?
             };
-            for (record, outcome) in records.iter().zip(outcomes) {
-                let outcome = match outcome {
-                    RecordOutcome::Output(outs) => match self.check_outputs(&outs) {
-                        Ok(()) => RecordOutcome::Output(outs),
-                        Err(e) => RecordOutcome::Failed(e),
-                    },
-                    failed => failed,
-                };
+            let mut cursor = 0;
+            for (record, result) in records.iter().zip(results) {
+                let outcome = result.and_then(|n| {
+                    let outs = &mut outputs[cursor..cursor + n];
+                    cursor += n;
+                    self.check_outputs(outs).map(|()| outs)
+                });
                 match outcome {
-                    RecordOutcome::Output(outs) => {
+                    Ok(outs) => {
                         self.counters.processed += 1;
-                        for (index, mut o) in outs.into_iter().enumerate() {
+                        for (index, o) in outs.iter_mut().enumerate() {
                             let topic = o
                                 .topic
                                 .take()
@@ -470,13 +484,13 @@ impl Runner {
                                 continue;
                             }
                             let origin = origins.value(record.offset.0, index as u32);
-                            point
-                                .deliveries
-                                .push(send_output(&self.producer, to, o, origin).await?);
+                            point.wait_for(
+                                send_output(&self.producer, to, std::mem::take(o), origin).await?,
+                            );
                             self.counters.outputs += 1;
                         }
                     }
-                    RecordOutcome::Failed(error) => {
+                    Err(error) => {
                         self.counters.failed += 1;
                         let at = format!("{}-{}@{}", record.topic, record.partition, record.offset);
                         self.last_error = Some(format!("{at}: {error}"));
@@ -497,7 +511,7 @@ impl Runner {
                                     self.counters.replayed_outputs_skipped += 1;
                                 } else {
                                     let origin = origins.value(record.offset.0, 0);
-                                    point.deliveries.push(
+                                    point.wait_for(
                                         dead_letter(&self.producer, to, record, &error, origin)
                                             .await?,
                                     );
@@ -581,7 +595,7 @@ impl Runner {
         }
     }
 
-    fn check_outputs(&self, outs: &[OutputRecord]) -> Result<(), String> {
+    fn check_outputs(&self, outs: &[TransformOutput]) -> Result<(), String> {
         for o in outs {
             if let Some(t) = &o.topic
                 && !self.deployment.outputs.contains(t)
@@ -767,17 +781,10 @@ async fn restore_state(
 async fn send_output(
     producer: &Producer,
     to: TopicPartition,
-    o: OutputRecord,
+    o: TransformOutput,
     origin: Bytes,
 ) -> Result<DeliveryFuture, TransformError> {
-    let mut headers: Vec<Header> = o
-        .headers
-        .into_iter()
-        .map(|h| Header {
-            key: h.key,
-            value: Bytes::from(h.value),
-        })
-        .collect();
+    let mut headers = o.headers;
     headers.push(Header {
         key: ORIGIN_HEADER.into(),
         value: origin,
@@ -785,8 +792,8 @@ async fn send_output(
     let record = ProducerRecord {
         topic: to.topic,
         partition: Some(to.partition),
-        key: o.key.map(Bytes::from),
-        value: o.value.map(Bytes::from),
+        key: o.key,
+        value: o.value,
         headers,
         timestamp_ms: None,
     };
@@ -882,29 +889,5 @@ fn run_wasm<T>(f: impl FnOnce() -> T) -> T {
             tokio::task::block_in_place(f)
         }
         _ => f(),
-    }
-}
-
-/// A record's headers as the guest call borrows them.
-fn header_params(r: &ConsumerRecord) -> Vec<HeaderParam<'_>> {
-    r.headers
-        .iter()
-        .map(|h| HeaderParam {
-            key: &h.key,
-            value: &h.value,
-        })
-        .collect()
-}
-
-/// The input record as the guest call borrows it (no copy on the host side).
-fn to_input<'a>(r: &'a ConsumerRecord, headers: &'a [HeaderParam<'a>]) -> InputRecord<'a> {
-    InputRecord {
-        topic: &r.topic,
-        partition: r.partition,
-        offset: r.offset.0,
-        timestamp_ms: r.timestamp_ms,
-        key: r.key.as_deref(),
-        value: r.value.as_deref(),
-        headers,
     }
 }

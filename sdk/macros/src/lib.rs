@@ -73,12 +73,9 @@ pub fn transform(attr: TokenStream, item: TokenStream) -> TokenStream {
                 }
 
                 fn process(
-                    records: ::std::vec::Vec<::rill_sdk::__private::bindings::rill::transform::types::InputRecord>,
-                ) -> ::std::vec::Vec<::core::result::Result<
-                    ::std::vec::Vec<::rill_sdk::__private::bindings::rill::transform::types::OutputRecord>,
-                    ::std::string::String,
-                >> {
-                    ::rill_sdk::__private::process_batch(records, #name)
+                    batch: ::rill_sdk::__private::bindings::rill::transform::types::InputBatch,
+                ) -> ::rill_sdk::__private::bindings::rill::transform::types::OutputBatch {
+                    ::rill_sdk::__private::process_batch(batch, #name)
                 }
             }
 

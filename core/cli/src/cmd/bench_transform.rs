@@ -27,7 +27,6 @@ use rill_client::{
 use rill_transforms::deployment::{Deployment, ErrorPolicy, RunState, StartFrom};
 use rill_transforms::instance::{Limits, TransformInstance};
 use rill_transforms::runner::OffsetSink;
-use rill_transforms::wit::InputRecord;
 use rill_transforms::{Runner, StateStore, TransformModule};
 
 use crate::client_args::ClientArgs;
@@ -293,24 +292,22 @@ fn boundary(module: Arc<TransformModule>, values: &[Bytes]) -> anyhow::Result<f6
         Limits::default(),
         StateStore::default(),
     )?;
-    let keys: Vec<Vec<u8>> = (0..BOUNDARY_BATCH)
-        .map(|i| format!("k{i}").into_bytes())
-        .collect();
-    let batch: Vec<InputRecord<'_>> = (0..BOUNDARY_BATCH)
-        .map(|i| InputRecord {
-            topic: "bench",
+    let topic: Arc<str> = "bench".into();
+    let batch: Vec<ConsumerRecord> = (0..BOUNDARY_BATCH)
+        .map(|i| ConsumerRecord {
+            topic: topic.clone(),
             partition: 0,
-            offset: i as i64,
+            offset: Offset(i as i64),
             timestamp_ms: 0,
-            key: Some(&keys[i]),
-            value: Some(&values[i % values.len()]),
-            headers: &[],
+            key: Some(Bytes::from(format!("k{i}"))),
+            value: Some(values[i % values.len()].clone()),
+            headers: Vec::new(),
         })
         .collect();
     let rounds = 200;
     let start = Instant::now();
     for _ in 0..rounds {
-        let out = inst.process(&batch, false)?;
+        let out = inst.process(&topic, 0, &batch, false)?;
         std::hint::black_box(&out);
         inst.state_mut().take_changelog();
     }

@@ -106,6 +106,14 @@ impl DeliveryFuture {
     }
 }
 
+impl DeliveryFuture {
+    /// Whether `other` is a record of the same batch: the two resolve together,
+    /// with the same outcome, so a caller that waits for both may keep one.
+    pub fn same_batch(&self, other: &DeliveryFuture) -> bool {
+        Arc::ptr_eq(&self.batch, &other.batch)
+    }
+}
+
 impl Future for DeliveryFuture {
     type Output = Result<RecordMetadata, ClientError>;
 
@@ -142,5 +150,27 @@ impl Future for DeliveryFuture {
             }
             State::Done(Err(e)) => Poll::Ready(Err(ClientError::Shared(e.clone()))),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn records_of_one_batch_resolve_together_and_say_so() {
+        let batch = BatchCompletion::new("t".into(), 0);
+        let other = BatchCompletion::new("t".into(), 0);
+        let a = DeliveryFuture::new(batch.clone(), 0, 5, Acks::Leader);
+        let b = DeliveryFuture::new(batch.clone(), 1, 5, Acks::Leader);
+        let c = DeliveryFuture::new(other, 0, 5, Acks::Leader);
+        assert!(a.same_batch(&b));
+        assert!(!a.same_batch(&c));
+        batch.complete(Ok(BatchAck {
+            base_offset: Offset(10),
+            log_append_time_ms: None,
+        }));
+        assert_eq!(a.await.unwrap().offset, Offset(10));
+        assert_eq!(b.await.unwrap().offset, Offset(11));
     }
 }
