@@ -15,6 +15,9 @@
 //!   (examples/activity);
 //! - `rill transform new` scaffolds a crate that builds and passes its test;
 //! - invalid modules are refused with an error naming what is wrong;
+//! - the contract's batch layout, through real guests without a broker: every
+//!   field crosses the boundary intact both ways, and a record that fails
+//!   mid-batch is found alone;
 //! - a `rill transform run` worker SIGKILLed mid-stream: the next one resumes
 //!   from the checkpoint and writes no output twice.
 
@@ -616,6 +619,99 @@ fn invalid_modules_are_refused_with_what_is_wrong() {
 }
 
 /// Sum of the end offsets of a topic's partitions.
+/// An input record for the boundary test.
+fn input_record(
+    offset: i64,
+    key: Option<&str>,
+    value: Option<&str>,
+    headers: &[(&str, &str)],
+) -> rill_client::ConsumerRecord {
+    rill_client::ConsumerRecord {
+        topic: "in".into(),
+        partition: 4,
+        offset: rill_client::Offset(offset),
+        timestamp_ms: 1_700_000_000_000 + offset,
+        key: key.map(|k| bytes::Bytes::from(k.to_string())),
+        value: value.map(|v| bytes::Bytes::from(v.to_string())),
+        headers: headers
+            .iter()
+            .map(|(k, v)| rill_client::Header {
+                key: k.to_string(),
+                value: bytes::Bytes::from(v.to_string()),
+            })
+            .collect(),
+    }
+}
+
+fn instance_of(guest: &str) -> rill_transforms::TransformInstance {
+    let wasm = std::fs::read(build_guest(&root().join(guest))).unwrap();
+    let module = rill_transforms::TransformModule::compile(&wasm).unwrap();
+    rill_transforms::TransformInstance::new(
+        module,
+        "boundary",
+        vec![],
+        rill_transforms::Limits::default(),
+        rill_transforms::StateStore::default(),
+    )
+    .unwrap()
+}
+
+#[test]
+fn the_batch_boundary_carries_every_field_and_isolates_a_failing_record() {
+    // Identity: keys, values, headers (an empty one, a non-ASCII name), a
+    // tombstone, an empty value and no key come back exactly as they went in.
+    let mut identity = instance_of("examples/identity");
+    let input = vec![
+        input_record(10, Some("k1"), Some("v1"), &[("h1", "a"), ("h2", "")]),
+        input_record(11, None, Some(""), &[]),
+        input_record(12, Some("gone"), None, &[("é", "x")]),
+    ];
+    let p = identity.process("in", 4, &input, false).unwrap();
+    assert_eq!(p.results, vec![Ok(1), Ok(1), Ok(1)]);
+    for (o, r) in p.outputs.iter().zip(&input) {
+        assert_eq!(
+            (&o.key, &o.value),
+            (&r.key, &r.value),
+            "offset {}",
+            r.offset
+        );
+        assert_eq!(o.headers, r.headers, "offset {}", r.offset);
+        assert_eq!(o.topic, None);
+    }
+
+    // A failure mid-batch: the other records keep their outputs, in order; the
+    // failed one's state write is dropped; its error names its own offset.
+    let mut faulty = instance_of("tests/guests/faulty");
+    let input = vec![
+        input_record(0, Some("a"), Some("x"), &[]),
+        input_record(1, None, Some("state:s"), &[]),
+        input_record(2, None, Some("err"), &[]),
+        input_record(3, None, Some("seen:s"), &[]),
+    ];
+    let p = faulty.process("in", 4, &input, false).unwrap();
+    assert_eq!(p.results.len(), 4);
+    assert_eq!(p.results[0], Ok(1));
+    assert!(p.results[1].is_err());
+    assert_eq!(
+        p.results[2],
+        Err("refused record at offset 2".to_string()),
+        "the guest saw the record's own offset"
+    );
+    assert_eq!(p.results[3], Ok(1));
+    let values: Vec<&[u8]> = p
+        .outputs
+        .iter()
+        .map(|o| o.value.as_deref().unwrap())
+        .collect();
+    assert_eq!(values, [&b"x"[..], b"seen:s=false"]);
+    assert_eq!(p.outputs[0].key.as_deref(), Some(&b"a"[..]));
+
+    // Under `halt`, nothing after the first failure runs.
+    let p = faulty.process("in", 4, &input, true).unwrap();
+    assert_eq!(p.results.len(), 2, "{:?}", p.results);
+    assert_eq!(p.outputs.len(), 1);
+}
+
 async fn end_offsets_sum(client: &Client, topic: &str) -> i64 {
     let n = client.partition_count(topic).await.unwrap();
     let tps: Vec<TopicPartition> = (0..n).map(|p| TopicPartition::new(topic, p)).collect();
