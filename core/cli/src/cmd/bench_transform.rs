@@ -56,6 +56,10 @@ pub struct TransformBench {
     /// (e.g. JSON articles for the RSS cleaner).
     #[arg(long, value_name = "FILE")]
     pub values: Option<PathBuf>,
+    /// A setting handed to the transform's init, KEY=VALUE (repeatable), as
+    /// `rill transform deploy --config` does (e.g. dedup=false for the RSS cleaner).
+    #[arg(long = "config", value_name = "KEY=VALUE", value_parser = rill_transforms::deployment::parse_config_entry)]
+    pub config: Vec<(String, String)>,
 }
 
 /// Commits to memory: the bench measures the data path, not the offset store.
@@ -219,7 +223,7 @@ pub async fn run(b: TransformBench) -> anyhow::Result<()> {
         outputs: vec![xf_out.clone()],
         on_error: ErrorPolicy::Skip,
         from: StartFrom::Earliest,
-        config: vec![],
+        config: b.config.clone(),
         state: RunState::Running,
         version: 1,
         deployed_at_ms: run_id,
@@ -267,7 +271,7 @@ pub async fn run(b: TransformBench) -> anyhow::Result<()> {
     );
 
     // (3) the boundary alone.
-    let boundary_ns = boundary(module, &values)?;
+    let boundary_ns = boundary(module, &values, b.config.clone())?;
     println!(
         "WebAssembly boundary alone: {boundary_ns:.0} ns per record (batches of {BOUNDARY_BATCH})"
     );
@@ -284,11 +288,15 @@ pub async fn run(b: TransformBench) -> anyhow::Result<()> {
 }
 
 /// Nanoseconds per record through `process` on an instance, no network.
-fn boundary(module: Arc<TransformModule>, values: &[Bytes]) -> anyhow::Result<f64> {
+fn boundary(
+    module: Arc<TransformModule>,
+    values: &[Bytes],
+    config: Vec<(String, String)>,
+) -> anyhow::Result<f64> {
     let mut inst = TransformInstance::new(
         module,
         "bench",
-        vec![],
+        config,
         Limits::default(),
         StateStore::default(),
     )?;
