@@ -644,7 +644,11 @@ fn input_record(
 }
 
 fn instance_of(guest: &str) -> rill_transforms::TransformInstance {
-    let wasm = std::fs::read(build_guest(&root().join(guest))).unwrap();
+    let wasm = if guest.ends_with(".wasm") {
+        std::fs::read(root().join(guest)).unwrap()
+    } else {
+        std::fs::read(build_guest(&root().join(guest))).unwrap()
+    };
     let module = rill_transforms::TransformModule::compile(&wasm).unwrap();
     rill_transforms::TransformInstance::new(
         module,
@@ -660,24 +664,35 @@ fn instance_of(guest: &str) -> rill_transforms::TransformInstance {
 fn the_batch_boundary_carries_every_field_and_isolates_a_failing_record() {
     // Identity: keys, values, headers (an empty one, a non-ASCII name), a
     // tombstone, an empty value and no key come back exactly as they went in.
-    let mut identity = instance_of("examples/identity");
+    // The same for the identity example built with rill-sdk of contract 0.1.0
+    // (before the batch layout; tests/guests/prebuilt, kept as built then): a
+    // module deployed before an upgrade keeps running.
     let input = vec![
         input_record(10, Some("k1"), Some("v1"), &[("h1", "a"), ("h2", "")]),
         input_record(11, None, Some(""), &[]),
         input_record(12, Some("gone"), None, &[("é", "x")]),
     ];
-    let p = identity.process("in", 4, &input, false).unwrap();
-    assert_eq!(p.results, vec![Ok(1), Ok(1), Ok(1)]);
-    for (o, r) in p.outputs.iter().zip(&input) {
-        assert_eq!(
-            (&o.key, &o.value),
-            (&r.key, &r.value),
-            "offset {}",
-            r.offset
-        );
-        assert_eq!(o.headers, r.headers, "offset {}", r.offset);
-        assert_eq!(o.topic, None);
+    for guest in [
+        "examples/identity",
+        "tests/guests/prebuilt/identity-contract-0.1.0.wasm",
+    ] {
+        let mut identity = instance_of(guest);
+        let p = identity.process("in", 4, &input, false).unwrap();
+        assert_eq!(p.results, vec![Ok(1), Ok(1), Ok(1)], "{guest}");
+        for (o, r) in p.outputs.iter().zip(&input) {
+            assert_eq!(
+                (&o.key, &o.value),
+                (&r.key, &r.value),
+                "{guest} offset {}",
+                r.offset
+            );
+            assert_eq!(o.headers, r.headers, "{guest} offset {}", r.offset);
+            assert_eq!(o.topic, None);
+        }
     }
+    let old = std::fs::read(root().join("tests/guests/prebuilt/identity-contract-0.1.0.wasm"));
+    let old = rill_transforms::TransformModule::compile(&old.unwrap()).unwrap();
+    assert_eq!(old.contract_version(), "0.1.0");
 
     // A failure mid-batch: the other records keep their outputs, in order; the
     // failed one's state write is dropped; its error names its own offset.

@@ -8,7 +8,8 @@
 //! order, a record's `Ok(n)` owning the next `n` of them; a failed record has
 //! no outputs; every span lies inside the data and every header key is UTF-8.
 //! An output batch that breaks the contract is refused as a whole, with a
-//! message naming what was wrong.
+//! message naming what was wrong. [`decode_v0_1`] gives the same for modules
+//! built for contract 0.1.0.
 
 use bytes::Bytes;
 use rill_client::{ConsumerRecord, Header};
@@ -200,6 +201,45 @@ pub fn decode(out: OutputBatch, inputs: usize) -> Result<Processed, String> {
         }
     }
     Ok(Processed { outputs, results })
+}
+
+/// Checks a 0.1.0 module's answer (one result per input record, each field
+/// its own allocation) and turns it into records.
+pub fn decode_v0_1(
+    results: Vec<Result<Vec<wit::v0_1::OutputRecord>, String>>,
+    inputs: usize,
+) -> Result<Processed, String> {
+    if results.len() != inputs {
+        return Err(format!(
+            "the module returned {} results for {inputs} records (the contract wants one per record)",
+            results.len()
+        ));
+    }
+    let mut p = Processed {
+        outputs: Vec::with_capacity(inputs),
+        results: Vec::with_capacity(inputs),
+    };
+    for result in results {
+        let Ok(outputs) = result else {
+            p.results.push(result.map(|_| 0));
+            continue;
+        };
+        p.results.push(Ok(outputs.len()));
+        for o in outputs {
+            let mut headers = Vec::with_capacity(o.headers.len() + 1);
+            headers.extend(o.headers.into_iter().map(|h| Header {
+                key: h.key,
+                value: Bytes::from(h.value),
+            }));
+            p.outputs.push(TransformOutput {
+                topic: o.topic,
+                key: o.key.map(Bytes::from),
+                value: o.value.map(Bytes::from),
+                headers,
+            });
+        }
+    }
+    Ok(p)
 }
 
 #[cfg(test)]

@@ -25,8 +25,9 @@ use crate::module::TransformModule;
 use crate::state::StateStore;
 use rill_client::ConsumerRecord;
 
-use crate::batch::{InputBuffer, Processed, decode};
-use crate::wit::{Level, Transform, WORLD, rill};
+use crate::batch::{InputBuffer, Processed, decode, decode_v0_1};
+use crate::module::ContractPre;
+use crate::wit::{Level, Transform, rill, v0_1};
 
 /// Default memory cap of one instance.
 pub const MEMORY_BYTES_MAX_DEFAULT: usize = 64 * 1024 * 1024;
@@ -98,6 +99,40 @@ pub fn now_ms() -> i64 {
 }
 
 impl rill::transform::types::Host for HostState {}
+impl v0_1::rill::transform::types::Host for HostState {}
+
+// Contract 0.1.0's imports are the same functions.
+impl v0_1::rill::transform::log::Host for HostState {
+    fn log(
+        &mut self,
+        level: v0_1::rill::transform::log::Level,
+        message: String,
+    ) -> wasmtime::Result<()> {
+        use v0_1::rill::transform::log::Level as Old;
+        let level = match level {
+            Old::Trace => Level::Trace,
+            Old::Debug => Level::Debug,
+            Old::Info => Level::Info,
+            Old::Warn => Level::Warn,
+            Old::Error => Level::Error,
+        };
+        rill::transform::log::Host::log(self, level, message)
+    }
+}
+
+impl v0_1::rill::transform::state::Host for HostState {
+    fn get(&mut self, key: Vec<u8>) -> wasmtime::Result<Option<Vec<u8>>> {
+        rill::transform::state::Host::get(self, key)
+    }
+
+    fn put(&mut self, key: Vec<u8>, value: Vec<u8>) -> wasmtime::Result<()> {
+        rill::transform::state::Host::put(self, key, value)
+    }
+
+    fn delete(&mut self, key: Vec<u8>) -> wasmtime::Result<()> {
+        rill::transform::state::Host::delete(self, key)
+    }
+}
 
 impl rill::transform::log::Host for HostState {
     fn log(&mut self, level: Level, mut message: String) -> wasmtime::Result<()> {
@@ -145,6 +180,12 @@ impl rill::transform::state::Host for HostState {
     }
 }
 
+/// An instantiated module, by the contract version it was built for.
+enum Bindings {
+    Current(Transform),
+    V0_1(v0_1::Transform),
+}
+
 /// A running instance.
 pub struct TransformInstance {
     module: Arc<TransformModule>,
@@ -152,7 +193,7 @@ pub struct TransformInstance {
     config: Vec<(String, String)>,
     limits: Limits,
     store: Store<HostState>,
-    bindings: Transform,
+    bindings: Bindings,
     stderr: MemoryOutputPipe,
     /// The input side of a call, kept between calls.
     input: InputBuffer,
@@ -261,17 +302,21 @@ impl TransformInstance {
         partition: u32,
         records: &[ConsumerRecord],
     ) -> Result<Processed, String> {
-        self.input.fill(records);
         self.store
             .set_epoch_deadline(ticks(self.limits.call_timeout));
-        let out = self
-            .bindings
-            .call_process(&mut self.store, self.input.batch(topic, partition))
-            .map_err(|e| describe_trap(&e, &self.stderr, self.limits))?;
-        Ok(decode(out, records.len()).unwrap_or_else(|e| {
+        let answer = match &self.bindings {
+            Bindings::Current(b) => {
+                self.input.fill(records);
+                b.call_process(&mut self.store, self.input.batch(topic, partition))
+                    .map(|out| decode(out, records.len()))
+            }
+            Bindings::V0_1(b) => call_v0_1(b, &mut self.store, topic, partition, records),
+        }
+        .map_err(|e| describe_trap(&e, &self.stderr, self.limits))?;
+        Ok(answer.unwrap_or_else(|e| {
             Processed::all_failed(
                 records.len(),
-                &format!("the module's answer breaks the contract {WORLD}: {e}"),
+                &format!("the module's answer breaks its contract: {e}"),
             )
         }))
     }
@@ -309,13 +354,50 @@ impl TransformInstance {
     }
 }
 
+/// A 0.1.0 module's `process`: each record's fields lent as lists of their own.
+fn call_v0_1(
+    bindings: &v0_1::Transform,
+    store: &mut Store<HostState>,
+    topic: &str,
+    partition: u32,
+    records: &[ConsumerRecord],
+) -> wasmtime::Result<Result<Processed, String>> {
+    let headers: Vec<Vec<v0_1::HeaderParam<'_>>> = records
+        .iter()
+        .map(|r| {
+            r.headers
+                .iter()
+                .map(|h| v0_1::HeaderParam {
+                    key: &h.key,
+                    value: &h.value,
+                })
+                .collect()
+        })
+        .collect();
+    let inputs: Vec<v0_1::InputRecord<'_>> = records
+        .iter()
+        .zip(&headers)
+        .map(|(r, headers)| v0_1::InputRecord {
+            topic,
+            partition,
+            offset: r.offset.0,
+            timestamp_ms: r.timestamp_ms,
+            key: r.key.as_deref(),
+            value: r.value.as_deref(),
+            headers,
+        })
+        .collect();
+    let results = bindings.call_process(store, &inputs)?;
+    Ok(decode_v0_1(results, records.len()))
+}
+
 fn instantiate(
     module: &TransformModule,
     name: &str,
     config: &[(String, String)],
     limits: Limits,
     state: StateStore,
-) -> Result<(Store<HostState>, Transform, MemoryOutputPipe), TransformError> {
+) -> Result<(Store<HostState>, Bindings, MemoryOutputPipe), TransformError> {
     let stderr = MemoryOutputPipe::new(STDERR_BYTES_MAX);
     let wasi = WasiCtx::builder().stderr(stderr.clone()).build();
     let host = HostState {
@@ -337,7 +419,11 @@ fn instantiate(
         name: name.to_string(),
         message,
     };
-    let bindings = module.pre.instantiate(&mut store).map_err(|e| {
+    let bindings = match &module.pre {
+        ContractPre::Current(pre) => pre.instantiate(&mut store).map(Bindings::Current),
+        ContractPre::V0_1(pre) => pre.instantiate(&mut store).map(Bindings::V0_1),
+    }
+    .map_err(|e| {
         fail(format!(
             "instantiating the module failed: {}",
             describe_trap(&e, &stderr, limits)
@@ -348,7 +434,11 @@ fn instantiate(
         .iter()
         .map(|(k, v)| (k.as_str(), v.as_str()))
         .collect();
-    match bindings.call_init(&mut store, &config) {
+    let init = match &bindings {
+        Bindings::Current(b) => b.call_init(&mut store, &config),
+        Bindings::V0_1(b) => b.call_init(&mut store, &config),
+    };
+    match init {
         Ok(Ok(())) => {}
         Ok(Err(msg)) => return Err(fail(format!("init refused the configuration: {msg}"))),
         Err(e) => {

@@ -4,9 +4,10 @@
 //! Validation, in order, each failure a [`TransformError::InvalidModule`] that
 //! says what is wrong and what to do: the size bound; the WebAssembly header (a
 //! core module instead of a component is named as such); compilation; every
-//! import is one the host provides (the contract's `log`/`state`/`types` of the
-//! same version, or WASI preview 2); the exports `init` and `process` exist
-//! with the contract's types.
+//! import is one the host provides (the contract's `log`/`state`/`types` of a
+//! version the host runs, or WASI preview 2); the exports `init` and `process`
+//! exist with the types of the current contract or, for a module built with an
+//! older rill-sdk, of contract 0.1.0.
 
 use std::sync::{Arc, OnceLock};
 
@@ -15,7 +16,7 @@ use wasmtime::component::{Component, Linker, types::ComponentItem};
 use crate::engine::engine;
 use crate::error::TransformError;
 use crate::instance::HostState;
-use crate::wit::{CONTRACT_VERSION, TransformPre, WORLD};
+use crate::wit::{CONTRACT_VERSION, CONTRACT_VERSIONS, TransformPre, WORLD, v0_1};
 
 /// The largest module accepted (it is stored in one record of `__transforms`).
 pub const MODULE_BYTES_MAX: usize = 8 * 1024 * 1024;
@@ -30,10 +31,17 @@ const EXPORTS: [&str; 2] = ["init", "process"];
 /// so that a mismatch can be named).
 const CONTRACT_PACKAGE: &str = "rill:transform/";
 
+/// A module ready to instantiate, by the contract version it was built for.
+#[derive(Clone)]
+pub(crate) enum ContractPre {
+    Current(TransformPre<HostState>),
+    V0_1(v0_1::TransformPre<HostState>),
+}
+
 /// A compiled, validated transform module. Cheap to clone.
 #[derive(Clone)]
 pub struct TransformModule {
-    pub(crate) pre: TransformPre<HostState>,
+    pub(crate) pre: ContractPre,
     bytes_len: usize,
 }
 
@@ -56,6 +64,11 @@ pub(crate) fn linker() -> &'static Linker<HostState> {
             |s| s,
         )
         .expect("the contract's imports link");
+        v0_1::Transform::add_to_linker::<HostState, wasmtime::component::HasSelf<HostState>>(
+            &mut linker,
+            |s| s,
+        )
+        .expect("contract 0.1.0's imports link");
         linker
     })
 }
@@ -104,15 +117,30 @@ impl TransformModule {
                 "the component's imports cannot be satisfied: {e:#}"
             ))
         })?;
-        let pre = TransformPre::new(instance_pre).map_err(|e| {
-            TransformError::invalid(format!(
-                "the component's exports do not match world {WORLD}: {e:#}; rebuild it against rill-sdk {CONTRACT_VERSION}"
-            ))
-        })?;
+        // The newest contract first; a module built for an older one still runs.
+        let pre = match TransformPre::new(instance_pre.clone()) {
+            Ok(pre) => ContractPre::Current(pre),
+            Err(current) => match v0_1::TransformPre::new(instance_pre) {
+                Ok(pre) => ContractPre::V0_1(pre),
+                Err(_) => {
+                    return Err(TransformError::invalid(format!(
+                        "the component's exports do not match world {WORLD}: {current:#}; rebuild it against rill-sdk {CONTRACT_VERSION}"
+                    )));
+                }
+            },
+        };
         Ok(Arc::new(TransformModule {
             pre,
             bytes_len: bytes.len(),
         }))
+    }
+
+    /// The contract version the module was built for.
+    pub fn contract_version(&self) -> &'static str {
+        match self.pre {
+            ContractPre::Current(_) => CONTRACT_VERSION,
+            ContractPre::V0_1(_) => v0_1::CONTRACT_VERSION,
+        }
     }
 
     /// The size of the module's bytes.
@@ -160,9 +188,10 @@ fn check_import(name: &str) -> Result<(), TransformError> {
                 "the component imports `{name}`, which is not part of the contract {WORLD} (it has log, state and types)"
             )));
         }
-        if version != CONTRACT_VERSION {
+        if !CONTRACT_VERSIONS.contains(&version) {
             return Err(TransformError::invalid(format!(
-                "the component was built for contract version {version} (import `{name}`); this host speaks {CONTRACT_VERSION}: rebuild it against rill-sdk {CONTRACT_VERSION}"
+                "the component was built for contract version {version} (import `{name}`); this host runs {}: rebuild it against rill-sdk {CONTRACT_VERSION}",
+                CONTRACT_VERSIONS.join(" and ")
             )));
         }
         return Ok(());
@@ -202,12 +231,13 @@ mod tests {
     fn names_foreign_imports_and_version_mismatches() {
         assert!(check_import("wasi:cli/stderr@0.2.0").is_ok());
         assert!(check_import("rill:transform/state@0.2.0").is_ok());
-        // A module built with an SDK of contract 0.1.0 (one record per list
-        // element) is named as such, with what to do.
-        let e = check_import("rill:transform/state@0.1.0")
+        // Built with an older SDK: still runs.
+        assert!(check_import("rill:transform/state@0.1.0").is_ok());
+        let e = check_import("rill:transform/state@0.3.0")
             .unwrap_err()
             .to_string();
-        assert!(e.contains("contract version 0.1.0"), "{e}");
+        assert!(e.contains("contract version 0.3.0"), "{e}");
+        assert!(e.contains("this host runs 0.2.0 and 0.1.0"), "{e}");
         assert!(e.contains("rebuild it against rill-sdk 0.2.0"), "{e}");
         let e = check_import("acme:thing/x").unwrap_err().to_string();
         assert!(e.contains("acme:thing/x"), "{e}");

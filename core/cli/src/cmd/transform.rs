@@ -312,8 +312,16 @@ async fn deploy(a: DeployArgs) -> anyhow::Result<()> {
     validate_name(&a.name)?;
     let module = std::fs::read(&a.file)
         .with_context(|| format!("cannot read the module {}", a.file.display()))?;
-    TransformModule::compile(&module)
+    let compiled = TransformModule::compile(&module)
         .with_context(|| format!("cannot deploy {}", a.file.display()))?;
+    if compiled.contract_version() != rill_transforms::wit::CONTRACT_VERSION {
+        eprintln!(
+            "note: {} was built for contract {}; it runs, but rebuilt with this rill-sdk ({}) it passes records in batches, faster: `rill transform build DIR`",
+            a.file.display(),
+            compiled.contract_version(),
+            rill_transforms::wit::CONTRACT_VERSION
+        );
+    }
     let outputs = if a.outputs.is_empty() {
         vec![a.name.clone()]
     } else {
