@@ -702,16 +702,18 @@ impl Runner {
         };
         let value = serde_json::to_vec(&status).expect("status encodes");
         // Status and logs are best effort: they never hold up the data path.
-        let _ = self
+        let delivery = self
             .producer
             .send(ProducerRecord::new(STATUS_TOPIC, value).key(status.key()))
             .await?;
+        drop(delivery); // not awaited: best effort
         for log in std::mem::take(&mut self.pending_logs) {
             let value = serde_json::to_vec(&log).expect("log line encodes");
-            let _ = self
+            let delivery = self
                 .producer
                 .send(ProducerRecord::new(LOGS_TOPIC, value).key(self.deployment.name.clone()))
                 .await?;
+            drop(delivery);
         }
         Ok(())
     }
