@@ -51,7 +51,10 @@ fn clean(record: Record) -> Result<Option<Output>, String> {
         .unwrap_or(2000);
     let title = to_text(article.title.as_deref().unwrap_or(""));
     let mut text = to_text(article.content.as_deref().unwrap_or(""));
-    if let Some((cut, _)) = text.char_indices().nth(max_chars) {
+    // A text of at most max_chars bytes has at most max_chars characters.
+    if text.len() > max_chars
+        && let Some((cut, _)) = text.char_indices().nth(max_chars)
+    {
         text.truncate(cut);
         text.push('…');
     }
@@ -88,6 +91,7 @@ pub fn to_text(html: &str) -> String {
 
 /// Removes tags and comments; the bodies of script and style elements go too.
 /// Block-level tags become a space so words on either side stay apart.
+/// One pass, no allocation per tag (tag names compare case-insensitively).
 fn strip_tags(html: &str) -> String {
     let mut out = String::with_capacity(html.len());
     let mut rest = html;
@@ -104,20 +108,15 @@ fn strip_tags(html: &str) -> String {
             rest = "";
             break;
         };
-        let tag = tail[1..gt].trim_start_matches('/').to_ascii_lowercase();
-        let name: String = tag.chars().take_while(|c| c.is_ascii_alphanumeric()).collect();
+        let closing = tail[1..].starts_with('/');
+        let name = tag_name(tail[1..gt].trim_start_matches('/'));
         rest = &tail[gt + 1..];
-        if name.is_empty() && !tail[1..].starts_with('/') {
+        if name.is_empty() && !closing {
             out.push_str(&tail[..=gt]);
             continue;
         }
-        if (name == "script" || name == "style") && !tail[1..].starts_with('/') {
-            let close = format!("</{name}");
-            let lower = rest.to_ascii_lowercase();
-            rest = match lower.find(&close) {
-                Some(at) => rest[at..].find('>').map_or("", |g| &rest[at + g + 1..]),
-                None => "",
-            };
+        if !closing && (name.eq_ignore_ascii_case("script") || name.eq_ignore_ascii_case("style")) {
+            rest = after_closing_tag(rest, name);
         }
         out.push(' ');
     }
@@ -125,8 +124,38 @@ fn strip_tags(html: &str) -> String {
     out
 }
 
+/// The leading ASCII letters and digits of a tag's content.
+fn tag_name(tag: &str) -> &str {
+    let end = tag
+        .find(|c: char| !c.is_ascii_alphanumeric())
+        .unwrap_or(tag.len());
+    &tag[..end]
+}
+
+/// What follows `</name ...>` in `s` (any case), or nothing if it is not closed.
+fn after_closing_tag<'a>(s: &'a str, name: &str) -> &'a str {
+    let mut from = 0;
+    while let Some(at) = s[from..].find("</") {
+        let at = from + at;
+        let candidate = &s[at + 2..];
+        if tag_name(candidate).eq_ignore_ascii_case(name) {
+            return candidate.find('>').map_or("", |g| &candidate[g + 1..]);
+        }
+        from = at + 2;
+    }
+    ""
+}
+
+/// Runs of whitespace become one space; none at either end.
 fn normalise_whitespace(s: &str) -> String {
-    s.split_whitespace().collect::<Vec<_>>().join(" ")
+    let mut out = String::with_capacity(s.len());
+    for word in s.split_whitespace() {
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        out.push_str(word);
+    }
+    out
 }
 
 #[cfg(test)]
@@ -156,6 +185,16 @@ mod tests {
         let a = parse(out);
         assert_eq!(a.title, "Café & Code");
         assert_eq!(a.text, "Hello, world — it’s here .");
+    }
+
+    #[test]
+    fn drops_script_and_style_bodies_in_any_case() {
+        assert_eq!(
+            to_text("a<SCRIPT type=x>if (a</b) x()</b></Script >b<style>p{}</STYLE>c"),
+            "a b c"
+        );
+        assert_eq!(to_text("a<script>never closed"), "a");
+        assert_eq!(to_text("<scripts>kept</scripts>"), "kept");
     }
 
     #[test]
