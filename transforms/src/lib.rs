@@ -12,7 +12,9 @@
 //! and so does `rill transform run`.
 //!
 //! What it is not: not part of the broker's data path (it is a client of the
-//! cluster like any other), and no exactly-once yet: delivery is at least once.
+//! cluster like any other), and not transactional: delivery is at least once,
+//! and a restart writes no output or state write twice (`checkpoint.rs`), but a
+//! worker that lost its partitions is not fenced.
 //!
 //! Invariants: an input offset is committed only after every output of the
 //! records before it is acknowledged and their state writes are in the
