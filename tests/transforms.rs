@@ -618,7 +618,53 @@ fn invalid_modules_are_refused_with_what_is_wrong() {
     assert!(e.contains("invalid transform name"), "{e}");
 }
 
-/// Sum of the end offsets of a topic's partitions.
+/// A module built by the rill-sdk of contract 0.1.0 (before the batch layout;
+/// kept as built then) deploys and runs on this host, through the binary.
+#[test]
+fn a_module_built_for_contract_0_1_0_deploys_and_runs() {
+    let broker = TestBroker::start();
+    broker.rill_ok(&["topic", "create", "old-in", "--partitions", "2"]);
+    let wasm = root().join("tests/guests/prebuilt/identity-contract-0.1.0.wasm");
+    let args = [
+        "transform",
+        "deploy",
+        wasm.to_str().unwrap(),
+        "--name",
+        "old-id",
+        "--input",
+        "old-in",
+        "--output",
+        "old-out",
+    ];
+    let out = broker.rill(&args);
+    support::assert_success(&out, &args, &broker);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("built for contract 0.1.0"), "{stderr}");
+    broker.rill_stdin_ok(&["produce", "old-in"], b"one\ntwo\nthree\n");
+    let text = wait_describe(&broker, "old-id", |t| {
+        describe_field(t, "processed") == Some(3) && t.contains("contract 0.1.0")
+    });
+    assert!(text.contains("runs faster: contract 0.2.0"), "{text}");
+    // The outputs are sent before `processed` is reported, and acknowledged
+    // soon after: read until all three are there.
+    let rt = runtime();
+    let values: std::collections::BTreeSet<String> = rt.block_on(async {
+        let client = client(&broker).await;
+        let deadline = Instant::now() + PROGRESS_TIMEOUT;
+        loop {
+            let records = read_all(&client, "old-out").await;
+            if records.len() >= 3 || Instant::now() > deadline {
+                break records
+                    .into_iter()
+                    .map(|r| String::from_utf8(r.value.unwrap().to_vec()).unwrap())
+                    .collect();
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    });
+    assert_eq!(values, ["one", "three", "two"].map(String::from).into());
+}
+
 /// An input record for the boundary test.
 fn input_record(
     offset: i64,
@@ -727,6 +773,7 @@ fn the_batch_boundary_carries_every_field_and_isolates_a_failing_record() {
     assert_eq!(p.outputs.len(), 1);
 }
 
+/// Sum of the end offsets of a topic's partitions.
 async fn end_offsets_sum(client: &Client, topic: &str) -> i64 {
     let n = client.partition_count(topic).await.unwrap();
     let tps: Vec<TopicPartition> = (0..n).map(|p| TopicPartition::new(topic, p)).collect();

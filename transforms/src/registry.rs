@@ -236,6 +236,10 @@ pub struct InstanceStatus {
     pub lag: u64,
     pub last_error: Option<String>,
     pub updated_ms: i64,
+    /// The contract version the module was built for (absent from instances
+    /// of hosts before 0.2.0).
+    #[serde(default)]
+    pub contract: Option<String>,
 }
 
 impl InstanceStatus {

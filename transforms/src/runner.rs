@@ -699,6 +699,7 @@ impl Runner {
             lag,
             last_error: self.last_error.clone(),
             updated_ms: now_ms(),
+            contract: Some(self.module.contract_version().to_string()),
         };
         let value = serde_json::to_vec(&status).expect("status encodes");
         // Status and logs are best effort: they never hold up the data path.

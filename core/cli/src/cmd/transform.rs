@@ -462,7 +462,21 @@ async fn describe(a: NameArgs) -> anyhow::Result<()> {
         d.memory_bytes_max / (1024 * 1024),
         d.call_timeout_ms
     )?;
-    writeln!(out, "  module:     {} bytes", d.module.len())?;
+    // The contract the module was built for, as its instances report it.
+    let contract = status
+        .iter()
+        .filter(|s| s.version == d.version)
+        .find_map(|s| s.contract.as_deref());
+    match contract {
+        Some(c) if c != rill_transforms::wit::CONTRACT_VERSION => writeln!(
+            out,
+            "  module:     {} bytes, contract {c} (rebuilt with this rill-sdk it runs faster: contract {})",
+            d.module.len(),
+            rill_transforms::wit::CONTRACT_VERSION
+        )?,
+        Some(c) => writeln!(out, "  module:     {} bytes, contract {c}", d.module.len())?,
+        None => writeln!(out, "  module:     {} bytes", d.module.len())?,
+    }
     if !d.config.is_empty() {
         let cfg: Vec<String> = d.config.iter().map(|(k, v)| format!("{k}={v}")).collect();
         writeln!(out, "  config:     {}", cfg.join(" "))?;
