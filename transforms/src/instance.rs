@@ -3,8 +3,9 @@
 //! state and its log lines.
 //!
 //! Failure handling: a batch is processed in one call (its records laid out as
-//! in `batch.rs`). If every record succeeds, the state writes of the call are applied. If any record fails (an
-//! error result, a trap, the deadline or the memory cap), the call's state
+//! in `batch.rs`). If every record succeeds, the state writes of the call are
+//! applied. If any record fails (an error result, a trap, the deadline or the
+//! memory cap), the call's state
 //! writes are dropped, a trapped instance is replaced by a fresh one (same
 //! state, `init` run again), and the batch is run again one record per call, so
 //! each failing record is identified alone and every other record's effects
@@ -14,19 +15,17 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use rill_client::ConsumerRecord;
 use wasmtime::component::ResourceTable;
 use wasmtime::{Store, StoreLimits, StoreLimitsBuilder, Trap};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
+use crate::batch::{InputBuffer, Processed, decode, decode_v0_1};
 use crate::engine::{engine, ticks};
 use crate::error::TransformError;
-use crate::module::TransformModule;
+use crate::module::{ContractPre, TransformModule};
 use crate::state::StateStore;
-use rill_client::ConsumerRecord;
-
-use crate::batch::{InputBuffer, Processed, decode, decode_v0_1};
-use crate::module::ContractPre;
 use crate::wit::{Level, Transform, rill, v0_1};
 
 /// Default memory cap of one instance.
@@ -248,43 +247,17 @@ impl TransformInstance {
         if records.is_empty() {
             return Ok(Processed::default());
         }
-        match self.call(topic, partition, records) {
-            Ok(p) if p.all_ok() => {
-                self.store.data_mut().state.commit_call();
-                return Ok(p);
-            }
-            Ok(p) => {
-                self.store.data_mut().state.rollback_call();
-                if records.len() == 1 {
-                    return Ok(p);
-                }
-            }
-            Err(trap) => {
-                self.store.data_mut().state.rollback_call();
-                self.replace()?;
-                if records.len() == 1 {
-                    return Ok(Processed::all_failed(1, &trap));
-                }
-            }
+        match self.attempt(topic, partition, records)? {
+            Ok(p) if p.all_ok() || records.len() == 1 => return Ok(p),
+            Err(trap) if records.len() == 1 => return Ok(Processed::all_failed(1, &trap)),
+            _ => {}
         }
         // Something failed in the batch: one record per call.
         let mut out = Processed::default();
         for one in records.chunks(1) {
-            let p = match self.call(topic, partition, one) {
-                Ok(p) if p.all_ok() => {
-                    self.store.data_mut().state.commit_call();
-                    p
-                }
-                Ok(p) => {
-                    self.store.data_mut().state.rollback_call();
-                    p
-                }
-                Err(trap) => {
-                    self.store.data_mut().state.rollback_call();
-                    self.replace()?;
-                    Processed::all_failed(1, &trap)
-                }
-            };
+            let p = self
+                .attempt(topic, partition, one)?
+                .unwrap_or_else(|trap| Processed::all_failed(1, &trap));
             let failed = !p.all_ok();
             out.append(p);
             if failed && stop_at_failure {
@@ -292,6 +265,33 @@ impl TransformInstance {
             }
         }
         Ok(out)
+    }
+
+    /// One call whose state writes are kept only if every record succeeded; a
+    /// trapped instance is replaced by a fresh one. The inner Err describes
+    /// the trap; the outer one is a replacement that could not be made.
+    fn attempt(
+        &mut self,
+        topic: &str,
+        partition: u32,
+        records: &[ConsumerRecord],
+    ) -> Result<Result<Processed, String>, TransformError> {
+        match self.call(topic, partition, records) {
+            Ok(p) => {
+                let state = &mut self.store.data_mut().state;
+                if p.all_ok() {
+                    state.commit_call();
+                } else {
+                    state.rollback_call();
+                }
+                Ok(Ok(p))
+            }
+            Err(trap) => {
+                self.store.data_mut().state.rollback_call();
+                self.replace()?;
+                Ok(Err(trap))
+            }
+        }
     }
 
     /// One call into the guest under the deadline; Err describes a trap. An

@@ -37,8 +37,7 @@ pub mod v0_1 {
         ownership: Borrowing { duplicate_if_necessary: true },
     });
 
-    pub use rill::transform::types::{HeaderParam, HeaderResult};
+    pub use rill::transform::types::HeaderParam;
 
     pub const CONTRACT_VERSION: &str = "0.1.0";
-    pub const WORLD: &str = "rill:transform/transform@0.1.0";
 }

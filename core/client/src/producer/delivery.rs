@@ -104,9 +104,7 @@ impl DeliveryFuture {
             acks,
         }
     }
-}
 
-impl DeliveryFuture {
     /// Whether `other` is a record of the same batch: the two resolve together,
     /// with the same outcome, so a caller that waits for both may keep one.
     pub fn same_batch(&self, other: &DeliveryFuture) -> bool {
