@@ -12,3 +12,4 @@ pub mod produce;
 pub mod topic;
 pub mod transform;
 pub mod transform_host;
+pub mod wasm_target;

@@ -25,6 +25,7 @@ use rill_transforms::registry::{
 };
 use rill_transforms::{TransformModule, supervisor};
 
+use super::wasm_target;
 use crate::client_args::ClientArgs;
 
 /// An instance whose status is older than this is shown as gone.
@@ -261,6 +262,7 @@ pub fn build(dir: &Path, locked: bool) -> anyhow::Result<PathBuf> {
             dir.display()
         );
     }
+    wasm_target::ensure_installed(dir, &wasm_target::Toolchain::from_env())?;
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut child = Command::new(cargo)
         .args([
@@ -296,7 +298,7 @@ pub fn build(dir: &Path, locked: bool) -> anyhow::Result<PathBuf> {
     let status = child.wait()?;
     if !status.success() {
         bail!(
-            "cargo build --target wasm32-wasip2 failed in {} (its errors are above; if the target is missing: rustup target add wasm32-wasip2)",
+            "cargo build --target wasm32-wasip2 failed in {} (its errors are above)",
             dir.display()
         );
     }
