@@ -330,18 +330,31 @@ impl Log {
             }
             .into());
         }
-        self.maybe_roll(bytes.len() as u64, first, last, now_ms)?;
-        assert!(
-            self.active().can_hold_offset(last),
-            "after a roll the active segment holds the append's offsets"
-        );
-        let interval = self.config.index_interval_bytes;
-        let active = self.active_mut();
-        if active.is_empty() {
-            // segment.ms counts from the first append, not from when the file was made.
-            active.created_ms = now_ms;
+        // segment.bytes is kept between batches: the batches of one call go into
+        // the active segment while they fit, and the rest into new segments (a lone
+        // batch larger than segment.bytes gets a segment of its own).
+        let mut start = 0;
+        while start < checked.len() {
+            let end = self.place_run(bytes, &checked[start..], now_ms)? + start;
+            let from = checked[start].1;
+            let to = checked.get(end).map_or(bytes.len() as u64, |(_, pos)| *pos);
+            let run: std::borrow::Cow<'_, [(BatchHeader, u64)]> = if from == 0 {
+                std::borrow::Cow::Borrowed(&checked[start..end])
+            } else {
+                checked[start..end]
+                    .iter()
+                    .map(|(h, pos)| (*h, pos - from))
+                    .collect()
+            };
+            let interval = self.config.index_interval_bytes;
+            let active = self.active_mut();
+            if active.is_empty() {
+                // segment.ms counts from the first append, not from when the file was made.
+                active.created_ms = now_ms;
+            }
+            active.append(&bytes[from as usize..to as usize], &run, interval)?;
+            start = end;
         }
-        active.append(bytes, checked, interval)?;
         for (h, _) in checked {
             self.producers.record(h);
         }
@@ -372,6 +385,42 @@ impl Log {
             bytes: bytes.len() as u64,
             duplicate: false,
         })
+    }
+
+    /// Rolls the segment when the first of `run` (batches at their positions in
+    /// `bytes`) does not fit the active one, then returns how many of `run`, from
+    /// the first, go into the active segment together.
+    fn place_run(
+        &mut self,
+        bytes: &[u8],
+        run: &[(BatchHeader, u64)],
+        now_ms: TimestampMs,
+    ) -> Result<usize, LogError> {
+        let len_of = |i: usize| -> u64 {
+            let end = run.get(i + 1).map_or(bytes.len() as u64, |(_, pos)| *pos);
+            end - run[i].1
+        };
+        let (first, _) = &run[0];
+        self.maybe_roll(len_of(0), first.base_offset, first.last_offset(), now_ms)?;
+        let active = self.active();
+        assert!(
+            active.can_hold_offset(first.last_offset()),
+            "after a roll the active segment holds the batch's offsets"
+        );
+        let mut size = active.size + len_of(0);
+        let mut count = 1;
+        while count < run.len() {
+            let next = size + len_of(count);
+            if next > self.config.segment_bytes
+                || next > u32::MAX as u64
+                || !active.can_hold_offset(run[count].0.last_offset())
+            {
+                break;
+            }
+            size = next;
+            count += 1;
+        }
+        Ok(count)
     }
 
     fn maybe_roll(

@@ -343,3 +343,40 @@ fn idempotent_retries_are_written_once_across_reopen_and_truncation() {
     assert_eq!(redo.first_offset, o(5));
     assert_eq!(log.log_end_offset(), o(7));
 }
+
+#[test]
+fn segment_bytes_is_kept_between_the_batches_of_one_append() {
+    // One append of many batches (as a produce request carries) rolls between
+    // batches: no segment grows past segment.bytes, and every batch is readable.
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = small_config();
+    cfg.segment_bytes = 2048;
+    let mut log = Log::open(dir.path(), cfg, NOW).unwrap();
+    let one = batch("x", 4, NOW).len() as u64;
+    assert!(one * 3 < 2048, "several batches fit one segment");
+    for round in 0..3 {
+        let mut many = Vec::new();
+        for i in 0..40 {
+            many.extend(batch(&format!("r{round}b{i}"), 4, NOW + i));
+        }
+        let info = log.append(&mut many, E1, NOW).unwrap();
+        assert_eq!(info.record_count, 160);
+    }
+    assert_eq!(log.log_end_offset(), o(480));
+    let mut sizes = Vec::new();
+    for entry in std::fs::read_dir(dir.path()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "log") {
+            sizes.push(std::fs::metadata(&path).unwrap().len());
+        }
+    }
+    assert!(sizes.len() >= 480 * one as usize / 4 / 2048, "{sizes:?}");
+    assert!(
+        sizes.iter().all(|&s| s <= 2048),
+        "a segment past segment.bytes: {sizes:?}"
+    );
+    assert_eq!(offsets(&read_all(&log)), (0..480).collect::<Vec<_>>());
+    drop(log);
+    let log = Log::open(dir.path(), small_config(), NOW).unwrap();
+    assert_eq!(offsets(&read_all(&log)), (0..480).collect::<Vec<_>>());
+}
