@@ -245,15 +245,17 @@ fn api_versions(state: &BrokerState) -> ApiVersionsResponse {
 // ---------------------------------------------------------------- metadata
 
 fn partition_metadata(p: &Partition) -> PartitionMetadata {
+    // One view of the replication state: leader, epoch and ISR agree.
+    let replica = p.replica_state();
     PartitionMetadata {
         partition: p.index(),
         error: None,
-        leader: p.leader(),
-        leader_epoch: p.leader_epoch(),
-        replicas: p.replicas(),
-        isr: p.isr(),
+        leader: replica.leader(),
+        leader_epoch: replica.leader_epoch(),
+        replicas: replica.replicas().to_vec(),
+        isr: replica.isr().to_vec(),
         log_start_offset: p.log_start_offset(),
-        high_watermark: p.high_watermark(),
+        high_watermark: replica.high_watermark(),
         log_end_offset: p.log_end_offset(),
     }
 }
@@ -534,9 +536,11 @@ async fn produce(
             }
             Ok(p) => append(&p, &bytes, now),
         };
+        let mut replicate_to = None;
         responses.push(match result {
             Ok((info, log_start_offset)) => {
                 bytes_in += bytes.len() as u64;
+                replicate_to = Some(Offset(info.last_offset.0 + 1));
                 ProducePartitionResponse {
                     topic: pp.topic,
                     partition: pp.partition,
@@ -558,23 +562,23 @@ async fn produce(
                 }
             }
         });
-        if let Some(p) = leader
-            && responses.last().is_some_and(|r| r.error.is_none())
-        {
-            // Our batches end at or before the log end now.
-            let end = p.log_end_offset();
+        if let (Some(p), Some(end)) = (leader, replicate_to) {
             to_replicate.push((responses.len() - 1, p, end));
         }
     }
     state.metrics.bytes_in.increment(bytes_in);
     // acks=all: answer once every ISR member has the batches (the high watermark
-    // passed them), or REQUEST_TIMED_OUT.
-    let wait = Duration::from_millis(req.timeout_ms as u64);
-    for (i, p, end) in to_replicate {
-        let r: &mut ProducePartitionResponse = &mut responses[i];
-        if let Err(e) = cluster_api::wait_replicated(state, &p, end, wait).await {
+    // passed them), or REQUEST_TIMED_OUT. The partitions are waited on together,
+    // under one deadline for the whole request.
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(req.timeout_ms as u64);
+    let waits = to_replicate
+        .iter()
+        .map(|(_, p, end)| cluster_api::wait_replicated(state, p, *end, deadline));
+    let outcomes = futures::future::join_all(waits).await;
+    for ((i, _, _), outcome) in to_replicate.iter().zip(outcomes) {
+        if let Err(e) = outcome {
             state.metrics.error(ApiKey::Produce.name(), e.code);
-            r.error = Some(e);
+            responses[*i].error = Some(e);
         }
     }
     if req.acks == Acks::None {

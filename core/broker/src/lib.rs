@@ -1,20 +1,22 @@
 //! rill-broker: the Rill broker daemon as a library — a QUIC server that owns
-//! partition logs on local disk and answers the wire protocol of
-//! `rill_proto::wire` (ApiVersions, Metadata, CreateTopics, DeleteTopics,
-//! DescribeConfigs, AlterConfigs, Produce, Fetch, ListOffsets).
+//! partition logs on local disk, replicates them among the brokers of a
+//! cluster, and answers the wire protocol of `rill_proto::wire`.
 //!
-//! What it is not (yet): a cluster member. Today one broker leads every
-//! partition: replicas = ISR = [this broker], the high watermark is the log end
-//! offset, acks=all equals acks=1. `Partition` already carries a leader epoch,
-//! replica and ISR lists and a high watermark so replication can fill them in.
-//! Consumer groups: [`group`] (coordinator state machine, assignors, the
-//! `__consumer_offsets` records). Tiered storage: [`tier`]. The `rill` binary
-//! (rill-cli) wraps it.
+//! Every broker is a member of a cluster, a single broker included (a
+//! one-voter metadata quorum): [`cluster`] runs the Raft quorum (openraft) that
+//! holds the metadata image (brokers, topics, assignments, leaders, ISR,
+//! configs), the controller's fencing and leader election, and the reconcile
+//! loop that brings local partitions in line with each committed image;
+//! followers fetch from leaders ([`cluster::replication`]). [`partition`] is one
+//! hosted partition (its log and its [`replica::ReplicaState`]). Consumer groups:
+//! [`group`] (coordinator state machine, assignors, the `__consumer_offsets`
+//! records). Tiered storage: [`tier`]. What it is not: a client library
+//! (rill-client) or the `rill` binary (rill-cli, which wraps this).
 //!
 //! Invariants:
-//! - Topic metadata is durable (`<data_dir>/__meta/topics.toml`, crash-safe
-//!   replace) before a change is visible; partition logs live in
-//!   `<data_dir>/<topic>-<partition>/`.
+//! - Partition logs live in `<data_dir>/<topic>-<partition>/`; topic metadata is
+//!   durable before a change is visible (the quorum's log, and today also
+//!   `<data_dir>/__meta/topics.toml`, see [`topics`]).
 //! - A bad request never panics a task or drops a connection; it is answered with
 //!   an error on its own stream.
 //! - Every task belongs to the broker's shutdown scope; `shutdown` stops
@@ -22,9 +24,10 @@
 //!   `shutdown_timeout_ms`), then flushes and closes every log.
 //!
 //! Modules: [`config`] (BrokerConfig, TOML), [`error`], [`metadata`] (topics.toml),
-//! [`partition`] (Partition, Topic), [`topics`] (TopicRegistry), [`handlers`]
-//! (one function per api), `server` (QUIC accept / stream loop), [`metrics`],
-//! [`tier`] (tiered storage: uploads, manifests, remote reads).
+//! [`partition`] (Partition, Topic), [`replica`] (ReplicaState), [`topics`]
+//! (TopicRegistry), [`handlers`] (one function per api), `server` (QUIC accept /
+//! stream loop), [`metrics`], [`tier`] (tiered storage: uploads, manifests,
+//! remote reads).
 
 pub mod cluster;
 pub mod config;
@@ -34,6 +37,7 @@ pub mod handlers;
 pub mod metadata;
 pub mod metrics;
 pub mod partition;
+pub mod replica;
 mod server;
 mod state;
 pub mod tier;
@@ -173,7 +177,13 @@ impl Broker {
             // In a multi-broker cluster this broker leads nothing until the
             // committed metadata says so (it may have lost leadership while down).
             for p in registry.partitions() {
-                p.set_role(None, p.leader_epoch(), &p.replicas(), &p.isr());
+                let replica = p.replica_state();
+                p.set_role(
+                    None,
+                    replica.leader_epoch(),
+                    replica.replicas(),
+                    replica.isr(),
+                );
             }
         }
         let state = Arc::new(BrokerState {

@@ -1,17 +1,21 @@
-//! `Partition` and `Topic`: the broker's live view of what it leads.
+//! `Partition` and `Topic`: the broker's live view of one partition it hosts,
+//! as leader or follower.
 //!
 //! A `Partition` owns one partition's `Log` behind a short-held mutex (appends,
-//! index lookups), plus what the cluster will later change: the leader epoch, the
-//! replica and in-sync replica lists, and the high watermark. On a single broker
-//! the broker leads every partition, replicas = isr = [this broker], and the high
-//! watermark is the log end offset after every append.
+//! index lookups) and its replication state — leader, leader epoch, replicas,
+//! ISR, follower progress and high watermark — as one [`ReplicaState`] behind
+//! another, changed only through that type's pure transitions. The quorum's
+//! assignment sets the role (`set_role`); a broker alone in the ISR moves the
+//! high watermark to the log end offset at every append.
 //!
 //! Invariants:
-//! - `log_start_offset <= high_watermark <= log_end_offset`, checked where the
-//!   watermark moves.
+//! - `log_start_offset <= high_watermark <= log_end_offset`, kept by
+//!   `ReplicaState`'s transitions, which take the log's offsets as arguments.
+//! - Lock order: the log mutex, then the replica state; never the reverse.
 //! - File reads never happen under the log mutex: `read` returns a `FileSlice`
 //!   that the caller reads afterwards.
-//! - Every append (and close) wakes the fetches waiting on the partition.
+//! - Every append (and close) wakes the fetches waiting on the partition; every
+//!   move of the high watermark and every role change wakes acks=all waiters.
 //! - Once closed (shutdown, topic deleted) the log is gone; every operation
 //!   answers `UNKNOWN_TOPIC_OR_PARTITION` (deleted) or `BROKER_NOT_AVAILABLE`.
 //! - Tiered storage: the log's own start is the *local* log start offset; the
@@ -28,18 +32,11 @@ use rill_proto::{LeaderEpoch, Offset, TimestampMs};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::Instant;
 use tokio::sync::Notify;
 
-/// What the leader knows of one follower (from its fetches).
-#[derive(Debug, Clone, Copy)]
-pub struct FollowerState {
-    /// The follower's log end offset: the offset it fetched from last.
-    pub log_end_offset: Offset,
-    /// The last time the follower had fetched up to the leader's log end offset.
-    pub caught_up_at: Instant,
-}
+pub use crate::replica::{FollowerState, ReplicaState};
 
 /// Which operation a log error happened in; decides how it is reported.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,14 +76,9 @@ pub struct Partition {
     dir: PathBuf,
     log: Mutex<Option<Log>>,
     broker_id: i32,
-    leader_epoch: AtomicI32,
-    /// The leader's broker id; -1: no leader.
-    leader: AtomicI32,
-    replicas: RwLock<Vec<i32>>,
-    isr: RwLock<Vec<i32>>,
-    /// On the leader: each follower's progress.
-    followers: Mutex<BTreeMap<i32, FollowerState>>,
-    /// Woken when the high watermark moves (acks=all waits on it).
+    /// Leader, epoch, replicas, ISR, follower progress and high watermark, as one.
+    replica: Mutex<ReplicaState>,
+    /// Woken when the high watermark moves or the role changes (acks=all waits on it).
     hw_moved: Notify,
     log_start_offset: AtomicI64,
     local_log_start_offset: AtomicI64,
@@ -96,7 +88,6 @@ pub struct Partition {
     /// lies below the local start is unknown (reads there are retriable errors,
     /// not "out of range", so no consumer resets past remote data).
     remote_pending: AtomicBool,
-    high_watermark: AtomicI64,
     log_end_offset: AtomicI64,
     deleted: AtomicBool,
     /// The log fsyncs on appends (`flush.messages` set): append off the async workers.
@@ -137,18 +128,12 @@ impl Partition {
             dir: dir.to_path_buf(),
             log: Mutex::new(Some(log)),
             broker_id,
-            leader_epoch: AtomicI32::new(leader_epoch.0),
-            leader: AtomicI32::new(broker_id),
-            replicas: RwLock::new(vec![broker_id]),
-            isr: RwLock::new(vec![broker_id]),
-            followers: Mutex::new(BTreeMap::new()),
+            replica: Mutex::new(ReplicaState::sole_leader(broker_id, leader_epoch, end)),
             hw_moved: Notify::new(),
             log_start_offset: AtomicI64::new(start.0),
             local_log_start_offset: AtomicI64::new(start.0),
             remote: RwLock::new(None),
             remote_pending: AtomicBool::new(false),
-            // One broker: everything appended is on every in-sync replica.
-            high_watermark: AtomicI64::new(end.0),
             log_end_offset: AtomicI64::new(end.0),
             deleted: AtomicBool::new(false),
             syncs_on_append: AtomicBool::new(syncs_on_append),
@@ -167,36 +152,33 @@ impl Partition {
         &self.dir
     }
     pub fn leader_epoch(&self) -> LeaderEpoch {
-        LeaderEpoch(self.leader_epoch.load(Ordering::Acquire))
+        self.replica.lock().leader_epoch()
     }
     pub fn replicas(&self) -> Vec<i32> {
-        self.replicas.read().clone()
+        self.replica.lock().replicas().to_vec()
     }
     /// The leader's broker id, if the partition has one.
     pub fn leader(&self) -> Option<i32> {
-        Some(self.leader.load(Ordering::Acquire)).filter(|l| *l >= 0)
+        self.replica.lock().leader()
     }
     /// Whether this broker leads the partition.
     pub fn is_leader(&self) -> bool {
-        self.leader() == Some(self.broker_id)
+        self.replica.lock().is_leader()
+    }
+    /// The whole replication state at one moment (leader, epoch, ISR and high
+    /// watermark consistent with each other).
+    pub fn replica_state(&self) -> ReplicaState {
+        self.replica.lock().clone()
     }
 
     /// Takes the leadership and replica set the quorum committed. A new leader
     /// epoch on the leader forgets what it knew of followers.
     pub fn set_role(&self, leader: Option<i32>, epoch: LeaderEpoch, replicas: &[i32], isr: &[i32]) {
-        let old = self.leader_epoch();
-        assert!(epoch >= old, "leader epoch went back from {old} to {epoch}");
-        if epoch != old || self.leader() != leader {
-            self.followers.lock().clear();
-        }
-        self.leader_epoch.store(epoch.0, Ordering::Release);
-        self.leader.store(leader.unwrap_or(-1), Ordering::Release);
-        *self.replicas.write() = replicas.to_vec();
-        *self.isr.write() = isr.to_vec();
-        if self.is_leader() {
-            self.advance_high_watermark();
-        }
-        // Wake fetches and acks=all waiters: they re-check leadership.
+        let leo = self.log_end_offset();
+        self.replica
+            .lock()
+            .set_role(leader, epoch, replicas, isr, leo);
+        // Wake fetches and acks=all waiters: they re-check leadership and the watermark.
         self.data_arrived.notify_waiters();
         self.hw_moved.notify_waiters();
     }
@@ -224,47 +206,27 @@ impl Partition {
     /// On the leader: records a follower's fetch from `offset` (its log end offset).
     pub fn record_follower_fetch(&self, follower: i32, offset: Offset, now: Instant) {
         let leo = self.log_end_offset();
-        {
-            let mut f = self.followers.lock();
-            let entry = f.entry(follower).or_insert(FollowerState {
-                log_end_offset: offset,
-                caught_up_at: now,
-            });
-            entry.log_end_offset = offset;
-            if offset >= leo {
-                entry.caught_up_at = now;
-            }
-        }
-        self.advance_high_watermark();
+        let moved = self
+            .replica
+            .lock()
+            .record_follower_fetch(follower, offset, now, leo);
+        self.wake_if_moved(moved);
     }
 
     /// What the leader knows of its followers.
     pub fn followers(&self) -> BTreeMap<i32, FollowerState> {
-        self.followers.lock().clone()
+        self.replica.lock().followers().clone()
     }
 
-    /// On the leader: the high watermark becomes the lowest log end offset in the
-    /// ISR (it never goes back).
-    pub fn advance_high_watermark(&self) {
+    /// On a follower: the high watermark the leader sent (capped at the log end).
+    pub fn follow_high_watermark(&self, hw: Offset) {
         let leo = self.log_end_offset();
-        let followers = self.followers.lock();
-        let mut hw = leo;
-        for b in self.isr.read().iter() {
-            if *b == self.broker_id {
-                continue;
-            }
-            let f = followers.get(b).map_or(Offset(0), |f| f.log_end_offset);
-            hw = hw.min(f);
-        }
-        drop(followers);
-        self.raise_high_watermark(hw);
+        let moved = self.replica.lock().follow_high_watermark(hw, leo);
+        self.wake_if_moved(moved);
     }
 
-    /// Raises the high watermark to `hw` (capped at the log end offset); never lowers it.
-    pub fn raise_high_watermark(&self, hw: Offset) {
-        let hw = hw.min(self.log_end_offset());
-        let old = self.high_watermark.fetch_max(hw.0, Ordering::AcqRel);
-        if hw.0 > old {
+    fn wake_if_moved(&self, moved: Option<Offset>) {
+        if moved.is_some() {
             self.hw_moved.notify_waiters();
             self.data_arrived.notify_waiters();
         }
@@ -312,7 +274,7 @@ impl Partition {
             let end = log.log_end_offset();
             self.log_start_offset.store(start.0, Ordering::Release);
             self.log_end_offset.store(end.0, Ordering::Release);
-            self.high_watermark.fetch_min(end.0, Ordering::AcqRel);
+            self.replica.lock().truncate(end);
             Ok(())
         })
     }
@@ -342,7 +304,7 @@ impl Partition {
         })
     }
     pub fn isr(&self) -> Vec<i32> {
-        self.isr.read().clone()
+        self.replica.lock().isr().to_vec()
     }
     /// The first offset kept, locally or in the object store.
     pub fn log_start_offset(&self) -> Offset {
@@ -353,7 +315,7 @@ impl Partition {
         Offset(self.local_log_start_offset.load(Ordering::Acquire))
     }
     pub fn high_watermark(&self) -> Offset {
-        Offset(self.high_watermark.load(Ordering::Acquire))
+        self.replica.lock().high_watermark()
     }
     pub fn log_end_offset(&self) -> Offset {
         Offset(self.log_end_offset.load(Ordering::Acquire))
@@ -409,15 +371,11 @@ impl Partition {
             .store(local_start.0, Ordering::Release);
         self.log_start_offset.store(start.0, Ordering::Release);
         self.log_end_offset.store(end.0, Ordering::Release);
-        if self.is_leader() {
-            // Alone in the ISR, the high watermark is the log end offset;
-            // with followers, it moves as they fetch.
-            if self.isr.read().iter().all(|b| *b == self.broker_id) {
-                self.raise_high_watermark(end);
-            }
-        }
-        // Retention may have removed records below the high watermark's old value.
-        self.high_watermark.fetch_max(start.0, Ordering::AcqRel);
+        // Alone in the ISR, the leader's high watermark follows the log end (with
+        // followers it moves as they fetch); retention may have removed records
+        // below its old value.
+        let moved = self.replica.lock().on_log_change(start, end);
+        self.wake_if_moved(moved);
         self.gauges.log_start_offset.set(start.0 as f64);
         self.gauges.log_end_offset.set(end.0 as f64);
     }

@@ -6,10 +6,10 @@
 //! lagged more than `replica.lag.time.max.ms` and to expand it again once the
 //! follower caught up (KIP-966 style: ISR changes go through the quorum).
 //!
-//! The ISR decision is a plain function ([`isr_change`]) of the leader's view and
-//! a time, unit-tested without a runtime.
+//! The ISR decision is a pure transition of the partition's replication state
+//! ([`crate::replica::ReplicaState::isr_change`]), unit-tested without a runtime.
 
-use crate::partition::{FollowerState, Partition};
+use crate::partition::Partition;
 use crate::state::BrokerState;
 use rill_proto::types::now_ms;
 use rill_proto::wire::*;
@@ -86,41 +86,6 @@ pub fn topic_replication_settings(state: &BrokerState, topic: &str) -> (usize, D
     (min_isr, Duration::from_millis(lag))
 }
 
-/// The ISR a leader should ask for, or `None` to keep it: followers in the ISR
-/// not caught up within `lag_max` leave; replicas out of it whose log end
-/// reached the high watermark (and the leader's epoch start) join.
-pub fn isr_change(
-    leader: i32,
-    replicas: &[i32],
-    isr: &[i32],
-    followers: &BTreeMap<i32, FollowerState>,
-    high_watermark: Offset,
-    epoch_start: Offset,
-    became_leader_at: Instant,
-    lag_max: Duration,
-    now: Instant,
-) -> Option<Vec<i32>> {
-    let mut new: Vec<i32> = Vec::new();
-    for &r in replicas {
-        let f = followers.get(&r);
-        let keep = if r == leader {
-            true
-        } else if isr.contains(&r) {
-            let since = f.map_or(became_leader_at, |f| f.caught_up_at.max(became_leader_at));
-            now.duration_since(since) <= lag_max
-        } else {
-            f.is_some_and(|f| f.log_end_offset >= high_watermark && f.log_end_offset >= epoch_start)
-        };
-        if keep {
-            new.push(r);
-        }
-    }
-    new.sort_unstable();
-    let mut old = isr.to_vec();
-    old.sort_unstable();
-    (new != old).then_some(new)
-}
-
 /// On a leader, every [`ISR_CHECK_INTERVAL`]: proposes ISR changes for the
 /// partitions it leads.
 pub async fn isr_loop(state: Arc<BrokerState>) {
@@ -135,37 +100,29 @@ pub async fn isr_loop(state: Arc<BrokerState>) {
         let now = Instant::now();
         let mut live = BTreeMap::new();
         for p in state.registry.partitions() {
-            if !p.is_leader() {
+            // One consistent view: the epoch, ISR, followers and watermark together.
+            let replica = p.replica_state();
+            if !replica.is_leader() {
                 continue;
             }
-            let key = (p.topic().to_string(), p.index(), p.leader_epoch());
+            let key = (p.topic().to_string(), p.index(), replica.leader_epoch());
             let since = *leading_since.entry(key.clone()).or_insert(now);
             live.insert(key, since);
             let (_, lag_max) = topic_replication_settings(&state, p.topic());
             let epoch_start = p
-                .end_offset_for_epoch(LeaderEpoch(p.leader_epoch().0 - 1))
+                .end_offset_for_epoch(LeaderEpoch(replica.leader_epoch().0 - 1))
                 .ok()
                 .flatten()
                 .map_or(Offset(0), |(_, end)| end);
-            let Some(new_isr) = isr_change(
-                state.config.id,
-                &p.replicas(),
-                &p.isr(),
-                &p.followers(),
-                p.high_watermark(),
-                epoch_start,
-                since,
-                lag_max,
-                now,
-            ) else {
+            let Some(new_isr) = replica.isr_change(epoch_start, since, lag_max, now) else {
                 continue;
             };
-            tracing::info!(partition = %format!("{}-{}", p.topic(), p.index()), old = ?p.isr(), new = ?new_isr, "asking the controller to change the ISR");
+            tracing::info!(partition = %format!("{}-{}", p.topic(), p.index()), old = ?replica.isr(), new = ?new_isr, "asking the controller to change the ISR");
             let command = super::image::Command::AlterIsr {
                 broker_id: state.config.id,
                 topic: p.topic().to_string(),
                 partition: p.index(),
-                leader_epoch: p.leader_epoch(),
+                leader_epoch: replica.leader_epoch(),
                 new_isr,
             };
             if let Err(e) = state.cluster.propose(command).await {
@@ -267,7 +224,7 @@ pub async fn follow(
                             }
                         }
                     }
-                    p.raise_high_watermark(fp.high_watermark);
+                    p.follow_high_watermark(fp.high_watermark);
                     false
                 }
                 Some(fp) => {
@@ -287,98 +244,5 @@ pub async fn follow(
                 _ = tokio::time::sleep(REPLICA_RETRY_BACKOFF) => {}
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn f(leo: i64, at: Instant) -> FollowerState {
-        FollowerState {
-            log_end_offset: Offset(leo),
-            caught_up_at: at,
-        }
-    }
-
-    #[test]
-    fn lagging_follower_leaves_and_caught_up_follower_rejoins() {
-        let t0 = Instant::now();
-        let lag = Duration::from_millis(1000);
-        let mut followers = BTreeMap::new();
-        followers.insert(1, f(10, t0));
-        followers.insert(2, f(4, t0));
-        // Within the lag: no change.
-        let at = t0 + Duration::from_millis(500);
-        assert_eq!(
-            isr_change(
-                0,
-                &[0, 1, 2],
-                &[0, 1, 2],
-                &followers,
-                Offset(4),
-                Offset(0),
-                t0,
-                lag,
-                at
-            ),
-            None
-        );
-        // Broker 2 has not caught up for longer than the lag: it leaves.
-        followers.insert(1, f(10, t0 + Duration::from_millis(1400)));
-        let at = t0 + Duration::from_millis(1500);
-        assert_eq!(
-            isr_change(
-                0,
-                &[0, 1, 2],
-                &[0, 1, 2],
-                &followers,
-                Offset(10),
-                Offset(0),
-                t0,
-                lag,
-                at
-            ),
-            Some(vec![0, 1])
-        );
-        // It reaches the high watermark: it rejoins.
-        followers.insert(2, f(10, at));
-        assert_eq!(
-            isr_change(
-                0,
-                &[0, 1, 2],
-                &[0, 1],
-                &followers,
-                Offset(10),
-                Offset(0),
-                t0,
-                lag,
-                at
-            ),
-            Some(vec![0, 1, 2])
-        );
-        // Not before it holds the current epoch's first offset.
-        assert_eq!(
-            isr_change(
-                0,
-                &[0, 1, 2],
-                &[0, 1],
-                &followers,
-                Offset(10),
-                Offset(11),
-                t0,
-                lag,
-                at
-            ),
-            None
-        );
-    }
-
-    #[test]
-    fn replication_configs_are_checked() {
-        validate_config(MIN_INSYNC_REPLICAS_CONFIG, "2").unwrap();
-        assert!(validate_config(MIN_INSYNC_REPLICAS_CONFIG, "0").is_err());
-        assert!(validate_config(UNCLEAN_ELECTION_CONFIG, "yes").is_err());
-        assert!(is_replication_key("min.insync.replicas") && !is_replication_key("retention.ms"));
     }
 }
