@@ -23,10 +23,12 @@ pub mod peers;
 pub mod raft;
 pub mod reconcile;
 pub mod replication;
+pub mod sessions;
 
 use self::image::{Command, MetadataImage, Outcome};
 use self::peers::PeerLinks;
 use self::raft::{LogStore, MetaRaft, NodeId, QuorumNetwork, StateMachine, TypeConfig};
+use self::sessions::{SessionTimes, Sessions};
 use crate::config::BrokerConfig;
 use crate::error::BrokerError;
 use crate::metadata::TopicRecord;
@@ -34,7 +36,7 @@ use openraft::BasicNode;
 use openraft::error::{ClientWriteError, RaftError};
 use parking_lot::Mutex;
 use rill_proto::wire::*;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
@@ -64,19 +66,6 @@ pub fn parse_peer(s: &str) -> Result<(i32, String), String> {
 
 fn err(code: ErrorCode, message: impl Into<String>) -> ErrorInfo {
     ErrorInfo::new(code, message)
-}
-
-/// The controller's view of broker sessions (in memory, as in KRaft).
-#[derive(Debug, Default)]
-struct Sessions {
-    /// When this broker became controller (every session counts from then).
-    since: Option<Instant>,
-    /// Heartbeats received since `since`.
-    last_seen: HashMap<i32, Instant>,
-    /// The controller this broker last knew of while it was not the controller.
-    previous_controller: Option<i32>,
-    /// The previous controller, fenced at this instant unless it heartbeats first.
-    suspect: Option<(i32, Instant)>,
 }
 
 /// This broker's cluster membership.
@@ -495,8 +484,7 @@ impl Cluster {
         }
         self.sessions
             .lock()
-            .last_seen
-            .insert(req.broker_id, Instant::now());
+            .heartbeat(req.broker_id, Instant::now());
         let alive = self
             .image()
             .brokers
@@ -643,56 +631,20 @@ impl Cluster {
                 _ = timer.tick() => {}
             }
             if !self.is_controller() {
-                let mut s = self.sessions.lock();
-                s.since = None;
-                if let Some(c) = self.controller() {
-                    s.previous_controller = Some(c);
-                }
+                self.sessions.lock().not_controller(self.controller());
                 continue;
             }
-            let now = Instant::now();
             let image = self.image();
-            let decisions: Vec<Command> = {
+            let times = SessionTimes {
+                session_timeout: self.session_timeout,
+                heartbeat_interval: self.heartbeat_interval,
+            };
+            let decisions = {
                 let mut s = self.sessions.lock();
-                if s.since.is_none() {
-                    // A new controller gives every broker a whole session from
-                    // now (their heartbeats went to the old controller), except
-                    // the old controller itself: it lost the quorum after an
-                    // election timeout of silence, so it is most likely dead.
-                    // If it is alive it heartbeats here within an interval or
-                    // two; otherwise its partitions move after that grace, not
-                    // after a whole session (which would add one to failover).
-                    s.since = Some(now);
-                    s.last_seen.clear();
-                    let grace = self.heartbeat_interval * 2;
-                    s.suspect = s
-                        .previous_controller
-                        .filter(|p| *p != self.broker_id)
-                        .map(|p| (p, now + grace));
-                    tracing::info!(previous = ?s.previous_controller, "this broker is now the controller");
+                if s.is_new() {
+                    tracing::info!("this broker is now the controller");
                 }
-                let since = s.since.expect("set above");
-                s.last_seen.insert(self.broker_id, now);
-                image
-                    .brokers
-                    .values()
-                    .filter_map(|b| {
-                        let seen = s.last_seen.get(&b.id).copied();
-                        let lapsed = match (seen, s.suspect) {
-                            (None, Some((id, at))) if id == b.id => now >= at,
-                            (seen, _) => {
-                                now.duration_since(seen.unwrap_or(since)) > self.session_timeout
-                            }
-                        };
-                        match (b.fenced, lapsed) {
-                            (false, true) => Some(Command::FenceBroker { id: b.id }),
-                            (true, false) if s.last_seen.contains_key(&b.id) => {
-                                Some(Command::UnfenceBroker { id: b.id })
-                            }
-                            _ => None,
-                        }
-                    })
-                    .collect()
+                s.decide(self.broker_id, Instant::now(), &image, times)
             };
             for command in decisions {
                 tracing::info!(?command, "controller: broker session change");

@@ -1,0 +1,228 @@
+//! The controller's view of broker sessions (in memory, as in KRaft), and its
+//! fencing decisions as a pure function of that view, the image and a time.
+//!
+//! Brokers heartbeat to the controller every `broker_heartbeat_interval_ms`.
+//! [`Sessions::decide`] (called each interval on the controller) fences a broker
+//! whose session lapsed (`broker_session_timeout_ms` without a heartbeat) and
+//! unfences a fenced broker that heartbeats again. No clock is read here: every
+//! method takes `now`.
+//!
+//! Invariants:
+//! - A new controller counts every session from the moment it took over (the
+//!   heartbeats went to the old one), except the old controller itself: it lost
+//!   the quorum after an election timeout of silence, so it is fenced after a
+//!   short grace (two heartbeat intervals) unless it heartbeats first.
+//! - Only a broker heard from since this controller took over is unfenced.
+//! - The controller never fences itself.
+
+use super::image::{Command, MetadataImage};
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+/// Session timing, from the broker config.
+#[derive(Debug, Clone, Copy)]
+pub struct SessionTimes {
+    pub session_timeout: Duration,
+    pub heartbeat_interval: Duration,
+}
+
+/// The controller's view of broker sessions.
+#[derive(Debug, Default)]
+pub struct Sessions {
+    /// When this broker became controller (every session counts from then).
+    since: Option<Instant>,
+    /// Heartbeats received since `since`.
+    last_seen: HashMap<i32, Instant>,
+    /// The controller this broker last knew of while it was not the controller.
+    previous_controller: Option<i32>,
+    /// The previous controller, fenced at this instant unless it heartbeats first.
+    suspect: Option<(i32, Instant)>,
+}
+
+impl Sessions {
+    /// A heartbeat from `broker` reached this controller.
+    pub fn heartbeat(&mut self, broker: i32, now: Instant) {
+        self.last_seen.insert(broker, now);
+    }
+
+    /// This broker is not the controller; `controller` is the one it knows of.
+    /// Its view is dropped, to start afresh if it becomes the controller.
+    pub fn not_controller(&mut self, controller: Option<i32>) {
+        self.since = None;
+        if controller.is_some() {
+            self.previous_controller = controller;
+        }
+    }
+
+    /// Whether `decide` would treat the next call as a new controllership.
+    pub fn is_new(&self) -> bool {
+        self.since.is_none()
+    }
+
+    /// On the controller `me`: the session changes to commit now.
+    pub fn decide(
+        &mut self,
+        me: i32,
+        now: Instant,
+        image: &MetadataImage,
+        times: SessionTimes,
+    ) -> Vec<Command> {
+        if self.since.is_none() {
+            self.since = Some(now);
+            self.last_seen.clear();
+            let grace = times.heartbeat_interval * 2;
+            self.suspect = self
+                .previous_controller
+                .filter(|p| *p != me)
+                .map(|p| (p, now + grace));
+        }
+        let since = self.since.expect("set above");
+        self.last_seen.insert(me, now);
+        image
+            .brokers
+            .values()
+            .filter_map(|b| {
+                let seen = self.last_seen.get(&b.id).copied();
+                let lapsed = match (seen, self.suspect) {
+                    (None, Some((id, at))) if id == b.id => now >= at,
+                    (seen, _) => {
+                        now.saturating_duration_since(seen.unwrap_or(since)) > times.session_timeout
+                    }
+                };
+                match (b.fenced, lapsed) {
+                    (false, true) => Some(Command::FenceBroker { id: b.id }),
+                    (true, false) if self.last_seen.contains_key(&b.id) => {
+                        Some(Command::UnfenceBroker { id: b.id })
+                    }
+                    _ => None,
+                }
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::image::BrokerRecord;
+
+    const TIMES: SessionTimes = SessionTimes {
+        session_timeout: Duration::from_millis(1500),
+        heartbeat_interval: Duration::from_millis(100),
+    };
+
+    fn image(brokers: &[(i32, bool)]) -> MetadataImage {
+        let mut image = MetadataImage::default();
+        for &(id, fenced) in brokers {
+            image.brokers.insert(
+                id,
+                BrokerRecord {
+                    id,
+                    addr: format!("127.0.0.1:{}", 9092 + id),
+                    fenced,
+                },
+            );
+        }
+        image
+    }
+
+    fn ms(v: u64) -> Duration {
+        Duration::from_millis(v)
+    }
+
+    #[test]
+    fn a_lapsed_session_is_fenced_and_a_heartbeat_unfences_it() {
+        let t0 = Instant::now();
+        let mut s = Sessions::default();
+        let live = image(&[(0, false), (1, false), (2, false)]);
+        // A new controller gives everybody a whole session from now.
+        assert!(s.decide(0, t0, &live, TIMES).is_empty());
+        s.heartbeat(1, t0 + ms(1000));
+        assert!(s.decide(0, t0 + ms(1500), &live, TIMES).is_empty());
+        // Broker 2 never heartbeat: fenced once the session has passed; broker 1
+        // heartbeat 600 ms ago: kept. The controller never fences itself.
+        assert_eq!(
+            s.decide(0, t0 + ms(1600), &live, TIMES),
+            vec![Command::FenceBroker { id: 2 }]
+        );
+        // Once fenced (committed), it stays fenced until it heartbeats.
+        let fenced = image(&[(0, false), (1, false), (2, true)]);
+        s.heartbeat(1, t0 + ms(1600));
+        assert!(s.decide(0, t0 + ms(1700), &fenced, TIMES).is_empty());
+        s.heartbeat(2, t0 + ms(1750));
+        assert_eq!(
+            s.decide(0, t0 + ms(1800), &fenced, TIMES),
+            vec![Command::UnfenceBroker { id: 2 }]
+        );
+        // Broker 1 stops: fenced one session after its last heartbeat.
+        let unfenced = image(&[(0, false), (1, false), (2, false)]);
+        s.heartbeat(2, t0 + ms(3000));
+        assert!(s.decide(0, t0 + ms(3100), &unfenced, TIMES).is_empty());
+        assert_eq!(
+            s.decide(0, t0 + ms(3101), &unfenced, TIMES),
+            vec![Command::FenceBroker { id: 1 }]
+        );
+    }
+
+    #[test]
+    fn the_old_controller_is_fenced_after_a_short_grace_unless_it_heartbeats() {
+        let t0 = Instant::now();
+        let live = image(&[(0, false), (1, false), (2, false)]);
+        let mut s = Sessions::default();
+        s.not_controller(Some(1));
+        assert!(s.is_new());
+        assert!(s.decide(0, t0, &live, TIMES).is_empty());
+        // Broker 2 gets a whole session; the old controller 1 only the grace.
+        assert!(s.decide(0, t0 + ms(199), &live, TIMES).is_empty());
+        assert_eq!(
+            s.decide(0, t0 + ms(200), &live, TIMES),
+            vec![Command::FenceBroker { id: 1 }]
+        );
+
+        // The same, but the old controller is alive and heartbeats in time.
+        let mut s = Sessions::default();
+        s.not_controller(Some(1));
+        assert!(s.decide(0, t0, &live, TIMES).is_empty());
+        s.heartbeat(1, t0 + ms(100));
+        assert!(s.decide(0, t0 + ms(200), &live, TIMES).is_empty());
+        // From then on it has a whole session, counted from its heartbeat.
+        assert_eq!(
+            s.decide(0, t0 + ms(1600), &live, TIMES),
+            vec![Command::FenceBroker { id: 2 }]
+        );
+        assert_eq!(
+            s.decide(0, t0 + ms(1601), &live, TIMES),
+            vec![
+                Command::FenceBroker { id: 1 },
+                Command::FenceBroker { id: 2 }
+            ]
+        );
+    }
+
+    #[test]
+    fn losing_and_regaining_the_controllership_starts_the_sessions_afresh() {
+        let t0 = Instant::now();
+        let live = image(&[(0, false), (1, false)]);
+        let mut s = Sessions::default();
+        assert!(s.decide(0, t0, &live, TIMES).is_empty());
+        s.heartbeat(1, t0 + ms(10));
+        // Another broker took over for a while; then this one again, late.
+        s.not_controller(Some(1));
+        // Broker 1 was the controller meanwhile: it gets the grace, counted from now.
+        let back = t0 + ms(10_000);
+        assert!(s.decide(0, back, &live, TIMES).is_empty());
+        assert_eq!(
+            s.decide(0, back + ms(200), &live, TIMES),
+            vec![Command::FenceBroker { id: 1 }]
+        );
+        // A fenced broker not heard from since the takeover is not unfenced.
+        let fenced = image(&[(0, false), (1, true)]);
+        let mut s = Sessions::default();
+        assert!(s.decide(0, t0, &fenced, TIMES).is_empty());
+        s.heartbeat(1, t0 + ms(50));
+        assert_eq!(
+            s.decide(0, t0 + ms(100), &fenced, TIMES),
+            vec![Command::UnfenceBroker { id: 1 }]
+        );
+    }
+}
