@@ -14,7 +14,9 @@
 //! assignment changes as [`GroupEvent`]s; [`Admin`] lists, describes, resets and
 //! deletes groups.
 //!
-//! What it is not: no idempotent or transactional producer.
+//! Producers are idempotent by default (a producer id from the quorum, sequence
+//! numbers per partition, so a retried batch is written once). What it is not:
+//! no transactional producer yet.
 //!
 //! Invariants: every request is bounded in time (`request_timeout`) and size
 //! (`max_request_bytes`, `max_response_bytes`); the producer's memory is bounded

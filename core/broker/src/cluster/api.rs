@@ -339,14 +339,14 @@ pub fn check_produce(
 }
 
 /// acks=all: waits until the high watermark reaches `end` (every ISR member
-/// has the batches below it), bounded by `wait`.
+/// has the batches below it), until `deadline`.
 pub async fn wait_replicated(
     state: &BrokerState,
     p: &crate::partition::Partition,
     end: Offset,
-    wait: Duration,
+    deadline: tokio::time::Instant,
 ) -> Result<(), ErrorInfo> {
-    let deadline = tokio::time::Instant::now() + wait;
+    let started = tokio::time::Instant::now();
     loop {
         let moved = p.hw_moved();
         tokio::pin!(moved);
@@ -364,8 +364,8 @@ pub async fn wait_replicated(
                     ErrorCode::RequestTimedOut,
                     format!(
                         "partition {}-{}: records below offset {end} were written on the leader but not replicated to every \
-                         in-sync replica {:?} within {wait:?}; it may still commit",
-                        p.topic(), p.index(), p.isr()
+                         in-sync replica {:?} within {:?}; it may still commit",
+                        p.topic(), p.index(), p.isr(), deadline.saturating_duration_since(started)
                     ),
                 ));
             }

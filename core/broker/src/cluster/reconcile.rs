@@ -6,6 +6,10 @@
 //! Every broker keeps a (possibly empty) log for every partition of every topic;
 //! only a partition's assigned replicas ever write to it, and only its leader
 //! answers clients.
+//!
+//! The ISR loop and the followers run on this task's own tracker, and `run`
+//! returns only after all of them ended: they belong to the broker's shutdown
+//! scope through it.
 
 use super::image::MetadataImage;
 use crate::state::BrokerState;
@@ -14,6 +18,7 @@ use rill_proto::LeaderEpoch;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 type FollowerKey = (String, u32);
 
@@ -21,7 +26,8 @@ type FollowerKey = (String, u32);
 pub async fn run(state: Arc<BrokerState>) {
     let mut rx = state.cluster.watch_image();
     let mut followers: HashMap<FollowerKey, (i32, LeaderEpoch, CancellationToken)> = HashMap::new();
-    let isr = tokio::spawn(super::replication::isr_loop(state.clone()));
+    let tasks = TaskTracker::new();
+    tasks.spawn(super::replication::isr_loop(state.clone()));
     tokio::select! {
         _ = state.shutdown.cancelled() => {}
         _ = state.cluster.wait_ready() => {}
@@ -36,7 +42,7 @@ pub async fn run(state: Arc<BrokerState>) {
         if let Err(e) = tokio::task::spawn_blocking(move || apply_image(&s, &im)).await {
             tracing::error!(error = %e, "applying the metadata image failed");
         }
-        update_followers(&state, &image, &mut followers);
+        update_followers(&state, &image, &mut followers, &tasks);
         tokio::select! {
             _ = state.shutdown.cancelled() => break,
             changed = rx.changed() => if changed.is_err() { break },
@@ -45,7 +51,9 @@ pub async fn run(state: Arc<BrokerState>) {
     for (_, (_, _, stop)) in followers.drain() {
         stop.cancel();
     }
-    isr.abort();
+    // The ISR loop ends with the broker's shutdown, the followers with their tokens.
+    tasks.close();
+    tasks.wait().await;
 }
 
 fn apply_image(state: &BrokerState, image: &MetadataImage) {
@@ -116,6 +124,7 @@ fn update_followers(
     state: &Arc<BrokerState>,
     image: &MetadataImage,
     followers: &mut HashMap<FollowerKey, (i32, LeaderEpoch, CancellationToken)>,
+    tasks: &TaskTracker,
 ) {
     let me = state.config.id;
     let mut wanted: BTreeMap<FollowerKey, (i32, LeaderEpoch)> = BTreeMap::new();
@@ -147,7 +156,7 @@ fn update_followers(
             continue;
         };
         let stop = state.shutdown.child_token();
-        tokio::spawn(super::replication::follow(
+        tasks.spawn(super::replication::follow(
             state.clone(),
             p,
             addr,

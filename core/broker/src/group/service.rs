@@ -165,7 +165,14 @@ impl GroupService {
             Err(e) => return (reply, Err(e)),
         };
         for (p, end) in appended {
-            if let Err(e) = cluster_api::wait_replicated(state, &p, end, REPLICATION_WAIT).await {
+            if let Err(e) = cluster_api::wait_replicated(
+                state,
+                &p,
+                end,
+                tokio::time::Instant::now() + REPLICATION_WAIT,
+            )
+            .await
+            {
                 return (reply, Err(not_coordinator_if_moved(e)));
             }
         }
