@@ -79,6 +79,8 @@ pub struct Log {
     pub(crate) cleaner_checkpoint: Offset,
     unflushed_records: u64,
     first_unflushed_ms: Option<TimestampMs>,
+    /// Flushes and rolls since open (each fsyncs the active segment's data).
+    flush_count: u64,
     /// Idempotent producers seen in the local log (rebuilt on open and truncation).
     producers: ProducerStates,
 }
@@ -110,6 +112,8 @@ impl Log {
                 match bases.get(i + 1) {
                     Some(&next) => {
                         recovery::load_trusted(&mut seg, interval, next)?;
+                        // Fsynced before it stopped being active (as recovery trusts).
+                        seg.synced_len = seg.size;
                         seg.offset_index.release();
                         seg.time_index.release();
                     }
@@ -135,6 +139,7 @@ impl Log {
             cleaner_checkpoint: Offset::ZERO,
             unflushed_records: 0,
             first_unflushed_ms: None,
+            flush_count: 0,
             producers: ProducerStates::default(),
         };
         log.rebuild_producers()?;
@@ -456,6 +461,7 @@ impl Log {
         active.flush_sealed()?;
         active.offset_index.release();
         active.time_index.release();
+        self.flush_count += 1;
         let seg = Segment::create(&self.dir, base, now_ms)?;
         fsync_dir(&self.dir)?;
         self.segments.push(seg);
@@ -551,6 +557,26 @@ impl Log {
     /// Number of segments (the active one included).
     pub fn segment_count(&self) -> usize {
         self.segments.len()
+    }
+
+    /// How many times this `Log` fsynced its active segment since it was opened:
+    /// each flush (by `flush.messages`, `flush.ms` or a call to `flush`) and each
+    /// roll. Shows the flush policy at work, as Kafka's log flush rate does.
+    pub fn flush_count(&self) -> u64 {
+        self.flush_count
+    }
+
+    /// (base offset, bytes of its `.log` file known to be on stable storage) per
+    /// segment, ascending: the file length at its last fsync by this process.
+    /// Segments other than the active one count as synced when opened (they were
+    /// fsynced before they stopped being active); the active segment found on open
+    /// counts as unsynced until its first flush, as the log cannot tell whether its
+    /// previous writer fsynced it. A power loss can take any byte past these lengths.
+    pub fn synced_lengths(&self) -> Vec<(Offset, u64)> {
+        self.segments
+            .iter()
+            .map(|s| (s.base_offset, s.synced_len))
+            .collect()
     }
 
     /// Base offsets of the segments, ascending.
@@ -705,6 +731,7 @@ impl Log {
     /// fsyncs everything written so far.
     pub fn flush(&mut self) -> Result<(), LogError> {
         self.active_mut().flush()?;
+        self.flush_count += 1;
         self.unflushed_records = 0;
         self.first_unflushed_ms = None;
         Ok(())

@@ -154,6 +154,7 @@ pub fn recover_active(
             .sync_all()
             .map_err(io_context(|| format!("fsyncing {}", seg.path.display())))?;
         seg.size = position;
+        seg.synced_len = position;
     }
     let mut changed = false;
     for (epoch, start) in found {

@@ -68,6 +68,9 @@ pub struct Segment {
     pub bytes_since_index: u64,
     /// Wall-clock (or first batch) time the segment started, for `segment.ms`.
     pub created_ms: TimestampMs,
+    /// Length of the `.log` file at its last fsync by this process: the bytes a
+    /// power loss cannot take (0 for a file this process has not fsynced yet).
+    pub synced_len: u64,
 }
 
 impl Segment {
@@ -166,6 +169,7 @@ impl Segment {
             last_batch_base: None,
             bytes_since_index: 0,
             created_ms: now_ms,
+            synced_len: 0,
         }
     }
 
@@ -271,9 +275,7 @@ impl Segment {
     pub fn flush(&mut self) -> Result<(), LogError> {
         self.offset_index.write_pending()?;
         self.time_index.write_pending()?;
-        self.file.sync_data().map_err(io_context(|| {
-            format!("fsyncing segment {}", self.path.display())
-        }))
+        self.sync_data()
     }
 
     /// Seals and fsyncs the log file and both indexes (on roll and close).
@@ -281,9 +283,16 @@ impl Segment {
         self.seal_time_index();
         self.offset_index.sync()?;
         self.time_index.sync()?;
+        self.sync_data()
+    }
+
+    /// fsyncs the data of the `.log` file and notes its length as synced.
+    pub fn sync_data(&mut self) -> Result<(), LogError> {
         self.file.sync_data().map_err(io_context(|| {
             format!("fsyncing segment {}", self.path.display())
-        }))
+        }))?;
+        self.synced_len = self.size;
+        Ok(())
     }
 
     /// Reads and parses the batch header at `position` (which must be below `limit`).
@@ -401,6 +410,7 @@ impl Segment {
             .sync_all()
             .map_err(io_context(|| format!("fsyncing {}", self.path.display())))?;
         self.size = position;
+        self.synced_len = position;
         self.offset_index
             .truncate_where(|e| e.position as u64 >= position);
         let cut_rel = (cut_offset.0 - self.base_offset.0).max(0);

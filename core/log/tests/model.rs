@@ -1,14 +1,22 @@
 //! Property test: the log against a simple in-memory model, over random sequences
 //! of append, replicated-style reads, roll, truncate, retention, compaction and
 //! reopen (clean and unclean), with tiny segments so every path crosses segments.
+//!
+//! The model computes retention and compaction from its own state: which segments
+//! retention deletes (by time and by size), which records compaction keeps, and the
+//! bytes of every batch. The only thing it takes from the log is the segmentation
+//! (`segment_base_offsets`), as input; the log's outcome is only ever compared.
+//! Fixed cases at the end pin the boundaries: a deleted key stays deleted, stale
+//! values go, and retention deletes neither a segment too many nor one too few.
 
 mod common;
 use bytes::Bytes;
 use common::*;
 use proptest::prelude::*;
 use rill_log::{CleanupPolicy, Log, LogConfig};
-use rill_proto::batch::batches;
+use rill_proto::batch::{BatchHeader, batches};
 use rill_proto::{BatchBuilder, Compression, LeaderEpoch, Offset, Record, StoredRecord};
+use std::collections::HashMap;
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -42,19 +50,153 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
+/// One batch: base offset, last offset, records, and its bytes as stored.
+#[derive(Debug, Clone, PartialEq)]
+struct MBatch {
+    base: i64,
+    last: i64,
+    records: Vec<StoredRecord>,
+    bytes: Vec<u8>,
+}
+
+impl MBatch {
+    fn max_timestamp(&self) -> i64 {
+        self.records.iter().map(|r| r.timestamp_ms).max().unwrap()
+    }
+}
+
 #[derive(Debug, Default)]
 struct Model {
-    /// (base offset, last offset, records) per batch.
-    batches: Vec<(i64, i64, Vec<StoredRecord>)>,
+    batches: Vec<MBatch>,
     start: i64,
     end: i64,
     epochs: Vec<(i32, i64)>,
+    /// The first offset compaction has not cleaned (the cleaner checkpoint), by the
+    /// model's own bookkeeping.
+    cleaned: i64,
+}
+
+/// The segment sizes and max timestamps of the model's batches, cut by the
+/// segmentation `bases` (the log's segment base offsets, taken as input). An
+/// empty segment has size 0 and max timestamp `i64::MIN`.
+fn segment_stats(batches: &[MBatch], bases: &[i64]) -> Vec<(u64, i64)> {
+    let mut stats = vec![(0u64, i64::MIN); bases.len()];
+    for b in batches {
+        let i = bases.partition_point(|&x| x <= b.base) - 1;
+        assert!(
+            bases.get(i + 1).is_none_or(|&next| b.last < next),
+            "batch {}..={} lies in one segment of {bases:?}",
+            b.base,
+            b.last
+        );
+        stats[i].0 += b.bytes.len() as u64;
+        stats[i].1 = stats[i].1.max(b.max_timestamp());
+    }
+    stats
 }
 
 impl Model {
     fn records(&self) -> Vec<StoredRecord> {
-        self.batches.iter().flat_map(|b| b.2.clone()).collect()
+        self.batches
+            .iter()
+            .flat_map(|b| b.records.clone())
+            .collect()
     }
+
+    /// Retention at `now` (Kafka's rules, computed here): whole segments only,
+    /// oldest first, never the active one; by time while a segment's largest
+    /// timestamp is older than `now - retention.ms` (an empty segment counts as
+    /// expired); then by size while the log minus the segment stays >=
+    /// retention.bytes. Returns how many segments go.
+    fn apply_retention(&mut self, bases: &[i64], c: &LogConfig, now: i64) -> usize {
+        if !c.cleanup_policy.delete {
+            return 0;
+        }
+        let stats = segment_stats(&self.batches, bases);
+        let closed = &stats[..stats.len() - 1];
+        let mut n = 0;
+        if let Some(ms) = c.retention_ms {
+            let horizon = now - ms as i64;
+            while n < closed.len() && closed[n].1 < horizon {
+                n += 1;
+            }
+        }
+        if let Some(limit) = c.retention_bytes {
+            let mut size: u64 = stats[n..].iter().map(|s| s.0).sum();
+            while n < closed.len() && size - closed[n].0 >= limit {
+                size -= closed[n].0;
+                n += 1;
+            }
+        }
+        if n > 0 {
+            self.start = bases[n];
+            let start = self.start;
+            self.batches.retain(|b| b.base >= start);
+            self.truncate_epochs_start(start);
+            self.cleaned = self.cleaned.max(start);
+        }
+        n
+    }
+
+    /// Compaction at `now`, computed here from the documented rules of
+    /// compaction.rs. It runs when the policy compacts, there is a segment besides
+    /// the active one, and the dirty segments (those that can hold offsets at or
+    /// after the cleaner checkpoint) make at least min.cleanable.dirty.ratio of
+    /// the non-active bytes. It then cleans every non-active segment (the active
+    /// one is never touched; the log's offset-map bound of 64 MiB is never reached
+    /// here): a keyed record stays only if no later record of its key is in a dirty
+    /// non-active segment, and a tombstone that stays by that rule is dropped once
+    /// its timestamp is older than `now - delete.retention.ms`; keyless records
+    /// stay; a partly kept batch keeps its offset range, an emptied one goes.
+    fn compact(&mut self, bases: &[i64], c: &LogConfig, now: i64) -> bool {
+        if !c.cleanup_policy.compact || bases.len() < 2 {
+            return false;
+        }
+        let n = bases.len() - 1;
+        let stats = segment_stats(&self.batches, bases);
+        let first_dirty = (0..n).find(|&i| bases[i + 1] > self.cleaned).unwrap_or(n);
+        let total: u64 = stats[..n].iter().map(|s| s.0).sum();
+        let dirty: u64 = stats[first_dirty..n].iter().map(|s| s.0).sum();
+        if dirty == 0 || total == 0 || (dirty as f64 / total as f64) < c.min_cleanable_dirty_ratio {
+            return false;
+        }
+        let active = bases[n];
+        let mut latest: HashMap<Bytes, i64> = HashMap::new();
+        for b in &self.batches {
+            if b.base >= bases[first_dirty] && b.base < active {
+                for r in &b.records {
+                    if let Some(k) = &r.key {
+                        latest.insert(k.clone(), r.offset.0);
+                    }
+                }
+            }
+        }
+        let horizon = now - c.delete_retention_ms as i64;
+        let keep = |r: &StoredRecord| match &r.key {
+            None => true,
+            Some(k) => {
+                latest.get(k).is_none_or(|&o| o <= r.offset.0)
+                    && !(r.is_tombstone() && r.timestamp_ms < horizon)
+            }
+        };
+        let mut out = Vec::with_capacity(self.batches.len());
+        for b in self.batches.drain(..) {
+            if b.base >= active {
+                out.push(b);
+                continue;
+            }
+            let kept: Vec<StoredRecord> = b.records.iter().filter(|r| keep(r)).cloned().collect();
+            if kept.len() == b.records.len() {
+                out.push(b);
+            } else if !kept.is_empty() {
+                out.push(reencode(&b, kept));
+            }
+        }
+        self.batches = out;
+        self.cleaned = active;
+        true
+    }
+
     fn truncate_epochs_end(&mut self, end: i64) {
         self.epochs.retain(|&(_, s)| s < end);
     }
@@ -66,6 +208,63 @@ impl Model {
             if self.epochs.first().is_none_or(|&(_, s)| s > start) {
                 self.epochs.insert(0, (keep, start));
             }
+        }
+    }
+}
+
+/// `b` with only `kept` of its records, encoded as compaction encodes a partly
+/// kept batch (same offset range, epoch, producer fields and compression).
+fn reencode(b: &MBatch, kept: Vec<StoredRecord>) -> MBatch {
+    let h = BatchHeader::parse(&b.bytes).unwrap();
+    let mut builder = BatchBuilder::new(h.compression().unwrap()).producer(
+        h.producer_id,
+        h.producer_epoch,
+        h.base_sequence,
+    );
+    for r in &kept {
+        builder.push_with_offset_delta(
+            (r.offset.0 - b.base) as i32,
+            &Record {
+                key: r.key.clone(),
+                value: r.value.clone(),
+                headers: r.headers.clone(),
+                timestamp_ms: r.timestamp_ms,
+            },
+        );
+    }
+    let bytes = builder
+        .build_spanning(h.base_offset, h.leader_epoch, h.last_offset_delta)
+        .to_vec();
+    MBatch {
+        base: b.base,
+        last: b.last,
+        records: kept,
+        bytes,
+    }
+}
+
+/// Compaction's safety, independent of how it decides: for every key, what
+/// survives of `before` ends with the key's latest record, or nothing of the key
+/// survives and that latest record was a tombstone. (A deleted key never comes
+/// back; a stale value is never the latest.)
+fn check_no_key_goes_back(before: &[StoredRecord], after: &[StoredRecord]) {
+    let last_of = |recs: &[StoredRecord]| {
+        let mut m: HashMap<Bytes, StoredRecord> = HashMap::new();
+        for r in recs {
+            if let Some(k) = &r.key {
+                m.insert(k.clone(), r.clone());
+            }
+        }
+        m
+    };
+    let (was, now) = (last_of(before), last_of(after));
+    for (k, latest) in &was {
+        match now.get(k) {
+            Some(r) => assert_eq!(
+                r, latest,
+                "the last surviving record of {k:?} is its latest"
+            ),
+            None => assert!(latest.is_tombstone(), "{k:?} vanished but was not deleted"),
         }
     }
 }
@@ -83,7 +282,7 @@ fn config() -> LogConfig {
     }
 }
 
-fn batches_of(log: &Log) -> Vec<(i64, i64, Vec<StoredRecord>)> {
+fn batches_of(log: &Log) -> Vec<MBatch> {
     let mut out = Vec::new();
     let end = log.log_end_offset();
     let mut from = log.log_start_offset();
@@ -92,14 +291,17 @@ fn batches_of(log: &Log) -> Vec<(i64, i64, Vec<StoredRecord>)> {
             break;
         };
         let bytes = slice.read().unwrap();
-        let mut n = 0;
+        let (mut n, mut pos) = (0, 0);
         for v in batches(&bytes) {
             let v = v.unwrap();
-            out.push((
-                v.header.base_offset.0,
-                v.header.last_offset().0,
-                v.records().unwrap(),
-            ));
+            let size = v.header.total_size();
+            out.push(MBatch {
+                base: v.header.base_offset.0,
+                last: v.header.last_offset().0,
+                records: v.records().unwrap(),
+                bytes: bytes[pos..pos + size].to_vec(),
+            });
+            pos += size;
             from = v.header.next_offset();
             n += 1;
         }
@@ -118,6 +320,11 @@ fn check(log: &Log, m: &Model) {
         None
     );
     let got = batches_of(log);
+    assert_eq!(
+        log.size_bytes(),
+        m.batches.iter().map(|b| b.bytes.len() as u64).sum::<u64>(),
+        "log size"
+    );
     assert_eq!(got.len(), m.batches.len(), "batch count");
     for (g, w) in got.iter().zip(&m.batches) {
         assert_eq!(g, w);
@@ -142,7 +349,8 @@ fn scratch_dir() -> tempfile::TempDir {
     tempfile::tempdir().unwrap()
 }
 
-fn run(ops: Vec<Op>) {
+/// Runs `ops` against the log and the model, checking after each; returns the model.
+fn run(ops: Vec<Op>) -> Model {
     let dir = scratch_dir();
     let mut now = NOW;
     let mut log = Some(Log::open(dir.path(), config(), now).unwrap());
@@ -159,6 +367,8 @@ fn run(ops: Vec<Op>) {
                 let compression =
                     [Compression::None, Compression::Lz4, Compression::Zstd][comp as usize];
                 let mut b = BatchBuilder::new(compression);
+                // The model encodes its own copy, at its offset and epoch.
+                let mut own = BatchBuilder::new(compression);
                 let mut stored = Vec::new();
                 for (i, (key, tomb, ts)) in recs.iter().enumerate() {
                     let r = Record {
@@ -179,6 +389,7 @@ fn run(ops: Vec<Op>) {
                         headers: Vec::new(),
                     });
                     b.push(&r);
+                    own.push(&r);
                 }
                 let mut bytes = b.build().to_vec();
                 let info = l.append(&mut bytes, LeaderEpoch(epoch), now).unwrap();
@@ -187,14 +398,19 @@ fn run(ops: Vec<Op>) {
                     m.epochs.push((epoch, m.end));
                 }
                 let n = recs.len() as i64;
-                m.batches.push((m.end, m.end + n - 1, stored));
+                m.batches.push(MBatch {
+                    base: m.end,
+                    last: m.end + n - 1,
+                    records: stored,
+                    bytes: own.build_at(Offset(m.end), LeaderEpoch(epoch)).to_vec(),
+                });
                 m.end += n;
             }
             Op::Read(f, max) => {
                 if m.end > m.start {
                     let from = m.start + f as i64 % (m.end - m.start);
                     let slice = l.read(Offset(from), max as usize, Offset(m.end)).unwrap();
-                    let want_first = m.batches.iter().position(|b| b.1 >= from);
+                    let want_first = m.batches.iter().position(|b| b.last >= from);
                     match (slice, want_first) {
                         (None, None) => {}
                         (Some(s), Some(i)) => {
@@ -203,7 +419,7 @@ fn run(ops: Vec<Op>) {
                             assert!(!views.is_empty());
                             assert!(bytes.len() <= max as usize || views.len() == 1);
                             for (k, v) in views.iter().enumerate() {
-                                assert_eq!(v.header.base_offset.0, m.batches[i + k].0);
+                                assert_eq!(v.header.base_offset.0, m.batches[i + k].base);
                             }
                         }
                         (s, w) => panic!("read {from}: got {s:?}, model first batch {w:?}"),
@@ -212,7 +428,7 @@ fn run(ops: Vec<Op>) {
                     if let Some(i) = want_first {
                         let b = &m.batches[i];
                         assert!(
-                            l.read(Offset(from), 1 << 20, Offset(b.1))
+                            l.read(Offset(from), 1 << 20, Offset(b.last))
                                 .unwrap()
                                 .is_none()
                         );
@@ -234,8 +450,8 @@ fn run(ops: Vec<Op>) {
                         m.start = to;
                         m.end = to;
                     } else {
-                        let cut = m.batches.iter().position(|b| b.1 >= to);
-                        let new_end = cut.map_or(to, |i| m.batches[i].0.min(to));
+                        let cut = m.batches.iter().position(|b| b.last >= to);
+                        let new_end = cut.map_or(to, |i| m.batches[i].base.min(to));
                         if let Some(i) = cut {
                             m.batches.truncate(i);
                         }
@@ -247,6 +463,7 @@ fn run(ops: Vec<Op>) {
                     m.truncate_epochs_end(m.end);
                     let s = m.start;
                     m.truncate_epochs_start(s);
+                    m.cleaned = m.cleaned.clamp(m.start, m.end);
                 }
             }
             Op::Retention(by_time, v) => {
@@ -258,26 +475,29 @@ fn run(ops: Vec<Op>) {
                     c.retention_ms = None;
                     c.retention_bytes = Some(v as u64 % 4000);
                 }
+                let bases: Vec<i64> = l.segment_base_offsets().iter().map(|o| o.0).collect();
                 l.set_config(c.clone());
-                l.apply_retention(now).unwrap();
-                c.retention_ms = None;
-                c.retention_bytes = None;
-                l.set_config(c);
+                let deleted = l.apply_retention(now).unwrap();
                 let start = l.log_start_offset().0;
                 assert!(start >= m.start && start <= m.end);
                 assert!(
-                    m.batches.iter().all(|b| b.0 >= start || b.1 < start),
+                    m.batches.iter().all(|b| b.base >= start || b.last < start),
                     "retention cuts at batch boundaries"
                 );
-                m.batches.retain(|b| b.0 >= start);
-                m.start = start;
-                m.truncate_epochs_start(start);
+                let want = m.apply_retention(&bases, &c, now);
+                assert_eq!(deleted, want, "segments deleted of {bases:?} ({c:?})");
+                assert_eq!(start, m.start, "log start after retention");
+                c.retention_ms = None;
+                c.retention_bytes = None;
+                l.set_config(c);
             }
             Op::Compact(dt) => {
                 let before = m.records();
+                let bases: Vec<i64> = l.segment_base_offsets().iter().map(|o| o.0).collect();
                 let ran = l.compact(now + dt as i64).unwrap();
                 let after = batches_of(l);
-                let recs: Vec<StoredRecord> = after.iter().flat_map(|b| b.2.clone()).collect();
+                let recs: Vec<StoredRecord> =
+                    after.iter().flat_map(|b| b.records.clone()).collect();
                 // A subset with identical content.
                 let mut j = 0;
                 for r in &recs {
@@ -295,9 +515,16 @@ fn run(ops: Vec<Op>) {
                 }
                 // Batches keep their offset ranges.
                 for b in &after {
-                    assert!(m.batches.iter().any(|w| w.0 == b.0 && w.1 == b.1));
+                    assert!(
+                        m.batches
+                            .iter()
+                            .any(|w| w.base == b.base && w.last == b.last)
+                    );
                 }
-                m.batches = after;
+                check_no_key_goes_back(&before, &recs);
+                let want = m.compact(&bases, l.config(), now + dt as i64);
+                assert_eq!(ran, want, "whether compaction runs on {bases:?}");
+                // `check` compares every batch with the model's.
             }
             Op::Reopen(clean) => {
                 let l = log.take().unwrap();
@@ -307,6 +534,7 @@ fn run(ops: Vec<Op>) {
                     drop(l);
                 }
                 log = Some(Log::open(dir.path(), config(), now).unwrap());
+                m.cleaned = m.cleaned.clamp(m.start, m.end);
             }
             Op::TimeLookup(t) => {
                 let ts = NOW + t as i64 * 3;
@@ -335,6 +563,7 @@ fn run(ops: Vec<Op>) {
     log.take().unwrap().close().unwrap();
     let l = Log::open(dir.path(), config(), now).unwrap();
     check(&l, &m);
+    m
 }
 
 proptest! {
@@ -343,4 +572,48 @@ proptest! {
     fn log_matches_model(ops in proptest::collection::vec(op(), 1..250)) {
         run(ops);
     }
+}
+
+fn key_of(r: &StoredRecord) -> Option<&[u8]> {
+    r.key.as_deref()
+}
+
+/// Fixed case: an expired tombstone goes in the same pass as the older value of
+/// its key, which sits in a segment cleaned before; the key does not come back.
+#[test]
+fn fixed_deleted_key_stays_deleted() {
+    use Op::*;
+    let m = run(vec![
+        Append(vec![(Some(0), false, 0), (Some(1), false, 0)], 0, false),
+        Roll,
+        Compact(0), // cleans segment 0, nothing to drop
+        Append(vec![(Some(0), true, 0)], 0, false),
+        Roll, // the tombstone's segment closes; it is 10^6 ms old
+        Append(vec![(Some(2), false, 0)], 0, false),
+        Compact(0),
+    ]);
+    let recs = m.records();
+    assert!(
+        recs.iter().all(|r| key_of(r) != Some(b"key-0")),
+        "key-0 stays deleted: {recs:?}"
+    );
+    assert_eq!(offsets(&recs), vec![1, 3]);
+}
+
+/// Fixed case: stale values go from every non-active segment; the active segment
+/// is neither cleaned nor read, so a value whose newer one is active stays.
+#[test]
+fn fixed_stale_values_go_but_the_active_segment_is_not_compacted() {
+    use Op::*;
+    let m = run(vec![
+        Append(vec![(Some(0), false, 0), (Some(1), false, 0)], 0, false),
+        Append(vec![(Some(0), false, 0)], 1, false),
+        Roll,
+        Append(vec![(Some(1), false, 0), (Some(2), false, 0)], 2, false),
+        Roll,
+        Append(vec![(Some(3), false, 0), (Some(2), false, 0)], 0, false),
+        Compact(0),
+    ]);
+    // key-0@0 and key-1@1 are stale; key-2@4 stays (its newer value is active).
+    assert_eq!(offsets(&m.records()), vec![2, 3, 4, 5, 6]);
 }

@@ -1,10 +1,90 @@
 //! Retention by time and size, and compaction: latest value per key, offsets kept,
-//! tombstones expire, crash-safe swap, progress checkpoint.
+//! tombstones expire, crash-safe swap, progress checkpoint. Retention is checked to
+//! the segment at its boundaries, and compaction's output record by record (no
+//! stale value may hide behind a newer one of its key).
 
 mod common;
 use common::*;
 use rill_log::{CleanupPolicy, Log, LogConfig};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+
+/// A log of six segments holding one two-record batch each (the last one
+/// active), with the batches' timestamps `ts` (relative to NOW); and the size of
+/// one batch. The config deletes by `retention_ms` / `retention_bytes`.
+fn six_segments(
+    dir: &std::path::Path,
+    ts: [i64; 6],
+    retention_ms: Option<u64>,
+    retention_bytes: Option<u64>,
+) -> (Log, u64) {
+    let size = batch("b", 2, NOW).len() as u64;
+    let cfg = LogConfig {
+        segment_bytes: size,
+        retention_ms,
+        retention_bytes,
+        ..small_config()
+    };
+    let mut log = Log::open(dir, cfg, NOW).unwrap();
+    for t in ts {
+        let mut b = batch("b", 2, NOW + t);
+        assert_eq!(b.len() as u64, size);
+        log.append(&mut b, E1, NOW).unwrap();
+    }
+    assert_eq!(log.segment_count(), 6);
+    (log, size)
+}
+
+/// Retention by size deletes the oldest segments while the log minus the segment
+/// stays >= retention.bytes: not one segment more or less, never the active one.
+#[test]
+fn retention_by_size_deletes_exactly_to_the_limit() {
+    // (retention.bytes in batch sizes + extra bytes, segments deleted)
+    for (limit_batches, extra, want) in [
+        (3, 0, 3),
+        (3, -1, 3),
+        (3, 1, 2),
+        (1, 0, 5),
+        (0, 0, 5),
+        (5, 1, 0),
+        (6, 0, 0),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let size = batch("b", 2, NOW).len() as i64;
+        let limit = (limit_batches * size + extra) as u64;
+        let (mut log, size) = six_segments(dir.path(), [0; 6], None, Some(limit));
+        assert_eq!(log.size_bytes(), 6 * size);
+        let deleted = log.apply_retention(NOW).unwrap();
+        assert_eq!(deleted, want, "retention.bytes={limit}, segments of {size}");
+        assert_eq!(log.log_start_offset(), o(2 * want as i64));
+        assert_eq!(log.size_bytes(), (6 - want as u64) * size);
+        assert!(log.size_bytes() >= limit || log.segment_count() == 1);
+        assert_eq!(read_all(&log).len(), 2 * (6 - want));
+    }
+}
+
+/// Retention by time deletes the oldest segments while their largest timestamp is
+/// older than now - retention.ms (strictly), and only a prefix: an old segment
+/// after a young one stays. Never the active one.
+#[test]
+fn retention_by_time_deletes_the_expired_prefix() {
+    let ts = [100, 300, 200, 500, 50, 10];
+    // (now - NOW with retention.ms = 1000, segments deleted)
+    for (now, want) in [
+        (1000, 0),
+        (1100, 0),
+        (1101, 1),
+        (1300, 1),
+        (1301, 3),
+        (2000, 5),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut log, _) = six_segments(dir.path(), ts, Some(1000), None);
+        let deleted = log.apply_retention(NOW + now).unwrap();
+        assert_eq!(deleted, want, "at NOW + {now}");
+        assert_eq!(log.log_start_offset(), o(2 * want as i64));
+        assert_eq!(log.segment_count(), 6 - want);
+    }
+}
 
 #[test]
 fn retention_by_time_and_size_survives_reopen() {
@@ -65,6 +145,44 @@ fn retention_by_time_and_size_survives_reopen() {
     assert_eq!(log.apply_retention(NOW).unwrap(), 0);
 }
 
+/// (offset, key, value) of every record appended, in order.
+type Appended = Vec<(i64, String, Option<String>)>;
+
+/// The log's records must be exactly what compaction leaves of `appended` when
+/// every non-active segment was cleaned at the tombstone `horizon` (all records
+/// here carry the timestamp NOW): in the non-active segments, the last record of
+/// each key there, minus tombstones older than the horizon; the active segment
+/// whole. Compared record by record, so a stale value cannot hide.
+fn check_exact(log: &Log, appended: &Appended, horizon: i64) {
+    let active = log.segment_base_offsets().last().unwrap().0;
+    let mut last: HashMap<&str, i64> = HashMap::new();
+    for (off, k, _) in appended.iter().filter(|r| r.0 < active) {
+        last.insert(k, *off);
+    }
+    let want: Appended = appended
+        .iter()
+        .filter(|(off, k, v)| {
+            *off >= active || (last[k.as_str()] == *off && (v.is_some() || NOW >= horizon))
+        })
+        .cloned()
+        .collect();
+    let got: Appended = read_all(log)
+        .iter()
+        .map(|r| {
+            let s = |b: &bytes::Bytes| String::from_utf8(b.to_vec()).unwrap();
+            (
+                r.offset.0,
+                s(r.key.as_ref().unwrap()),
+                r.value.as_ref().map(s),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got, want,
+        "records after compaction (active segment at {active})"
+    );
+}
+
 fn compact_config() -> LogConfig {
     let mut cfg = small_config();
     cfg.cleanup_policy = CleanupPolicy::COMPACT;
@@ -78,6 +196,7 @@ fn compaction_keeps_latest_per_key_and_offsets() {
     let dir = tempfile::tempdir().unwrap();
     let mut log = Log::open(dir.path(), compact_config(), NOW).unwrap();
     let mut latest: BTreeMap<String, (i64, Option<String>)> = BTreeMap::new();
+    let mut appended: Appended = Vec::new();
     let mut offset = 0;
     for round in 0..30 {
         let recs: Vec<(String, Option<String>)> = (0..4)
@@ -98,7 +217,8 @@ fn compaction_keeps_latest_per_key_and_offsets() {
         let mut b = keyed_batch(&refs);
         log.append(&mut b, E1, NOW).unwrap();
         for (k, v) in recs {
-            latest.insert(k, (offset, v));
+            latest.insert(k.clone(), (offset, v.clone()));
+            appended.push((offset, k, v));
             offset += 1;
         }
     }
@@ -133,16 +253,19 @@ fn compaction_keeps_latest_per_key_and_offsets() {
             }
         };
     check(&log, &latest, false);
+    check_exact(&log, &appended, NOW - 1000);
     // Within delete.retention.ms tombstones stay; after it they may go.
     log.close().unwrap();
     let mut log = Log::open(dir.path(), compact_config(), NOW).unwrap();
     check(&log, &latest, false);
+    check_exact(&log, &appended, NOW - 1000);
     let mut b = keyed_batch(&[("k0", Some("late"), NOW)]);
     log.append(&mut b, E1, NOW).unwrap();
     latest.insert(
         "k0".into(),
         (log.log_end_offset().0 - 1, Some("late".into())),
     );
+    appended.push((log.log_end_offset().0 - 1, "k0".into(), Some("late".into())));
     // Roll so there is something dirty, then clean with an expired horizon.
     let mut c = log.config().clone();
     c.segment_bytes = 14;
@@ -150,8 +273,10 @@ fn compaction_keeps_latest_per_key_and_offsets() {
     let mut b = keyed_batch(&[("zz", Some("x"), NOW)]);
     log.append(&mut b, E1, NOW).unwrap();
     latest.insert("zz".into(), (log.log_end_offset().0 - 1, Some("x".into())));
+    appended.push((log.log_end_offset().0 - 1, "zz".into(), Some("x".into())));
     assert!(log.compact(NOW + 10_000).unwrap());
     check(&log, &latest, true);
+    check_exact(&log, &appended, NOW + 9000);
     let recs = read_all(&log);
     let active_base = *log.segment_base_offsets().last().unwrap();
     assert!(
@@ -168,6 +293,71 @@ fn compaction_keeps_latest_per_key_and_offsets() {
     drop(log);
     let log = Log::open(dir.path(), compact_config(), NOW).unwrap();
     check(&log, &latest, true);
+    check_exact(&log, &appended, NOW + 9000);
+}
+
+/// A tombstone stays for delete.retention.ms while the older value of its key goes
+/// at once; once expired it goes too, and the key stays deleted even when its
+/// older value sat in a segment cleaned before the tombstone came. Rolls happen
+/// by segment.ms through `tick`.
+#[test]
+fn tombstone_grace_and_a_deleted_key_stays_deleted() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = LogConfig {
+        segment_ms: 1000,
+        ..compact_config()
+    };
+    let mut log = Log::open(dir.path(), cfg, NOW).unwrap();
+    let append = |log: &mut Log, recs: &[(&str, Option<&str>, i64)], now: i64| {
+        let mut b = keyed_batch(recs);
+        log.append(&mut b, E1, now).unwrap();
+    };
+    let keys_and_values = |log: &Log| -> Vec<(i64, String, Option<String>)> {
+        read_all(log)
+            .iter()
+            .map(|r| {
+                let s = |b: &bytes::Bytes| String::from_utf8(b.to_vec()).unwrap();
+                (
+                    r.offset.0,
+                    s(r.key.as_ref().unwrap()),
+                    r.value.as_ref().map(s),
+                )
+            })
+            .collect()
+    };
+    let t = |off: i64, k: &str, v: Option<&str>| (off, k.to_string(), v.map(String::from));
+    // Segment 0: the values, cleaned once (nothing to drop).
+    append(
+        &mut log,
+        &[("a", Some("a1"), NOW), ("b", Some("b1"), NOW)],
+        NOW,
+    );
+    log.tick(NOW + 1000).unwrap();
+    assert!(log.compact(NOW + 1000).unwrap());
+    assert_eq!(log.log_start_offset(), o(0));
+    // Segment 1: a young tombstone for a, an old one for b.
+    append(
+        &mut log,
+        &[("a", None, NOW + 1000), ("b", None, NOW - 5000)],
+        NOW + 1000,
+    );
+    log.tick(NOW + 2000).unwrap();
+    append(&mut log, &[("c", Some("c1"), NOW + 2000)], NOW + 2000);
+    assert!(log.compact(NOW + 2000).unwrap());
+    // b's tombstone expired: b is gone whole. a's is 1000 ms old, not older than
+    // delete.retention.ms: it stays, and a's older value is gone.
+    assert_eq!(
+        keys_and_values(&log),
+        vec![t(2, "a", None), t(4, "c", Some("c1"))]
+    );
+    // Once a's tombstone has expired too, a is gone whole.
+    log.tick(NOW + 3000).unwrap();
+    append(&mut log, &[("d", Some("d1"), NOW + 3000)], NOW + 3000);
+    assert!(log.compact(NOW + 3001).unwrap());
+    assert_eq!(
+        keys_and_values(&log),
+        vec![t(4, "c", Some("c1")), t(5, "d", Some("d1"))]
+    );
 }
 
 /// The states a crash can leave the compaction swap in all reopen to a whole log.
