@@ -18,12 +18,7 @@ use rill_proto::wire::ErrorCode;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-/// The topic config that allows a leader from outside the ISR.
-pub const UNCLEAN_ELECTION_CONFIG: &str = "unclean.leader.election.enable";
-/// The topic config: fewest ISR members for an acks=all write.
-pub const MIN_INSYNC_REPLICAS_CONFIG: &str = "min.insync.replicas";
-/// The topic config: how long a follower may lag before it leaves the ISR.
-pub const REPLICA_LAG_TIME_MAX_MS_CONFIG: &str = "replica.lag.time.max.ms";
+pub use crate::topic_configs::UNCLEAN_ELECTION_CONFIG;
 
 /// One broker as the quorum knows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

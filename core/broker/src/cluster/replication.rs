@@ -19,10 +19,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
-pub use super::image::{
-    MIN_INSYNC_REPLICAS_CONFIG, REPLICA_LAG_TIME_MAX_MS_CONFIG, UNCLEAN_ELECTION_CONFIG,
-};
-
 /// Longest a follower's fetch waits at the leader for new data.
 pub const REPLICA_FETCH_WAIT: Duration = Duration::from_millis(500);
 /// Most bytes one follower fetch asks for.
@@ -32,58 +28,24 @@ pub const REPLICA_RETRY_BACKOFF: Duration = Duration::from_millis(100);
 /// How often a leader checks its partitions' ISR.
 pub const ISR_CHECK_INTERVAL: Duration = Duration::from_millis(200);
 
-/// Topic configs owned by replication (not by the log).
-pub fn is_replication_key(key: &str) -> bool {
-    matches!(
-        key,
-        MIN_INSYNC_REPLICAS_CONFIG | UNCLEAN_ELECTION_CONFIG | REPLICA_LAG_TIME_MAX_MS_CONFIG
-    )
-}
-
-/// Their defaults, as DescribeConfigs shows them.
-pub fn config_defaults() -> [(&'static str, &'static str); 3] {
-    [
-        (MIN_INSYNC_REPLICAS_CONFIG, "1"),
-        (UNCLEAN_ELECTION_CONFIG, "false"),
-        (REPLICA_LAG_TIME_MAX_MS_CONFIG, "10000"),
-    ]
-}
-
-/// Checks a replication config value.
-pub fn validate_config(key: &str, value: &str) -> Result<(), String> {
-    let ok = match key {
-        MIN_INSYNC_REPLICAS_CONFIG => value.parse::<u16>().is_ok_and(|v| v >= 1),
-        UNCLEAN_ELECTION_CONFIG => value == "true" || value == "false",
-        REPLICA_LAG_TIME_MAX_MS_CONFIG => value.parse::<u64>().is_ok_and(|v| v >= 1),
-        _ => false,
-    };
-    if ok {
-        Ok(())
-    } else {
-        Err(format!(
-            "config {key}={value:?} is not valid: {}",
-            match key {
-                MIN_INSYNC_REPLICAS_CONFIG => "use a whole number >= 1",
-                UNCLEAN_ELECTION_CONFIG => "use true or false",
-                _ => "use a whole number of milliseconds >= 1",
-            }
-        ))
+/// The topic's replication settings (min.insync.replicas, replica.lag.time.max.ms,
+/// ...), as its committed configs give them; the broker's defaults for a topic
+/// this broker does not host.
+pub fn topic_replication_settings(
+    state: &BrokerState,
+    topic: &str,
+) -> crate::topic_configs::ReplicationSettings {
+    match state.registry.topic(topic) {
+        Some(t) => *t.replication.lock(),
+        None => {
+            crate::topic_configs::TopicSettings::resolve_committed(
+                topic,
+                state.registry.defaults(),
+                &Default::default(),
+            )
+            .replication
+        }
     }
-}
-
-/// The topic's min.insync.replicas and replica.lag.time.max.ms.
-pub fn topic_replication_settings(state: &BrokerState, topic: &str) -> (usize, Duration) {
-    let image = state.cluster.image();
-    let configs = image.topics.get(topic).map(|t| &t.configs);
-    let min_isr = configs
-        .and_then(|c| c.get(MIN_INSYNC_REPLICAS_CONFIG))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1);
-    let lag = configs
-        .and_then(|c| c.get(REPLICA_LAG_TIME_MAX_MS_CONFIG))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(state.config.replica_lag_time_max_ms);
-    (min_isr, Duration::from_millis(lag))
 }
 
 /// On a leader, every [`ISR_CHECK_INTERVAL`]: proposes ISR changes for the
@@ -108,7 +70,9 @@ pub async fn isr_loop(state: Arc<BrokerState>) {
             let key = (p.topic().to_string(), p.index(), replica.leader_epoch());
             let since = *leading_since.entry(key.clone()).or_insert(now);
             live.insert(key, since);
-            let (_, lag_max) = topic_replication_settings(&state, p.topic());
+            let lag_max = Duration::from_millis(
+                topic_replication_settings(&state, p.topic()).replica_lag_time_max_ms,
+            );
             let epoch_start = p
                 .end_offset_for_epoch(LeaderEpoch(replica.leader_epoch().0 - 1))
                 .ok()
