@@ -14,18 +14,20 @@
 //! (rill-client) or the `rill` binary (rill-cli, which wraps this).
 //!
 //! Invariants:
-//! - Partition logs live in `<data_dir>/<topic>-<partition>/`; topic metadata is
-//!   durable before a change is visible (the quorum's log, and today also
-//!   `<data_dir>/__meta/topics.toml`, see [`topics`]).
+//! - The metadata image is the only record of topics, partitions, assignments
+//!   and configs; local partition directories (`<data_dir>/<topic>-<partition>/`)
+//!   follow it, opened and deleted by reconcile only ([`topics`]). A change is
+//!   committed to the quorum before any broker applies it.
 //! - A bad request never panics a task or drops a connection; it is answered with
 //!   an error on its own stream.
 //! - Every task belongs to the broker's shutdown scope; `shutdown` stops
 //!   accepting, lets in-flight requests finish (bounded by
 //!   `shutdown_timeout_ms`), then flushes and closes every log.
 //!
-//! Modules: [`config`] (BrokerConfig, TOML), [`error`], [`metadata`] (topics.toml),
-//! [`partition`] (Partition, Topic), [`replica`] (ReplicaState), [`topics`]
-//! (TopicRegistry), [`handlers`] (one function per api), `server` (QUIC accept /
+//! Modules: [`config`] (BrokerConfig, TOML), [`error`], [`metadata`] (the legacy
+//! topics.toml, migrated once), [`partition`] (Partition, Topic), [`replica`]
+//! (ReplicaState), [`topic_configs`] (the table of topic configs), [`topics`]
+//! (TopicRegistry: the local partitions), [`handlers`] (one function per api), `server` (QUIC accept /
 //! stream loop), [`metrics`], [`tier`] (tiered storage: uploads, manifests,
 //! remote reads).
 
@@ -41,6 +43,7 @@ pub mod replica;
 mod server;
 mod state;
 pub mod tier;
+pub mod topic_configs;
 pub mod topics;
 
 pub use config::{BrokerConfig, ObjectStoreConfig, TlsConfig};
@@ -98,7 +101,7 @@ impl Broker {
         let (registry, cluster_id, groups, local_topics) = tokio::task::spawn_blocking(move || {
             let local_topics =
                 crate::metadata::MetadataStore::open(&load_config.data_dir)?.load()?;
-            let registry = TopicRegistry::load(&load_config)?;
+            let registry = TopicRegistry::open(&load_config)?;
             let cluster_id = load_or_create_cluster_id(&load_config.data_dir)?;
             let groups = group::GroupService::new(&load_config);
             Ok::<_, BrokerError>((registry, cluster_id, groups, local_topics))
@@ -164,27 +167,15 @@ impl Broker {
                 return Err(e);
             }
         };
-        if cluster.is_solo() {
-            // A one-broker cluster elects itself and registers in well under a
-            // second; wait for it so the broker answers as the controller at once.
-            if tokio::time::timeout(cluster::LEADER_WAIT_MAX, cluster.wait_ready())
+        let solo = cluster.is_solo();
+        if solo
+            && tokio::time::timeout(cluster::LEADER_WAIT_MAX, cluster.wait_ready())
                 .await
                 .is_err()
-            {
-                tracing::warn!("the one-broker metadata quorum is not ready yet; continuing");
-            }
-        } else {
-            // In a multi-broker cluster this broker leads nothing until the
-            // committed metadata says so (it may have lost leadership while down).
-            for p in registry.partitions() {
-                let replica = p.replica_state();
-                p.set_role(
-                    None,
-                    replica.leader_epoch(),
-                    replica.replicas(),
-                    replica.isr(),
-                );
-            }
+        {
+            // A one-broker cluster elects itself and registers in well under a
+            // second; wait for it so the broker answers as the controller at once.
+            tracing::warn!("the one-broker metadata quorum is not ready yet; continuing");
         }
         let state = Arc::new(BrokerState {
             advertised,
@@ -200,6 +191,26 @@ impl Broker {
             groups: Arc::new(groups),
             config,
         });
+        // A single broker opens its partitions before it serves (a log that cannot
+        // be recovered fails the start, naming it); in a cluster, reconcile opens
+        // them once this broker has caught up with the quorum.
+        let applied_first = solo && state.cluster.is_ready();
+        if applied_first {
+            let s = state.clone();
+            let image = state.cluster.image();
+            let failed = tokio::task::spawn_blocking(move || {
+                cluster::reconcile::apply_image(&s, &image, true)
+            })
+            .await
+            .map_err(|e| BrokerError::Task(e.to_string()))?;
+            if let Some(e) = failed.into_iter().next() {
+                state.shutdown.cancel();
+                endpoint.close(CLOSE_SHUTDOWN, b"broker failed to start");
+                state.cluster.shutdown().await;
+                let _ = state.registry.close_all();
+                return Err(e);
+            }
+        }
         if let Some(tier) = &tier {
             tier::upload::load_all(&state, tier).await;
         }
@@ -215,7 +226,7 @@ impl Broker {
             tracing::info!(object_store = %tier.url, "tiered storage on");
         }
         tracker.spawn(group::service::timer_loop(state.clone()));
-        tracker.spawn(cluster::reconcile::run(state.clone()));
+        tracker.spawn(cluster::reconcile::run(state.clone(), applied_first));
         tracing::info!(
             id = state.config.id,
             listen = %local_addr,

@@ -1,7 +1,11 @@
-//! The broker's durable topic metadata: which topics exist, their partition
-//! counts, ids and config overrides.
+//! The legacy topic metadata file, read once to migrate it, and the
+//! crash-safe file helpers the broker's metadata uses.
 //!
-//! On-disk format v1: `<data_dir>/__meta/topics.toml`
+//! Before the metadata quorum held every topic, a broker kept its topics in
+//! `<data_dir>/__meta/topics.toml` (format v1 below). The quorum's image is now
+//! the only record: at start, a broker whose quorum is new moves the file's
+//! topics into it (same ids, so the logs are kept), and once registered renames
+//! the file to `topics.toml.migrated`; nothing writes it any more.
 //!
 //! ```toml
 //! version = 1
@@ -15,10 +19,9 @@
 //! "retention.ms" = "3600000"
 //! ```
 //!
-//! Invariants: the file is only ever replaced whole (temp file, fsync, rename,
-//! fsync of the directory), so a crash leaves the old or the new version. It is
-//! the source of truth: a partition directory whose topic is not listed is an
-//! orphan (a delete that crashed half-way) and is removed at startup.
+//! Invariants: files written here are only ever replaced whole (temp file,
+//! fsync, rename, fsync of the directory), so a crash leaves the old or the new
+//! version.
 
 use crate::error::BrokerError;
 use serde::{Deserialize, Serialize};
@@ -115,7 +118,8 @@ impl MetadataStore {
         Ok(file.topics)
     }
 
-    /// Replaces the file with `topics`, crash-safely.
+    /// Replaces the file with `topics`, crash-safely (what older brokers did;
+    /// kept to write such files in migration tests).
     pub fn save(&self, topics: &[TopicRecord]) -> std::io::Result<()> {
         let file = TopicsFile {
             version: TOPICS_FORMAT_VERSION,
@@ -123,6 +127,28 @@ impl MetadataStore {
         };
         let text = toml::to_string(&file).map_err(std::io::Error::other)?;
         write_atomic(&self.dir, &self.path, text.as_bytes())
+    }
+}
+
+/// Renames a migrated `topics.toml` to `topics.toml.migrated` (kept for a
+/// person to look at; never read again). Best effort: a failure is logged and
+/// the file is tried again at the next start, which migrates nothing twice
+/// (topics already in the image are skipped).
+pub fn retire_topics_file(data_dir: &Path) {
+    let dir = data_dir.join(META_DIR);
+    let path = dir.join(TOPICS_FILE);
+    if !path.exists() {
+        return;
+    }
+    let retired = dir.join(format!("{TOPICS_FILE}.migrated"));
+    match fs::rename(&path, &retired).and_then(|()| sync_dir(&dir)) {
+        Ok(()) => tracing::info!(
+            file = %retired.display(),
+            "topics.toml is in the metadata quorum now; the old file was renamed"
+        ),
+        Err(e) => {
+            tracing::warn!(file = %path.display(), error = %e, "could not retire topics.toml")
+        }
     }
 }
 

@@ -643,8 +643,10 @@ pub struct Topic {
     pub id: String,
     pub internal: bool,
     pub partitions: Vec<Arc<Partition>>,
-    /// Config overrides (Kafka names), changed by AlterConfigs.
+    /// Config overrides (Kafka names), as committed in the metadata image.
     pub overrides: Mutex<BTreeMap<String, String>>,
+    /// The replication settings those overrides give.
+    pub replication: Mutex<crate::topic_configs::ReplicationSettings>,
 }
 
 impl Topic {

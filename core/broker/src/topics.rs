@@ -1,25 +1,31 @@
-//! `TopicRegistry`: the topics this broker holds — creating, deleting and
-//! reconfiguring them, and recovering them at startup.
+//! `TopicRegistry`: the partitions this broker hosts on local disk — opened,
+//! reconfigured, closed and deleted by reconcile only, to follow the metadata
+//! image, which is the one record of which topics exist (a single broker
+//! included: it is a one-voter quorum).
 //!
 //! Invariants:
-//! - Metadata changes are serialised by one admin lock and made durable
-//!   (`topics.toml`) before they take effect for readers; a delete is durable
-//!   before any partition directory is touched.
-//! - Partition logs live in `<data_dir>/<topic>-<partition>/`. A directory being
-//!   deleted is renamed to `<dir>.deleted` first, then removed; startup removes any
-//!   `.deleted` leftovers and any partition directory whose topic is not in the
-//!   metadata (a delete that crashed half-way).
+//! - Nothing here decides whether a topic exists: the image does. Validation of
+//!   create, alter and delete is a pure function of (request, image) in
+//!   [`crate::cluster::topic_changes`].
+//! - Partition logs live in `<data_dir>/<topic>-<partition>/`, each with a
+//!   `partition.metadata` file naming the topic id (Kafka's format), so a
+//!   directory left by an older incarnation of a topic (deleted and created again
+//!   while this broker was down) is told apart and replaced, never adopted.
+//! - A directory being deleted is renamed to `<dir>.deleted` first, then removed;
+//!   the next start removes any leftover, and reconcile removes directories that
+//!   belong to no topic of the image (a delete that crashed half-way).
 //! - The request path only takes the map's read lock, for a lookup.
 //!
 //! All functions here block (fsync, log recovery); call them from blocking
 //! threads, not from the async request path.
 
-use crate::config::{BrokerConfig, PARTITIONS_PER_TOPIC_MAX};
+use crate::cluster::image::{MetadataImage, TopicState};
+use crate::config::BrokerConfig;
 use crate::error::BrokerError;
-use crate::metadata::{MetadataStore, TopicRecord, new_topic_id, sync_dir};
+use crate::metadata::{sync_dir, write_atomic};
 use crate::partition::{Partition, Topic};
+use crate::topic_configs::{self, TopicDefaults, TopicSettings};
 use parking_lot::{Mutex, RwLock};
-use rill_log::LogConfig;
 use rill_proto::LeaderEpoch;
 use rill_proto::types::now_ms;
 use rill_proto::wire::{ConfigEntry, ErrorCode, ErrorInfo};
@@ -31,6 +37,8 @@ use std::sync::Arc;
 pub const TOPIC_NAME_LEN_MAX: usize = 249;
 /// Suffix of a partition directory being removed.
 pub const DELETED_SUFFIX: &str = ".deleted";
+/// The file in each partition directory that names its topic id.
+pub const PARTITION_METADATA_FILE: &str = "partition.metadata";
 
 /// A topic to create, with the broker defaults already filled in.
 #[derive(Debug, Clone)]
@@ -42,20 +50,15 @@ pub struct TopicSpec {
     pub internal: bool,
 }
 
-/// The topics of this broker.
+/// The partitions this broker hosts.
 #[derive(Debug)]
 pub struct TopicRegistry {
     data_dir: PathBuf,
     broker_id: i32,
-    /// Number of live brokers (1 until the cluster lands).
-    live_brokers: usize,
-    defaults: LogConfig,
-    /// The broker has an object store (`remote.storage.enable` may be set).
-    tiering_available: bool,
-    store: MetadataStore,
+    defaults: TopicDefaults,
     topics: RwLock<HashMap<Arc<str>, Arc<Topic>>>,
-    /// Serialises metadata changes; guards the persisted records.
-    admin: Mutex<BTreeMap<String, TopicRecord>>,
+    /// Serialises opening and removing topics.
+    changes: Mutex<()>,
 }
 
 /// Checks a topic name against Kafka's rules.
@@ -95,14 +98,6 @@ fn partition_dir(data_dir: &Path, topic: &str, partition: u32) -> PathBuf {
     data_dir.join(format!("{topic}-{partition}"))
 }
 
-fn storage_error(what: String, e: std::io::Error) -> ErrorInfo {
-    tracing::error!(error = %e, "{what}");
-    ErrorInfo::new(
-        ErrorCode::StorageError,
-        format!("{what}: {e}; check the broker's disk"),
-    )
-}
-
 /// Renames `dir` to `<dir>.deleted`, then removes it. Best effort after the
 /// rename: startup removes what is left.
 fn remove_partition_dir(data_dir: &Path, dir: &Path) -> std::io::Result<()> {
@@ -120,140 +115,48 @@ fn remove_partition_dir(data_dir: &Path, dir: &Path) -> std::io::Result<()> {
     std::fs::remove_dir_all(&doomed)
 }
 
+/// The topic id named in a partition directory's `partition.metadata`, if any.
+fn read_partition_topic_id(dir: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(dir.join(PARTITION_METADATA_FILE)).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("topic_id:"))
+        .map(|id| id.trim().to_string())
+}
+
+/// Writes `partition.metadata` (crash-safe) naming the topic id.
+fn write_partition_topic_id(dir: &Path, id: &str) -> std::io::Result<()> {
+    write_atomic(
+        dir,
+        &dir.join(PARTITION_METADATA_FILE),
+        format!("version: 0\ntopic_id: {id}\n").as_bytes(),
+    )
+}
+
+/// `(topic, partition)` of a directory named like a partition directory.
+fn parse_partition_dir(name: &str) -> Option<(&str, u32)> {
+    let (topic, p) = name.rsplit_once('-')?;
+    let p = p.parse::<u32>().ok()?;
+    (!topic.is_empty() && validate_topic_name(topic, true).is_ok()).then_some((topic, p))
+}
+
 impl TopicRegistry {
-    /// Loads the topic metadata and recovers every partition's log.
-    pub fn load(config: &BrokerConfig) -> Result<TopicRegistry, BrokerError> {
+    /// Opens the data directory (created if missing) with no partition open yet;
+    /// removes `.deleted` leftovers of interrupted deletes.
+    pub fn open(config: &BrokerConfig) -> Result<TopicRegistry, BrokerError> {
         let data_dir = config.data_dir.clone();
         std::fs::create_dir_all(&data_dir).map_err(|source| BrokerError::DataDir {
             action: "create the data directory",
             path: data_dir.clone(),
             source,
         })?;
-        let defaults = config.topic_log_defaults()?;
-        let store = MetadataStore::open(&data_dir)?;
-        let had_metadata = store.exists();
-        let records = store.load()?;
-
-        let mut expected = std::collections::HashSet::new();
-        for r in &records {
-            for p in 0..r.partitions {
-                expected.insert(format!("{}-{p}", r.name));
-            }
-        }
-        Self::clean_data_dir(&data_dir, &expected, had_metadata)?;
-
-        let now = now_ms();
-        let mut topics = HashMap::new();
-        let mut admin = BTreeMap::new();
-        for r in records {
-            let mut log_config = defaults.clone();
-            for (k, v) in &r.configs {
-                if crate::cluster::replication::is_replication_key(k) {
-                    continue;
-                }
-                log_config
-                    .set(k, v)
-                    .map_err(|e| BrokerError::MetadataCorrupt {
-                        path: store.path().to_path_buf(),
-                        reason: format!("topic {}: {e}", r.name),
-                    })?;
-            }
-            if log_config.remote_storage_enable && config.object_store.is_none() {
-                tracing::warn!(
-                    topic = %r.name,
-                    "remote.storage.enable=true but the broker has no object store: nothing is \
-                     uploaded and local retention keeps every segment; start with --object-store URL"
-                );
-            }
-            let name: Arc<str> = Arc::from(r.name.as_str());
-            let mut partitions = Vec::with_capacity(r.partitions as usize);
-            for p in 0..r.partitions {
-                let dir = partition_dir(&data_dir, &r.name, p);
-                let partition = Partition::open(
-                    name.clone(),
-                    p,
-                    &dir,
-                    log_config.clone(),
-                    LeaderEpoch(r.leader_epoch),
-                    config.id,
-                    now,
-                )
-                .map_err(|source| BrokerError::LogRecovery {
-                    topic: r.name.clone(),
-                    partition: p,
-                    dir: dir.clone(),
-                    source,
-                })?;
-                partitions.push(Arc::new(partition));
-            }
-            tracing::info!(topic = %r.name, partitions = r.partitions, "recovered topic");
-            topics.insert(
-                name.clone(),
-                Arc::new(Topic {
-                    name,
-                    id: r.id.clone(),
-                    internal: r.internal,
-                    partitions,
-                    overrides: Mutex::new(r.configs.clone()),
-                }),
-            );
-            admin.insert(r.name.clone(), r);
-        }
-        Ok(TopicRegistry {
-            data_dir,
-            broker_id: config.id,
-            live_brokers: 1,
-            defaults,
-            tiering_available: config.object_store.is_some(),
-            store,
-            topics: RwLock::new(topics),
-            admin: Mutex::new(admin),
-        })
-    }
-
-    /// Removes `.deleted` leftovers and orphaned partition directories.
-    fn clean_data_dir(
-        data_dir: &Path,
-        expected: &std::collections::HashSet<String>,
-        had_metadata: bool,
-    ) -> Result<(), BrokerError> {
-        let entries = std::fs::read_dir(data_dir).map_err(|source| BrokerError::DataDir {
+        let entries = std::fs::read_dir(&data_dir).map_err(|source| BrokerError::DataDir {
             action: "list the data directory",
-            path: data_dir.to_path_buf(),
+            path: data_dir.clone(),
             source,
         })?;
         for entry in entries.flatten() {
-            let Ok(name) = entry.file_name().into_string() else {
-                continue;
-            };
             let path = entry.path();
-            if !path.is_dir() || name == crate::metadata::META_DIR {
-                continue;
-            }
-            let remove = if name.ends_with(DELETED_SUFFIX) {
-                true
-            } else if let Some((topic, p)) = name.rsplit_once('-') {
-                let looks_like_partition = !topic.is_empty()
-                    && p.parse::<u32>().is_ok()
-                    && validate_topic_name(topic, true).is_ok();
-                if looks_like_partition && !expected.contains(&name) {
-                    if had_metadata {
-                        tracing::warn!(dir = %path.display(), "removing partition directory of a deleted topic");
-                        true
-                    } else {
-                        tracing::warn!(
-                            dir = %path.display(),
-                            "partition directory without topic metadata; leaving it alone"
-                        );
-                        false
-                    }
-                } else {
-                    false
-                }
-            } else {
-                false
-            };
-            if remove {
+            if path.is_dir() && path.to_string_lossy().ends_with(DELETED_SUFFIX) {
                 std::fs::remove_dir_all(&path).map_err(|source| BrokerError::DataDir {
                     action: "remove a deleted partition directory",
                     path: path.clone(),
@@ -261,15 +164,26 @@ impl TopicRegistry {
                 })?;
             }
         }
-        Ok(())
+        Ok(TopicRegistry {
+            data_dir,
+            broker_id: config.id,
+            defaults: TopicDefaults {
+                log: config.topic_log_defaults()?,
+                replica_lag_time_max_ms: config.replica_lag_time_max_ms,
+                tiering_available: config.object_store.is_some(),
+            },
+            topics: RwLock::new(HashMap::new()),
+            changes: Mutex::new(()),
+        })
     }
 
     pub fn broker_id(&self) -> i32 {
         self.broker_id
     }
 
-    pub fn live_brokers(&self) -> usize {
-        self.live_brokers
+    /// What every topic starts from (the broker's config).
+    pub fn defaults(&self) -> &TopicDefaults {
+        &self.defaults
     }
 
     pub fn topic(&self, name: &str) -> Option<Arc<Topic>> {
@@ -305,196 +219,164 @@ impl TopicRegistry {
         all
     }
 
-    /// The effective config of a topic: broker defaults, then its overrides.
-    fn effective_config(
-        &self,
-        overrides: &BTreeMap<String, String>,
-    ) -> Result<LogConfig, ErrorInfo> {
-        let mut config = self.defaults.clone();
-        for (k, v) in overrides {
-            if crate::cluster::replication::is_replication_key(k) {
-                crate::cluster::replication::validate_config(k, v)
-                    .map_err(|e| ErrorInfo::new(ErrorCode::InvalidConfig, e))?;
-                continue;
+    /// Opens (creating or recovering) the local logs of a topic of the image.
+    /// A local topic of the same name with another id (an older incarnation) is
+    /// removed first; a partition directory whose `partition.metadata` names
+    /// another id is replaced. Returns the first log that could not be opened.
+    pub fn open_topic(&self, t: &TopicState) -> Result<Arc<Topic>, BrokerError> {
+        let _changes = self.changes.lock();
+        if let Some(local) = self.topic(&t.name) {
+            if local.id == t.id {
+                return Ok(local);
             }
-            config
-                .set(k, v)
-                .map_err(|e| ErrorInfo::new(ErrorCode::InvalidConfig, e.to_string()))?;
+            tracing::info!(topic = %t.name, "local topic is an older incarnation; replacing it");
+            self.remove_locked(&t.name);
         }
-        config
-            .validate()
-            .map_err(|e| ErrorInfo::new(ErrorCode::InvalidConfig, e.to_string()))?;
-        if config.remote_storage_enable && !self.tiering_available {
-            return Err(ErrorInfo::new(
-                ErrorCode::InvalidConfig,
-                "remote.storage.enable=true needs an object store: start the broker with \
-                 --object-store URL (or [object_store] url in its config file)",
-            ));
-        }
-        Ok(config)
-    }
-
-    /// Creates a topic (or only checks that it could be created).
-    pub fn create(&self, spec: &TopicSpec, validate_only: bool) -> Result<(), ErrorInfo> {
-        self.create_with_id(spec, validate_only, None)
-    }
-
-    /// As [`TopicRegistry::create`], with the topic id the cluster chose (`None`: a new one).
-    pub fn create_with_id(
-        &self,
-        spec: &TopicSpec,
-        validate_only: bool,
-        id: Option<&str>,
-    ) -> Result<(), ErrorInfo> {
-        validate_topic_name(&spec.name, spec.internal)?;
-        if spec.partitions == 0 || spec.partitions > PARTITIONS_PER_TOPIC_MAX {
-            return Err(ErrorInfo::new(
-                ErrorCode::InvalidPartitions,
-                format!(
-                    "topic {}: partition count {} is not valid; use 1 to {PARTITIONS_PER_TOPIC_MAX}",
-                    spec.name, spec.partitions
-                ),
-            ));
-        }
-        if spec.replication_factor == 0 {
-            return Err(ErrorInfo::new(
-                ErrorCode::InvalidReplicationFactor,
-                format!("topic {}: replication factor must be at least 1", spec.name),
-            ));
-        }
-        if spec.replication_factor as usize > self.live_brokers {
-            return Err(ErrorInfo::new(
-                ErrorCode::InvalidReplicationFactor,
-                format!(
-                    "topic {}: replication factor {} is larger than the {} live broker(s)",
-                    spec.name, spec.replication_factor, self.live_brokers
-                ),
-            ));
-        }
-        let mut overrides = BTreeMap::new();
-        for (k, v) in &spec.configs {
-            overrides.insert(k.clone(), v.clone());
-        }
-        let log_config = self
-            .effective_config(&overrides)
-            .map_err(|e| ErrorInfo::new(e.code, format!("topic {}: {}", spec.name, e.message)))?;
-
-        let mut admin = self.admin.lock();
-        if admin.contains_key(&spec.name) {
-            return Err(ErrorInfo::new(
-                ErrorCode::TopicAlreadyExists,
-                format!("topic {:?} already exists", spec.name),
-            ));
-        }
-        if validate_only {
-            return Ok(());
-        }
-        let record = TopicRecord {
-            name: spec.name.clone(),
-            id: id.map_or_else(new_topic_id, str::to_string),
-            partitions: spec.partitions,
-            internal: spec.internal,
-            leader_epoch: 0,
-            configs: overrides.clone(),
-        };
-        // Open the logs first (a stale directory of an earlier incarnation is
-        // removed), then make the topic durable, then visible.
-        let name: Arc<str> = Arc::from(spec.name.as_str());
+        let settings = TopicSettings::resolve_committed(&t.name, &self.defaults, &t.configs);
+        let name: Arc<str> = Arc::from(t.name.as_str());
         let now = now_ms();
-        let mut partitions = Vec::with_capacity(spec.partitions as usize);
-        for p in 0..spec.partitions {
-            let dir = partition_dir(&self.data_dir, &spec.name, p);
-            let opened = remove_partition_dir(&self.data_dir, &dir)
-                .map_err(|e| storage_error(format!("partition {}-{p}: could not clear {}", spec.name, dir.display()), e))
-                .and_then(|()| {
-                    Partition::open(
-                        name.clone(),
-                        p,
-                        &dir,
-                        log_config.clone(),
-                        LeaderEpoch(0),
-                        self.broker_id,
-                        now,
-                    )
-                    .map_err(|e| {
-                        tracing::error!(partition = %format!("{}-{p}", spec.name), error = %e, "could not create the partition log");
-                        ErrorInfo::new(
-                            ErrorCode::StorageError,
-                            format!("partition {}-{p}: could not create the log in {}: {e}", spec.name, dir.display()),
-                        )
-                    })
-                });
+        let mut partitions = Vec::with_capacity(t.partitions.len());
+        for (p, state) in t.partitions.iter().enumerate() {
+            let p = p as u32;
+            let dir = partition_dir(&self.data_dir, &t.name, p);
+            let opened = self.open_partition_dir(&dir, &t.id).and_then(|()| {
+                Partition::open(
+                    name.clone(),
+                    p,
+                    &dir,
+                    settings.log.clone(),
+                    LeaderEpoch(0),
+                    self.broker_id,
+                    now,
+                )
+            });
             match opened {
-                Ok(partition) => partitions.push(Arc::new(partition)),
-                Err(e) => {
-                    self.discard(&partitions);
-                    return Err(e);
+                Ok(partition) => {
+                    // The committed role before anybody can see the partition.
+                    partition.set_role(
+                        state.leader,
+                        state.leader_epoch,
+                        &state.replicas,
+                        &state.isr,
+                    );
+                    partitions.push(Arc::new(partition));
+                }
+                Err(source) => {
+                    for opened in &partitions {
+                        let _ = opened.close();
+                    }
+                    return Err(BrokerError::LogRecovery {
+                        topic: t.name.clone(),
+                        partition: p,
+                        dir,
+                        source,
+                    });
                 }
             }
         }
-        admin.insert(spec.name.clone(), record);
-        if let Err(e) = self.persist(&admin) {
-            admin.remove(&spec.name);
-            self.discard(&partitions);
-            return Err(storage_error(
-                format!("topic {}: could not write the topic metadata", spec.name),
-                e,
-            ));
-        }
-        let id = admin[&spec.name].id.clone();
-        self.topics.write().insert(
-            name.clone(),
-            Arc::new(Topic {
-                name,
-                id,
-                internal: spec.internal,
-                partitions,
-                overrides: Mutex::new(overrides),
-            }),
-        );
-        tracing::info!(topic = %spec.name, partitions = spec.partitions, "created topic");
-        Ok(())
+        let topic = Arc::new(Topic {
+            name: name.clone(),
+            id: t.id.clone(),
+            internal: t.internal,
+            partitions,
+            overrides: Mutex::new(t.configs.clone()),
+            replication: Mutex::new(settings.replication),
+        });
+        self.topics.write().insert(name, topic.clone());
+        tracing::info!(topic = %t.name, partitions = t.partitions.len(), "opened topic");
+        Ok(topic)
     }
 
-    /// Closes and removes the logs of a topic that is not (or no longer) live.
-    fn discard(&self, partitions: &[Arc<Partition>]) {
-        for p in partitions {
+    /// Prepares a partition directory for topic `id`: one of another id is
+    /// removed; the id is written when missing.
+    fn open_partition_dir(&self, dir: &Path, id: &str) -> Result<(), rill_log::LogError> {
+        let io = |what: &str, e: std::io::Error| rill_log::LogError::Io {
+            context: format!("{what} {}", dir.display()),
+            source: e,
+        };
+        match read_partition_topic_id(dir) {
+            Some(found) if found == id => return Ok(()),
+            Some(found) => {
+                tracing::warn!(dir = %dir.display(), found, expected = id, "partition directory of an older incarnation of the topic; removing it");
+                remove_partition_dir(&self.data_dir, dir).map_err(|e| io("removing", e))?;
+            }
+            None => {}
+        }
+        std::fs::create_dir_all(dir).map_err(|e| io("creating", e))?;
+        write_partition_topic_id(dir, id).map_err(|e| io("writing the topic id into", e))
+    }
+
+    /// Closes a topic's logs and deletes its directories.
+    pub fn remove_topic(&self, name: &str) {
+        let _changes = self.changes.lock();
+        self.remove_locked(name);
+    }
+
+    /// Closes the logs (requests then see the topic as deleted), removes the
+    /// directories, and only then forgets the topic: once it is gone from the
+    /// map, its files are gone too.
+    fn remove_locked(&self, name: &str) {
+        let Some(topic) = self.topic(name) else {
+            return;
+        };
+        for p in &topic.partitions {
             if let Err(e) = p.close_deleted() {
-                tracing::warn!(partition = %format!("{}-{}", p.topic(), p.index()), error = %e, "closing a discarded log");
+                tracing::warn!(partition = %format!("{}-{}", p.topic(), p.index()), error = %e, "closing a deleted log");
             }
             if let Err(e) = remove_partition_dir(&self.data_dir, p.dir()) {
-                tracing::warn!(dir = %p.dir().display(), error = %e, "could not remove a partition directory; the next startup removes it");
+                tracing::warn!(dir = %p.dir().display(), error = %e, "could not remove a partition directory; the next start removes it");
             }
         }
+        self.topics.write().remove(name);
+        tracing::info!(topic = %name, "deleted topic's local logs");
     }
 
-    fn persist(&self, admin: &BTreeMap<String, TopicRecord>) -> std::io::Result<()> {
-        let records: Vec<TopicRecord> = admin.values().cloned().collect();
-        self.store.save(&records)
-    }
-
-    /// Deletes a topic: durably from the metadata first, then its directories.
-    pub fn delete(&self, name: &str) -> Result<(), ErrorInfo> {
-        let mut admin = self.admin.lock();
-        let Some(record) = admin.remove(name) else {
-            return Err(ErrorInfo::new(
-                ErrorCode::UnknownTopicOrPartition,
-                format!("topic {name:?} does not exist"),
-            ));
+    /// Applies committed config overrides to a local topic.
+    pub fn apply_configs(&self, name: &str, overrides: &BTreeMap<String, String>) {
+        let Some(topic) = self.topic(name) else {
+            return;
         };
-        if let Err(e) = self.persist(&admin) {
-            admin.insert(name.to_string(), record);
-            return Err(storage_error(
-                format!("topic {name}: could not write the topic metadata"),
-                e,
-            ));
+        let settings = TopicSettings::resolve_committed(name, &self.defaults, overrides);
+        for p in &topic.partitions {
+            p.set_config(settings.log.clone());
         }
-        let topic = self.topics.write().remove(name);
-        if let Some(topic) = topic {
-            self.discard(&topic.partitions);
+        *topic.replication.lock() = settings.replication;
+        *topic.overrides.lock() = overrides.clone();
+        tracing::info!(topic = %name, configs = ?overrides, "applied topic configs");
+    }
+
+    /// Removes partition directories that belong to no topic of `image` (a
+    /// delete that crashed half-way, or a topic deleted while this broker was
+    /// down): unknown name, partition index past the topic's count, or a
+    /// `partition.metadata` naming another topic id.
+    pub fn remove_orphans(&self, image: &MetadataImage) {
+        let _changes = self.changes.lock();
+        let Ok(entries) = std::fs::read_dir(&self.data_dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let Ok(name) = entry.file_name().into_string() else {
+                continue;
+            };
+            if !path.is_dir() || name == crate::metadata::META_DIR {
+                continue;
+            }
+            let Some((topic, p)) = parse_partition_dir(&name) else {
+                continue;
+            };
+            let owner = image.topics.get(topic);
+            let belongs = owner.is_some_and(|t| {
+                (p as usize) < t.partitions.len()
+                    && read_partition_topic_id(&path).is_none_or(|id| id == t.id)
+            });
+            if !belongs {
+                tracing::warn!(dir = %path.display(), "removing a partition directory that belongs to no topic of the cluster");
+                if let Err(e) = remove_partition_dir(&self.data_dir, &path) {
+                    tracing::warn!(dir = %path.display(), error = %e, "could not remove it");
+                }
+            }
         }
-        tracing::info!(topic = %name, "deleted topic");
-        Ok(())
     }
 
     /// Every config of a topic, marking which are broker defaults.
@@ -506,85 +388,8 @@ impl TopicRegistry {
             )
         })?;
         let overrides = topic.overrides.lock().clone();
-        let config = self.effective_config(&overrides)?;
-        let mut pairs = config.to_pairs();
-        for (k, default) in crate::cluster::replication::config_defaults() {
-            pairs.push((
-                k.to_string(),
-                overrides
-                    .get(k)
-                    .cloned()
-                    .unwrap_or_else(|| default.to_string()),
-            ));
-        }
-        Ok(pairs
-            .into_iter()
-            .map(|(name, value)| ConfigEntry {
-                is_default: !overrides.contains_key(&name),
-                name,
-                value,
-            })
-            .collect())
-    }
-
-    /// Sets and removes overrides of one topic: validated, persisted, applied.
-    pub fn alter_configs(
-        &self,
-        name: &str,
-        set: &[(String, String)],
-        delete: &[String],
-        validate_only: bool,
-    ) -> Result<(), ErrorInfo> {
-        let mut admin = self.admin.lock();
-        let Some(record) = admin.get(name) else {
-            return Err(ErrorInfo::new(
-                ErrorCode::UnknownTopicOrPartition,
-                format!("topic {name:?} does not exist"),
-            ));
-        };
-        let mut overrides = record.configs.clone();
-        for key in delete {
-            if !LogConfig::known_keys().contains(&key.as_str())
-                && !crate::cluster::replication::is_replication_key(key)
-            {
-                return Err(ErrorInfo::new(
-                    ErrorCode::InvalidConfig,
-                    format!(
-                        "topic {name}: cannot delete unknown config {key:?}; known keys are {}",
-                        LogConfig::known_keys().join(", ")
-                    ),
-                ));
-            }
-            overrides.remove(key);
-        }
-        for (k, v) in set {
-            overrides.insert(k.clone(), v.clone());
-        }
-        let config = self
-            .effective_config(&overrides)
-            .map_err(|e| ErrorInfo::new(e.code, format!("topic {name}: {}", e.message)))?;
-        if validate_only {
-            return Ok(());
-        }
-        let old = std::mem::replace(
-            &mut admin.get_mut(name).expect("checked above").configs,
-            overrides.clone(),
-        );
-        if let Err(e) = self.persist(&admin) {
-            admin.get_mut(name).expect("checked above").configs = old;
-            return Err(storage_error(
-                format!("topic {name}: could not write the topic metadata"),
-                e,
-            ));
-        }
-        if let Some(topic) = self.topic(name) {
-            *topic.overrides.lock() = overrides;
-            for p in &topic.partitions {
-                p.set_config(config.clone());
-            }
-        }
-        tracing::info!(topic = %name, set = ?set, delete = ?delete, "altered topic configs");
-        Ok(())
+        let settings = TopicSettings::resolve_committed(name, &self.defaults, &overrides);
+        Ok(topic_configs::describe(&settings, &overrides))
     }
 
     /// Every partition of every topic.

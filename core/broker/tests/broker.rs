@@ -984,3 +984,112 @@ async fn idempotent_producer_batches_are_written_once_across_a_restart() {
     );
     broker.shutdown().await.unwrap();
 }
+
+#[tokio::test]
+async fn an_old_topics_toml_moves_into_the_quorum_once_with_its_logs() {
+    // A data directory of an older broker: topics.toml and a partition log, no
+    // metadata quorum yet.
+    let env = Env::new();
+    let old_log = env.data.path().join("legacy-0");
+    {
+        let mut log = rill_log::Log::open(&old_log, rill_log::LogConfig::default(), 1).unwrap();
+        let mut bytes = batch(&["kept", "too"], 5).to_vec();
+        log.append(&mut bytes, rill_proto::LeaderEpoch(0), 1)
+            .unwrap();
+        log.close().unwrap();
+    }
+    // A directory of a topic the file does not list (a delete that crashed half-way).
+    std::fs::create_dir_all(env.data.path().join("orphan-0")).unwrap();
+    let store = rill_broker::metadata::MetadataStore::open(env.data.path()).unwrap();
+    store
+        .save(&[rill_broker::metadata::TopicRecord {
+            name: "legacy".into(),
+            id: "00000000000000000000000000000abc".into(),
+            partitions: 1,
+            internal: false,
+            leader_epoch: 0,
+            configs: [("retention.ms".to_string(), "3600000".to_string())].into(),
+        }])
+        .unwrap();
+    let topics_file = env.data.path().join("__meta/topics.toml");
+
+    let broker = env.start().await;
+    let client = env.client(broker.local_addr()).await;
+    let (_, records) = client.fetch("legacy", 0, 0, 0).await;
+    assert_eq!(values(&records), ["kept", "too"]);
+    let (resp, _) = client
+        .ok(
+            &DescribeConfigsRequest {
+                topics: vec!["legacy".into()],
+            },
+            &[],
+        )
+        .await;
+    let retention = resp.topics[0]
+        .configs
+        .iter()
+        .find(|c| c.name == "retention.ms")
+        .unwrap();
+    assert_eq!(
+        (retention.value.as_str(), retention.is_default),
+        ("3600000", false)
+    );
+    // Migrated once: the file is retired and no change writes it again.
+    assert!(!topics_file.exists(), "topics.toml is still there");
+    assert!(env.data.path().join("__meta/topics.toml.migrated").exists());
+    assert!(
+        !env.data.path().join("orphan-0").exists(),
+        "the orphan stays"
+    );
+    client.create("fresh", 1, &[]).await;
+    assert!(!topics_file.exists(), "a create wrote topics.toml");
+    // The partition directory names its topic id, as Kafka's partition.metadata.
+    let meta = std::fs::read_to_string(old_log.join("partition.metadata")).unwrap();
+    assert!(
+        meta.contains("topic_id: 00000000000000000000000000000abc"),
+        "{meta}"
+    );
+    drop(client);
+    broker.shutdown().await.unwrap();
+
+    // After a restart everything comes from the quorum: nothing migrates twice.
+    let broker = env.start().await;
+    let client = env.client(broker.local_addr()).await;
+    let (md, _) = client.ok(&MetadataRequest { topics: None }, &[]).await;
+    let mut names: Vec<&str> = md.topics.iter().map(|t| t.name.as_str()).collect();
+    names.sort_unstable();
+    assert_eq!(names, ["fresh", "legacy"]);
+    let (_, records) = client.fetch("legacy", 0, 0, 0).await;
+    assert_eq!(values(&records), ["kept", "too"]);
+    drop(client);
+    broker.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_partition_directory_of_an_older_incarnation_is_replaced_not_adopted() {
+    let env = Env::new();
+    let broker = env.start().await;
+    let client = env.client(broker.local_addr()).await;
+    client.create("t", 1, &[]).await;
+    client.produce("t", 0, batch(&["new"], 5)).await;
+    drop(client);
+    broker.shutdown().await.unwrap();
+    // Make the directory claim another topic id, as one left by a topic of the
+    // same name that was deleted (and made again) while this broker was down.
+    let dir = env.data.path().join("t-0");
+    std::fs::write(
+        dir.join("partition.metadata"),
+        "version: 0\ntopic_id: ffffffffffffffffffffffffffffffff\n",
+    )
+    .unwrap();
+    let broker = env.start().await;
+    let client = env.client(broker.local_addr()).await;
+    let (f, records) = client.fetch("t", 0, 0, 0).await;
+    assert_eq!(
+        (f.error, records.len()),
+        (None, 0),
+        "the stale log was adopted"
+    );
+    drop(client);
+    broker.shutdown().await.unwrap();
+}

@@ -2,12 +2,11 @@
 //! deletion and config changes (committed, then applied by every broker), the
 //! broker-to-broker apis, and the cluster's view in Metadata.
 
-use super::image::{Command, Outcome, assign_replicas};
+use super::image::{Command, Outcome};
 use crate::state::BrokerState;
 use crate::topics::TopicSpec;
 use rill_proto::Offset;
 use rill_proto::wire::*;
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -39,71 +38,25 @@ fn outcome_error(outcome: Outcome) -> Option<ErrorInfo> {
     }
 }
 
-/// Creates a topic through the quorum: validated here, replicas spread over the
-/// live brokers, committed, then created locally before this returns.
+/// Creates a topic through the quorum: validated against the committed image,
+/// replicas spread over the live brokers, committed, then opened locally
+/// (bounded wait) before this returns.
 pub async fn create_topic(
     state: &Arc<BrokerState>,
     spec: TopicSpec,
     validate_only: bool,
 ) -> Result<(), ErrorInfo> {
-    create_topic_with_id(state, spec, validate_only, None).await
-}
-
-/// [`create_topic`], keeping the topic id `id` when given (a broker moving a
-/// topic it made locally into the quorum keeps its logs: same id, same logs).
-pub async fn create_topic_with_id(
-    state: &Arc<BrokerState>,
-    spec: TopicSpec,
-    validate_only: bool,
-    id: Option<String>,
-) -> Result<(), ErrorInfo> {
-    // Name, partition count and configs are checked by the registry (placement by
-    // the quorum), so validate with a replication factor of one. A topic moved in
-    // with its id exists locally already (it was checked when it was made).
-    if id.is_none() {
-        let registry = state.registry.clone();
-        let check = TopicSpec {
-            replication_factor: 1,
-            ..spec.clone()
-        };
-        tokio::task::spawn_blocking(move || registry.create(&check, true))
-            .await
-            .map_err(|e| ErrorInfo::new(ErrorCode::InternalError, e.to_string()))??;
-    }
     ready(state).await?;
-    if spec.replication_factor == 0 {
-        return Err(ErrorInfo::new(
-            ErrorCode::InvalidReplicationFactor,
-            format!("topic {}: replication factor must be at least 1", spec.name),
-        ));
-    }
-    let image = state.cluster.image();
-    if image.topics.contains_key(&spec.name) {
-        return Err(ErrorInfo::new(
-            ErrorCode::TopicAlreadyExists,
-            format!("topic {:?} already exists", spec.name),
-        ));
-    }
-    let live = image.live_brokers();
-    let start = image.topics.len();
-    let assignment = assign_replicas(&live, spec.partitions, spec.replication_factor, start)
-        .map_err(|e| {
-            ErrorInfo::new(
-                ErrorCode::InvalidReplicationFactor,
-                format!("topic {}: {e}", spec.name),
-            )
-        })?;
+    let id = crate::metadata::new_topic_id();
+    let command = super::topic_changes::validate_create(
+        &spec,
+        id.clone(),
+        &state.cluster.image(),
+        state.registry.defaults(),
+    )?;
     if validate_only {
         return Ok(());
     }
-    let id = id.unwrap_or_else(crate::metadata::new_topic_id);
-    let command = Command::CreateTopic {
-        name: spec.name.clone(),
-        id: id.clone(),
-        internal: spec.internal,
-        configs: spec.configs.iter().cloned().collect(),
-        assignment,
-    };
     if let Some(e) = outcome_error(state.cluster.propose(command).await?) {
         return Err(e);
     }
@@ -127,6 +80,7 @@ pub async fn create_topic_with_id(
 /// Deletes a topic through the quorum.
 pub async fn delete_topic(state: &Arc<BrokerState>, name: String) -> Result<(), ErrorInfo> {
     ready(state).await?;
+    super::topic_changes::validate_delete(&name, &state.cluster.image())?;
     if let Some(e) = outcome_error(
         state
             .cluster
@@ -150,30 +104,16 @@ pub async fn alter_configs(
     state: &Arc<BrokerState>,
     req: AlterConfigsRequest,
 ) -> Result<(), ErrorInfo> {
-    let registry = state.registry.clone();
-    let check = req.clone();
-    tokio::task::spawn_blocking(move || {
-        registry.alter_configs(&check.topic, &check.set, &check.delete, true)
-    })
-    .await
-    .map_err(|e| ErrorInfo::new(ErrorCode::InternalError, e.to_string()))??;
+    ready(state).await?;
+    let configs = super::topic_changes::validate_alter(
+        &req.topic,
+        &req.set,
+        &req.delete,
+        &state.cluster.image(),
+        state.registry.defaults(),
+    )?;
     if req.validate_only {
         return Ok(());
-    }
-    ready(state).await?;
-    let image = state.cluster.image();
-    let Some(t) = image.topics.get(&req.topic) else {
-        return Err(ErrorInfo::new(
-            ErrorCode::UnknownTopicOrPartition,
-            format!("topic {:?} does not exist", req.topic),
-        ));
-    };
-    let mut configs: BTreeMap<String, String> = t.configs.clone();
-    for k in &req.delete {
-        configs.remove(k);
-    }
-    for (k, v) in &req.set {
-        configs.insert(k.clone(), v.clone());
     }
     let command = Command::SetTopicConfigs {
         name: req.topic.clone(),
@@ -320,7 +260,8 @@ pub fn check_produce(
         return Err(p.not_leader_error());
     }
     if acks == Acks::All {
-        let (min_isr, _) = super::replication::topic_replication_settings(state, p.topic());
+        let min_isr =
+            super::replication::topic_replication_settings(state, p.topic()).min_insync_replicas;
         let isr = p.isr();
         if isr.len() < min_isr {
             return Err(ErrorInfo::new(

@@ -24,6 +24,7 @@ pub mod raft;
 pub mod reconcile;
 pub mod replication;
 pub mod sessions;
+pub mod topic_changes;
 
 use self::image::{Command, MetadataImage, Outcome};
 use self::peers::PeerLinks;
@@ -193,7 +194,7 @@ impl Cluster {
                 fresh = true;
             }
         }
-        let migrate = if fresh { local_topics } else { Vec::new() };
+        let migrate = local_topics;
         let c = cluster.clone();
         let stop = shutdown.clone();
         let join = config.join.clone();
@@ -206,7 +207,7 @@ impl Cluster {
             {
                 return;
             }
-            c.register(cluster_id, migrate, stop).await
+            c.register(cluster_id, migrate, fresh, stop).await
         });
         let c = cluster.clone();
         let stop = shutdown.clone();
@@ -547,8 +548,17 @@ impl Cluster {
         self: Arc<Self>,
         cluster_id: String,
         migrate: Vec<TopicRecord>,
+        fresh: bool,
         stop: CancellationToken,
     ) {
+        // From an old topics.toml: every topic into a new quorum; into an existing
+        // one only internal topics it lacks (made locally by an older broker; a
+        // client topic missing from it was deleted while this broker was down).
+        let image = self.image();
+        let migrate: Vec<TopicRecord> = migrate
+            .into_iter()
+            .filter(|t| !image.topics.contains_key(&t.name) && (fresh || t.internal))
+            .collect();
         let mut commands = vec![Command::RegisterBroker {
             id: self.broker_id,
             addr: self.addr.clone(),

@@ -13,7 +13,6 @@
 
 use super::image::MetadataImage;
 use crate::state::BrokerState;
-use crate::topics::TopicSpec;
 use rill_proto::LeaderEpoch;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -22,8 +21,11 @@ use tokio_util::task::TaskTracker;
 
 type FollowerKey = (String, u32);
 
-/// Applies images as they are committed, until shutdown.
-pub async fn run(state: Arc<BrokerState>) {
+/// Applies images as they are committed, until shutdown. `applied_first`: the
+/// broker applied one image already at start (a single broker does, before it
+/// serves).
+pub async fn run(state: Arc<BrokerState>, applied_first: bool) {
+    let mut first = !applied_first;
     let mut rx = state.cluster.watch_image();
     let mut followers: HashMap<FollowerKey, (i32, LeaderEpoch, CancellationToken)> = HashMap::new();
     let tasks = TaskTracker::new();
@@ -39,7 +41,8 @@ pub async fn run(state: Arc<BrokerState>) {
         let image = rx.borrow_and_update().clone();
         let s = state.clone();
         let im = image.clone();
-        if let Err(e) = tokio::task::spawn_blocking(move || apply_image(&s, &im)).await {
+        let first = std::mem::take(&mut first);
+        if let Err(e) = tokio::task::spawn_blocking(move || apply_image(&s, &im, first)).await {
             tracing::error!(error = %e, "applying the metadata image failed");
         }
         update_followers(&state, &image, &mut followers, &tasks);
@@ -56,50 +59,34 @@ pub async fn run(state: Arc<BrokerState>) {
     tasks.wait().await;
 }
 
-fn apply_image(state: &BrokerState, image: &MetadataImage) {
+/// Brings the local partitions in line with `image`: opens the topics it has
+/// (replacing older incarnations), applies changed configs and the committed
+/// roles, and deletes the local logs of topics it no longer has. The first
+/// time (`first`), also removes partition directories that belong to no topic
+/// and retires a migrated `topics.toml`. Returns the logs that could not be
+/// opened (each is logged; the others are applied).
+pub fn apply_image(
+    state: &BrokerState,
+    image: &MetadataImage,
+    first: bool,
+) -> Vec<crate::error::BrokerError> {
     let registry = &state.registry;
+    let mut failed = Vec::new();
+    if first {
+        registry.remove_orphans(image);
+        crate::metadata::retire_topics_file(&state.config.data_dir);
+    }
     for t in image.topics.values() {
-        let local = registry.topic(&t.name);
-        let same = local.as_ref().is_some_and(|l| l.id == t.id);
-        if local.is_some() && !same {
-            tracing::info!(topic = %t.name, "local topic is an older incarnation; replacing it");
-            let _ = registry.delete(&t.name);
-        }
-        if !same {
-            let spec = TopicSpec {
-                name: t.name.clone(),
-                partitions: t.partitions.len() as u32,
-                replication_factor: 1,
-                configs: t
-                    .configs
-                    .iter()
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect(),
-                internal: t.internal,
-            };
-            if let Err(e) = registry.create_with_id(&spec, false, Some(&t.id)) {
-                tracing::error!(topic = %t.name, error = %e, "could not create the local logs of a topic");
+        let local = match registry.open_topic(t) {
+            Ok(local) => local,
+            Err(e) => {
+                tracing::error!(topic = %t.name, error = %e, "could not open the local logs of a topic");
+                failed.push(e);
                 continue;
             }
-        }
-        let Some(local) = registry.topic(&t.name) else {
-            continue;
         };
-        let overrides = local.overrides.lock().clone();
-        if overrides != t.configs {
-            let set: Vec<(String, String)> = t
-                .configs
-                .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect();
-            let delete: Vec<String> = overrides
-                .keys()
-                .filter(|k| !t.configs.contains_key(*k))
-                .cloned()
-                .collect();
-            if let Err(e) = registry.alter_configs(&t.name, &set, &delete, false) {
-                tracing::error!(topic = %t.name, error = %e, "could not apply committed configs");
-            }
+        if *local.overrides.lock() != t.configs {
+            registry.apply_configs(&t.name, &t.configs);
         }
         for (i, ps) in t.partitions.iter().enumerate() {
             if let Some(p) = local.partition(i as u32) {
@@ -111,13 +98,12 @@ fn apply_image(state: &BrokerState, image: &MetadataImage) {
         }
     }
     for local in registry.all() {
-        // Internal topics the broker made for itself (__consumer_offsets, by the
-        // group coordinator) are not in the quorum yet: leave them alone.
-        if !local.internal && !image.topics.contains_key(&*local.name) {
+        if !image.topics.contains_key(&*local.name) {
             tracing::info!(topic = %local.name, "topic deleted in the cluster; removing its logs");
-            let _ = registry.delete(&local.name);
+            registry.remove_topic(&local.name);
         }
     }
+    failed
 }
 
 fn update_followers(

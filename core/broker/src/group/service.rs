@@ -46,6 +46,7 @@ use crate::config::BrokerConfig;
 use crate::handlers::Reply;
 use crate::partition::{Partition, Topic};
 use crate::state::BrokerState;
+use crate::topic_configs::{CLEANUP_POLICY_CONFIG, REMOTE_STORAGE_ENABLE_CONFIG};
 use crate::topics::{TopicRegistry, TopicSpec};
 
 /// How often sessions are checked for expiry and leadership of
@@ -378,16 +379,14 @@ fn offsets_topic_spec(state: &BrokerState, partitions: u32) -> TopicSpec {
             .min(u16::try_from(live).unwrap_or(u16::MAX)),
         // Never tiered: the coordinator replays this topic from local segments.
         configs: vec![
-            ("cleanup.policy".into(), "compact".into()),
-            ("remote.storage.enable".into(), "false".into()),
+            (CLEANUP_POLICY_CONFIG.into(), "compact".into()),
+            (REMOTE_STORAGE_ENABLE_CONFIG.into(), "false".into()),
         ],
         internal: true,
     }
 }
 
-/// `__consumer_offsets`, created through the quorum on first use. A broker that
-/// holds one it made itself before the topic was a cluster topic moves it into
-/// the quorum with its id, so its committed offsets are kept.
+/// `__consumer_offsets`, created through the quorum on first use.
 async fn offsets_topic(state: &Arc<BrokerState>) -> Result<Arc<Topic>, ErrorInfo> {
     let in_quorum = || state.cluster.image().topics.contains_key(OFFSETS_TOPIC);
     if in_quorum()
@@ -398,17 +397,10 @@ async fn offsets_topic(state: &Arc<BrokerState>) -> Result<Arc<Topic>, ErrorInfo
     {
         let _creating = state.groups.creating.lock().await;
         if !in_quorum() {
-            let local = state.registry.topic(OFFSETS_TOPIC);
-            let partitions = local
-                .as_ref()
-                .map_or(state.config.offsets_topic_num_partitions, |t| {
-                    t.partitions.len() as u32
-                });
+            let partitions = state.config.offsets_topic_num_partitions;
             let spec = offsets_topic_spec(state, partitions);
             let rf = spec.replication_factor;
-            match cluster_api::create_topic_with_id(state, spec, false, local.map(|t| t.id.clone()))
-                .await
-            {
+            match cluster_api::create_topic(state, spec, false).await {
                 Ok(()) => tracing::info!(
                     partitions,
                     replication_factor = rf,

@@ -1,0 +1,307 @@
+//! Validation of topic changes: create, alter configs, delete — each a pure
+//! function of the request, the committed metadata image and the broker's
+//! topic defaults, so the same rules hold on every broker and are unit-tested
+//! without a runtime, a disk or a quorum.
+//!
+//! A change that passes is proposed to the quorum; the state machine checks again
+//! what may have changed in between (the topic appeared, or went).
+
+use super::image::{Command, MetadataImage, assign_replicas};
+use crate::config::PARTITIONS_PER_TOPIC_MAX;
+use crate::topic_configs::{self, TopicDefaults, TopicSettings};
+use crate::topics::{TopicSpec, validate_topic_name};
+use rill_proto::wire::{ErrorCode, ErrorInfo};
+use std::collections::BTreeMap;
+
+fn unknown_topic(name: &str) -> ErrorInfo {
+    ErrorInfo::new(
+        ErrorCode::UnknownTopicOrPartition,
+        format!("topic {name:?} does not exist"),
+    )
+}
+
+/// Checks a new topic against the image and returns the command that creates
+/// it, with its replicas spread over the live brokers, under topic id `id`.
+pub fn validate_create(
+    spec: &TopicSpec,
+    id: String,
+    image: &MetadataImage,
+    defaults: &TopicDefaults,
+) -> Result<Command, ErrorInfo> {
+    validate_topic_name(&spec.name, spec.internal)?;
+    if spec.partitions == 0 || spec.partitions > PARTITIONS_PER_TOPIC_MAX {
+        return Err(ErrorInfo::new(
+            ErrorCode::InvalidPartitions,
+            format!(
+                "topic {}: partition count {} is not valid; use 1 to {PARTITIONS_PER_TOPIC_MAX}",
+                spec.name, spec.partitions
+            ),
+        ));
+    }
+    if spec.replication_factor == 0 {
+        return Err(ErrorInfo::new(
+            ErrorCode::InvalidReplicationFactor,
+            format!("topic {}: replication factor must be at least 1", spec.name),
+        ));
+    }
+    let configs: BTreeMap<String, String> = spec.configs.iter().cloned().collect();
+    TopicSettings::resolve(defaults, &configs)
+        .map_err(|e| ErrorInfo::new(e.code, format!("topic {}: {}", spec.name, e.message)))?;
+    if image.topics.contains_key(&spec.name) {
+        return Err(ErrorInfo::new(
+            ErrorCode::TopicAlreadyExists,
+            format!("topic {:?} already exists", spec.name),
+        ));
+    }
+    let assignment = assign_replicas(
+        &image.live_brokers(),
+        spec.partitions,
+        spec.replication_factor,
+        image.topics.len(),
+    )
+    .map_err(|e| {
+        ErrorInfo::new(
+            ErrorCode::InvalidReplicationFactor,
+            format!("topic {}: {e}", spec.name),
+        )
+    })?;
+    Ok(Command::CreateTopic {
+        name: spec.name.clone(),
+        id,
+        internal: spec.internal,
+        configs,
+        assignment,
+    })
+}
+
+/// Checks a config change of a topic and returns its new overrides.
+pub fn validate_alter(
+    topic: &str,
+    set: &[(String, String)],
+    delete: &[String],
+    image: &MetadataImage,
+    defaults: &TopicDefaults,
+) -> Result<BTreeMap<String, String>, ErrorInfo> {
+    let t = image
+        .topics
+        .get(topic)
+        .ok_or_else(|| unknown_topic(topic))?;
+    let mut overrides = t.configs.clone();
+    for key in delete {
+        if topic_configs::lookup(key).is_none() {
+            return Err(ErrorInfo::new(
+                ErrorCode::InvalidConfig,
+                format!(
+                    "topic {topic}: cannot delete unknown config {key:?}; known keys are {}",
+                    topic_configs::known_keys()
+                ),
+            ));
+        }
+        overrides.remove(key);
+    }
+    for (k, v) in set {
+        overrides.insert(k.clone(), v.clone());
+    }
+    TopicSettings::resolve(defaults, &overrides)
+        .map_err(|e| ErrorInfo::new(e.code, format!("topic {topic}: {}", e.message)))?;
+    Ok(overrides)
+}
+
+/// Checks that a topic can be deleted.
+pub fn validate_delete(name: &str, image: &MetadataImage) -> Result<(), ErrorInfo> {
+    if image.topics.contains_key(name) {
+        Ok(())
+    } else {
+        Err(unknown_topic(name))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::image::BrokerRecord;
+    use rill_log::LogConfig;
+
+    fn defaults() -> TopicDefaults {
+        TopicDefaults {
+            log: LogConfig::default(),
+            replica_lag_time_max_ms: 10_000,
+            tiering_available: false,
+        }
+    }
+
+    /// An image with brokers 0..n (broker `fenced` fenced) and topic "t".
+    fn image(brokers: i32, fenced: Option<i32>) -> MetadataImage {
+        let mut image = MetadataImage::default();
+        for id in 0..brokers {
+            image.brokers.insert(
+                id,
+                BrokerRecord {
+                    id,
+                    addr: String::new(),
+                    fenced: fenced == Some(id),
+                },
+            );
+        }
+        let create =
+            validate_create(&spec("t", 2, 1, &[]), "id-t".into(), &image, &defaults()).unwrap();
+        image.apply(&create);
+        image
+    }
+
+    fn spec(name: &str, partitions: u32, rf: u16, configs: &[(&str, &str)]) -> TopicSpec {
+        TopicSpec {
+            name: name.into(),
+            partitions,
+            replication_factor: rf,
+            configs: configs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            internal: false,
+        }
+    }
+
+    fn create_error(s: TopicSpec, image: &MetadataImage) -> ErrorInfo {
+        validate_create(&s, "id".into(), image, &defaults()).unwrap_err()
+    }
+
+    #[test]
+    fn create_spreads_replicas_over_live_brokers() {
+        let image = image(3, None);
+        let Command::CreateTopic {
+            assignment,
+            configs,
+            id,
+            ..
+        } = validate_create(
+            &spec("u", 6, 3, &[("retention.ms", "5")]),
+            "id-u".into(),
+            &image,
+            &defaults(),
+        )
+        .unwrap()
+        else {
+            panic!("not a create")
+        };
+        assert_eq!(id, "id-u");
+        assert_eq!(configs.get("retention.ms").map(String::as_str), Some("5"));
+        assert_eq!(assignment.len(), 6);
+        for replicas in &assignment {
+            let mut sorted = replicas.clone();
+            sorted.sort_unstable();
+            assert_eq!(sorted, vec![0, 1, 2]);
+        }
+        // Preferred leaders rotate.
+        let leaders: std::collections::BTreeSet<i32> = assignment.iter().map(|r| r[0]).collect();
+        assert_eq!(leaders.len(), 3);
+    }
+
+    #[test]
+    fn create_refuses_what_cannot_be_made_naming_why() {
+        let image = image(3, Some(2));
+        let cases = [
+            (
+                spec("t", 1, 1, &[]),
+                ErrorCode::TopicAlreadyExists,
+                "already exists",
+            ),
+            (
+                spec("a b", 1, 1, &[]),
+                ErrorCode::InvalidTopic,
+                "not allowed",
+            ),
+            (spec("__x", 1, 1, &[]), ErrorCode::InvalidTopic, "reserved"),
+            (
+                spec("u", 0, 1, &[]),
+                ErrorCode::InvalidPartitions,
+                "partition count 0",
+            ),
+            (
+                spec("u", PARTITIONS_PER_TOPIC_MAX + 1, 1, &[]),
+                ErrorCode::InvalidPartitions,
+                "is not valid",
+            ),
+            (
+                spec("u", 1, 0, &[]),
+                ErrorCode::InvalidReplicationFactor,
+                "at least 1",
+            ),
+            // Two live brokers of three: RF 3 cannot be placed.
+            (
+                spec("u", 1, 3, &[]),
+                ErrorCode::InvalidReplicationFactor,
+                "topic u",
+            ),
+            (
+                spec("u", 1, 1, &[("retention.ms", "soon")]),
+                ErrorCode::InvalidConfig,
+                "topic u: ",
+            ),
+            (
+                spec("u", 1, 1, &[("no.such.key", "1")]),
+                ErrorCode::InvalidConfig,
+                "no.such.key",
+            ),
+        ];
+        for (s, code, text) in cases {
+            let name = s.name.clone();
+            let e = create_error(s, &image);
+            assert_eq!(e.code, code, "{name}: {}", e.message);
+            assert!(e.message.contains(text), "{name}: {}", e.message);
+        }
+        // An internal topic may use the reserved prefix.
+        let mut internal = spec("__consumer_offsets", 1, 2, &[]);
+        internal.internal = true;
+        validate_create(&internal, "i".into(), &image, &defaults()).unwrap();
+    }
+
+    #[test]
+    fn alter_returns_the_new_overrides_or_names_the_bad_one() {
+        let mut image = image(1, None);
+        let set = |k: &str, v: &str| vec![(k.to_string(), v.to_string())];
+        let overrides =
+            validate_alter("t", &set("retention.ms", "100"), &[], &image, &defaults()).unwrap();
+        assert_eq!(
+            overrides.get("retention.ms").map(String::as_str),
+            Some("100")
+        );
+        image.apply(&Command::SetTopicConfigs {
+            name: "t".into(),
+            configs: overrides,
+        });
+        let after =
+            validate_alter("t", &[], &["retention.ms".into()], &image, &defaults()).unwrap();
+        assert!(after.is_empty());
+        let e =
+            validate_alter("t", &[], &["retention.mss".into()], &image, &defaults()).unwrap_err();
+        assert!(
+            e.message
+                .contains("cannot delete unknown config \"retention.mss\""),
+            "{}",
+            e.message
+        );
+        let e = validate_alter(
+            "t",
+            &set("min.insync.replicas", "0"),
+            &[],
+            &image,
+            &defaults(),
+        )
+        .unwrap_err();
+        assert_eq!(e.code, ErrorCode::InvalidConfig);
+        assert!(e.message.starts_with("topic t: "), "{}", e.message);
+        let e = validate_alter("nope", &[], &[], &image, &defaults()).unwrap_err();
+        assert_eq!(e.code, ErrorCode::UnknownTopicOrPartition);
+    }
+
+    #[test]
+    fn delete_needs_the_topic() {
+        let image = image(1, None);
+        validate_delete("t", &image).unwrap();
+        assert_eq!(
+            validate_delete("u", &image).unwrap_err().code,
+            ErrorCode::UnknownTopicOrPartition
+        );
+    }
+}
