@@ -1,17 +1,18 @@
 //! Brings this broker in line with each committed metadata image: creates and
 //! deletes local topics, applies config changes, hands every partition the
-//! leadership and ISR the quorum chose, and runs one follower per partition this
-//! broker follows.
+//! leadership and ISR the quorum chose, and hands each partition this broker
+//! follows to the replica fetcher of its leader (one per leader broker).
 //!
 //! Every broker keeps a (possibly empty) log for every partition of every topic;
 //! only a partition's assigned replicas ever write to it, and only its leader
 //! answers clients.
 //!
-//! The ISR loop and the followers run on this task's own tracker, and `run`
+//! The ISR loop and the fetchers run on this task's own tracker, and `run`
 //! returns only after all of them ended: they belong to the broker's shutdown
 //! scope through it.
 
 use super::image::MetadataImage;
+use super::replication::ReplicaFetcher;
 use crate::state::BrokerState;
 use rill_proto::LeaderEpoch;
 use std::collections::{BTreeMap, HashMap};
@@ -27,7 +28,7 @@ type FollowerKey = (String, u32);
 pub async fn run(state: Arc<BrokerState>, applied_first: bool) {
     let mut first = !applied_first;
     let mut rx = state.cluster.watch_image();
-    let mut followers: HashMap<FollowerKey, (i32, LeaderEpoch, CancellationToken)> = HashMap::new();
+    let mut fetchers: Fetchers = HashMap::new();
     let tasks = TaskTracker::new();
     tasks.spawn(super::replication::isr_loop(state.clone()));
     tokio::select! {
@@ -45,16 +46,16 @@ pub async fn run(state: Arc<BrokerState>, applied_first: bool) {
         if let Err(e) = tokio::task::spawn_blocking(move || apply_image(&s, &im, first)).await {
             tracing::error!(error = %e, "applying the metadata image failed");
         }
-        update_followers(&state, &image, &mut followers, &tasks);
+        update_followers(&state, &image, &mut fetchers, &tasks);
         tokio::select! {
             _ = state.shutdown.cancelled() => break,
             changed = rx.changed() => if changed.is_err() { break },
         }
     }
-    for (_, (_, _, stop)) in followers.drain() {
+    for (_, (_, stop)) in fetchers.drain() {
         stop.cancel();
     }
-    // The ISR loop ends with the broker's shutdown, the followers with their tokens.
+    // The ISR loop ends with the broker's shutdown, the fetchers with their tokens.
     tasks.close();
     tasks.wait().await;
 }
@@ -106,49 +107,66 @@ pub fn apply_image(
     failed
 }
 
+/// The replica fetchers, one per leader broker (and address).
+type Fetchers = HashMap<i32, (Arc<ReplicaFetcher>, CancellationToken)>;
+
+/// Hands each partition this broker follows to its leader's fetcher (starting
+/// one per new leader), and takes away what it no longer follows.
 fn update_followers(
     state: &Arc<BrokerState>,
     image: &MetadataImage,
-    followers: &mut HashMap<FollowerKey, (i32, LeaderEpoch, CancellationToken)>,
+    fetchers: &mut Fetchers,
     tasks: &TaskTracker,
 ) {
     let me = state.config.id;
-    let mut wanted: BTreeMap<FollowerKey, (i32, LeaderEpoch)> = BTreeMap::new();
+    let mut wanted: BTreeMap<i32, Vec<(FollowerKey, LeaderEpoch)>> = BTreeMap::new();
     for t in image.topics.values() {
         for (i, p) in t.partitions.iter().enumerate() {
             if let Some(l) = p.leader
                 && l != me
                 && p.replicas.contains(&me)
             {
-                wanted.insert((t.name.clone(), i as u32), (l, p.leader_epoch));
+                wanted
+                    .entry(l)
+                    .or_default()
+                    .push(((t.name.clone(), i as u32), p.leader_epoch));
             }
         }
     }
-    followers.retain(|k, (l, e, stop)| {
-        let keep = wanted.get(k) == Some(&(*l, *e));
+    // A leader that left the image, or moved to another address: its fetcher stops.
+    fetchers.retain(|leader, (fetcher, stop)| {
+        let addr = image.brokers.get(leader).map(|b| b.addr.as_str());
+        let keep = addr == Some(fetcher.addr());
         if !keep {
             stop.cancel();
         }
         keep
     });
-    for (k, (leader, epoch)) in wanted {
-        if followers.contains_key(&k) {
-            continue;
+    for (leader, (fetcher, _)) in fetchers.iter() {
+        let keep: std::collections::HashSet<&FollowerKey> = wanted
+            .get(leader)
+            .map(|v| v.iter().map(|(k, _)| k).collect())
+            .unwrap_or_default();
+        for (key, _) in fetcher.followed() {
+            if !keep.contains(&key) {
+                fetcher.unfollow(&key.0, key.1);
+            }
         }
+    }
+    for (leader, partitions) in wanted {
         let Some(addr) = image.brokers.get(&leader).map(|b| b.addr.clone()) else {
             continue;
         };
-        let Ok(p) = state.registry.partition(&k.0, k.1) else {
-            continue;
-        };
-        let stop = state.shutdown.child_token();
-        tasks.spawn(super::replication::follow(
-            state.clone(),
-            p,
-            addr,
-            epoch,
-            stop.clone(),
-        ));
-        followers.insert(k, (leader, epoch, stop));
+        let (fetcher, _) = fetchers.entry(leader).or_insert_with(|| {
+            let fetcher = Arc::new(ReplicaFetcher::new(leader, addr));
+            let stop = state.shutdown.child_token();
+            tasks.spawn(fetcher.clone().run(state.clone(), stop.clone()));
+            (fetcher, stop)
+        });
+        for ((topic, index), epoch) in partitions {
+            if let Ok(p) = state.registry.partition(&topic, index) {
+                fetcher.follow(p, epoch);
+            }
+        }
     }
 }

@@ -11,12 +11,14 @@
 
 use crate::partition::Partition;
 use crate::state::BrokerState;
+use parking_lot::Mutex;
 use rill_proto::types::now_ms;
 use rill_proto::wire::*;
 use rill_proto::{LeaderEpoch, Offset};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 /// Longest a follower's fetch waits at the leader for new data.
@@ -25,6 +27,8 @@ pub const REPLICA_FETCH_WAIT: Duration = Duration::from_millis(500);
 pub const REPLICA_FETCH_BYTES_MAX: u32 = 8 * 1024 * 1024;
 /// Pause after a failed follower fetch before the next try.
 pub const REPLICA_RETRY_BACKOFF: Duration = Duration::from_millis(100);
+/// Most OffsetForLeaderEpoch requests one fetcher has in flight.
+pub const TRUNCATIONS_IN_FLIGHT_MAX: usize = 64;
 /// How often a leader checks its partitions' ISR.
 pub const ISR_CHECK_INTERVAL: Duration = Duration::from_millis(200);
 
@@ -97,116 +101,333 @@ pub async fn isr_loop(state: Arc<BrokerState>) {
     }
 }
 
-/// Follows one partition's leader until `stop`: truncates by the leader's epoch
-/// boundary, then fetches and appends, keeping the high watermark the leader sends.
-pub async fn follow(
-    state: Arc<BrokerState>,
-    p: Arc<Partition>,
-    leader_addr: String,
+/// One partition a fetcher follows.
+#[derive(Debug)]
+struct Followed {
+    partition: Arc<Partition>,
+    /// The leader epoch the quorum gave when this broker started following.
     epoch: LeaderEpoch,
-    stop: CancellationToken,
-) {
-    let tp = format!("{}-{}", p.topic(), p.index());
-    let timeout = REPLICA_FETCH_WAIT + Duration::from_secs(2);
-    // KIP-101: ask where our latest epoch ends on the leader; cut what is past it.
-    loop {
-        if stop.is_cancelled() {
+    /// Truncated to the leader's epoch boundary (KIP-101) and fetching.
+    truncated: bool,
+    /// After a failure: not asked for again before this.
+    retry_at: Option<Instant>,
+}
+
+/// Follows every partition this broker replicates from one leader, with one
+/// multi-partition Fetch at a time (as Kafka's replica fetcher thread per source
+/// broker), so a broker following thousands of partitions runs one task and one
+/// long poll per leader, not one per partition. Reconcile adds and removes
+/// partitions (`follow`, `unfollow`); the fetcher picks the change up at once.
+///
+/// Each partition first truncates to the leader's epoch boundary
+/// (OffsetForLeaderEpoch), then is fetched from its log end offset; the leader's
+/// high watermark is taken after every answer. A partition the leader refuses
+/// (it moved, the epoch is fenced) backs off for [`REPLICA_RETRY_BACKOFF`] while
+/// the others go on. The order of partitions in a request rotates, so a busy
+/// partition cannot starve the others of the response's byte budget.
+#[derive(Debug)]
+pub struct ReplicaFetcher {
+    leader: i32,
+    addr: String,
+    followed: Mutex<BTreeMap<(String, u32), Followed>>,
+    changed: Notify,
+}
+
+impl ReplicaFetcher {
+    pub fn new(leader: i32, addr: String) -> ReplicaFetcher {
+        ReplicaFetcher {
+            leader,
+            addr,
+            followed: Mutex::new(BTreeMap::new()),
+            changed: Notify::new(),
+        }
+    }
+
+    pub fn leader(&self) -> i32 {
+        self.leader
+    }
+
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    /// Starts following `partition` at leader epoch `epoch` (again from the
+    /// truncation step when the epoch changed).
+    pub fn follow(&self, partition: Arc<Partition>, epoch: LeaderEpoch) {
+        let key = (partition.topic().to_string(), partition.index());
+        let mut followed = self.followed.lock();
+        if followed.get(&key).is_some_and(|f| f.epoch == epoch) {
             return;
         }
-        let ours = p.latest_epoch();
-        let Some(ours) = ours else { break };
-        let req = OffsetForLeaderEpochRequest {
-            topic: p.topic().to_string(),
-            partition: p.index(),
-            current_leader_epoch: epoch,
-            leader_epoch: ours,
-        };
-        match state.cluster.links.call(&leader_addr, &req, timeout).await {
-            Ok((resp, _)) => {
-                let end = match resp.leader_epoch {
-                    // Our epoch (or an earlier one the leader has) ends at end_offset;
-                    // when the leader only has an earlier epoch, that epoch's end is
-                    // also where ours diverges.
-                    Some(_) => resp.end_offset,
-                    None => Offset(0),
-                };
-                if end < p.log_end_offset() {
-                    tracing::info!(partition = %tp, from = %p.log_end_offset(), to = %end, leader_epoch = %epoch, "truncating to the leader's epoch boundary");
-                    if let Err(e) = p.truncate_to(end) {
-                        tracing::error!(partition = %tp, error = %e, "truncation failed");
+        followed.insert(
+            key,
+            Followed {
+                partition,
+                epoch,
+                truncated: false,
+                retry_at: None,
+            },
+        );
+        drop(followed);
+        self.changed.notify_one();
+    }
+
+    /// Stops following a partition; an answer in flight for it is dropped.
+    pub fn unfollow(&self, topic: &str, partition: u32) {
+        if self
+            .followed
+            .lock()
+            .remove(&(topic.to_string(), partition))
+            .is_some()
+        {
+            self.changed.notify_one();
+        }
+    }
+
+    /// The partitions followed, with their epochs.
+    pub fn followed(&self) -> Vec<((String, u32), LeaderEpoch)> {
+        self.followed
+            .lock()
+            .iter()
+            .map(|(k, f)| (k.clone(), f.epoch))
+            .collect()
+    }
+
+    /// Whether `key` is still followed at `epoch` (an answer for it may be used).
+    fn still(&self, key: &(String, u32), epoch: LeaderEpoch) -> bool {
+        self.followed
+            .lock()
+            .get(key)
+            .is_some_and(|f| f.epoch == epoch)
+    }
+
+    fn update(&self, key: &(String, u32), epoch: LeaderEpoch, f: impl FnOnce(&mut Followed)) {
+        if let Some(followed) = self.followed.lock().get_mut(key)
+            && followed.epoch == epoch
+        {
+            f(followed);
+        }
+    }
+
+    fn back_off(&self, key: &(String, u32), epoch: LeaderEpoch) {
+        self.update(key, epoch, |f| {
+            f.retry_at = Some(Instant::now() + REPLICA_RETRY_BACKOFF)
+        });
+    }
+
+    /// Runs until `stop`.
+    pub async fn run(self: Arc<Self>, state: Arc<BrokerState>, stop: CancellationToken) {
+        let mut rotation = 0usize;
+        loop {
+            if stop.is_cancelled() {
+                return;
+            }
+            // Register before looking, so no change is missed in between.
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            let now = Instant::now();
+            let (to_truncate, mut to_fetch, next_retry) = {
+                let followed = self.followed.lock();
+                let mut to_truncate = Vec::new();
+                let mut to_fetch = Vec::new();
+                let mut next_retry: Option<Instant> = None;
+                for (key, f) in followed.iter() {
+                    if let Some(at) = f.retry_at.filter(|at| *at > now) {
+                        next_retry = Some(next_retry.map_or(at, |n| n.min(at)));
+                        continue;
+                    }
+                    let entry = (key.clone(), f.partition.clone(), f.epoch);
+                    if f.truncated {
+                        to_fetch.push(entry);
+                    } else {
+                        to_truncate.push(entry);
                     }
                 }
-                break;
+                (to_truncate, to_fetch, next_retry)
+            };
+            if !to_truncate.is_empty() {
+                self.truncate_all(&state, to_truncate, &stop).await;
+                continue;
             }
-            Err(e) => {
-                tracing::debug!(partition = %tp, error = %e, "OffsetForLeaderEpoch failed; retrying");
+            if to_fetch.is_empty() {
+                let idle = next_retry.map_or(Duration::from_secs(3600), |at| {
+                    at.saturating_duration_since(now)
+                });
                 tokio::select! {
                     _ = stop.cancelled() => return,
-                    _ = tokio::time::sleep(REPLICA_RETRY_BACKOFF) => {}
+                    _ = changed => {}
+                    _ = tokio::time::sleep(idle) => {}
                 }
+                continue;
+            }
+            rotation = rotation.wrapping_add(1);
+            let len = to_fetch.len();
+            to_fetch.rotate_left(rotation % len);
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                // A partition added or removed: ask again with the new set.
+                _ = changed => {}
+                _ = self.fetch_once(&state, &to_fetch) => {}
             }
         }
     }
-    loop {
-        if stop.is_cancelled() {
-            return;
+
+    /// KIP-101 for each partition: ask where our latest epoch ends on the leader
+    /// and cut what is past it. Up to [`TRUNCATIONS_IN_FLIGHT_MAX`] at once.
+    async fn truncate_all(
+        &self,
+        state: &BrokerState,
+        partitions: Vec<FetchEntry>,
+        stop: &CancellationToken,
+    ) {
+        use futures::StreamExt;
+        let timeout = REPLICA_FETCH_WAIT + Duration::from_secs(2);
+        let work = futures::stream::iter(partitions)
+            .map(|(key, p, epoch)| async move {
+                let tp = format!("{}-{}", p.topic(), p.index());
+                let Some(ours) = p.latest_epoch() else {
+                    return (key, epoch, true);
+                };
+                let req = OffsetForLeaderEpochRequest {
+                    topic: p.topic().to_string(),
+                    partition: p.index(),
+                    current_leader_epoch: epoch,
+                    leader_epoch: ours,
+                };
+                match state.cluster.links.call(&self.addr, &req, timeout).await {
+                    Ok((resp, _)) => {
+                        if !self.still(&key, epoch) {
+                            return (key, epoch, false);
+                        }
+                        let end = match resp.leader_epoch {
+                            // Our epoch (or an earlier one the leader has) ends at
+                            // end_offset; when the leader only has an earlier epoch,
+                            // that epoch's end is also where ours diverges.
+                            Some(_) => resp.end_offset,
+                            None => Offset(0),
+                        };
+                        if end < p.log_end_offset() {
+                            tracing::info!(partition = %tp, from = %p.log_end_offset(), to = %end, leader_epoch = %epoch, "truncating to the leader's epoch boundary");
+                            let p2 = p.clone();
+                            match tokio::task::spawn_blocking(move || p2.truncate_to(end)).await {
+                                Ok(Ok(())) => {}
+                                Ok(Err(e)) => {
+                                    tracing::error!(partition = %tp, error = %e, "truncation failed");
+                                    return (key, epoch, false);
+                                }
+                                Err(e) => {
+                                    tracing::error!(partition = %tp, error = %e, "truncation task failed");
+                                    return (key, epoch, false);
+                                }
+                            }
+                        }
+                        (key, epoch, true)
+                    }
+                    Err(e) => {
+                        tracing::debug!(partition = %tp, error = %e, "OffsetForLeaderEpoch failed; retrying");
+                        (key, epoch, false)
+                    }
+                }
+            })
+            .buffer_unordered(TRUNCATIONS_IN_FLIGHT_MAX);
+        tokio::pin!(work);
+        loop {
+            let next = tokio::select! {
+                _ = stop.cancelled() => return,
+                next = work.next() => next,
+            };
+            let Some((key, epoch, done)) = next else {
+                return;
+            };
+            if done {
+                self.update(&key, epoch, |f| {
+                    f.truncated = true;
+                    f.retry_at = None;
+                });
+            } else {
+                self.back_off(&key, epoch);
+            }
         }
+    }
+
+    /// One Fetch for every partition ready to fetch; appends what came and takes
+    /// the leader's high watermarks.
+    async fn fetch_once(&self, state: &BrokerState, partitions: &[FetchEntry]) {
+        let timeout = REPLICA_FETCH_WAIT + Duration::from_secs(2);
         let req = FetchRequest {
             max_wait_ms: REPLICA_FETCH_WAIT.as_millis() as u32,
             min_bytes: 1,
             max_bytes: REPLICA_FETCH_BYTES_MAX,
             replica_id: Some(state.config.id),
-            partitions: vec![FetchPartition {
-                topic: p.topic().to_string(),
-                partition: p.index(),
-                offset: p.log_end_offset(),
-                max_bytes: REPLICA_FETCH_BYTES_MAX,
-                current_leader_epoch: Some(epoch),
-            }],
+            partitions: partitions
+                .iter()
+                .map(|(_, p, epoch)| FetchPartition {
+                    topic: p.topic().to_string(),
+                    partition: p.index(),
+                    offset: p.log_end_offset(),
+                    max_bytes: REPLICA_FETCH_BYTES_MAX,
+                    current_leader_epoch: Some(*epoch),
+                })
+                .collect(),
         };
-        let fetched = tokio::select! {
-            _ = stop.cancelled() => return,
-            r = state.cluster.links.call(&leader_addr, &req, timeout) => r,
-        };
-        let failed = match fetched {
-            Ok((resp, payload)) => match resp.partitions.first() {
-                Some(fp) if fp.error.is_none() => {
-                    if fp.bytes_len > 0 {
-                        let bytes = payload.slice(..(fp.bytes_len as usize).min(payload.len()));
-                        let p2 = p.clone();
-                        let appended = tokio::task::spawn_blocking(move || {
-                            p2.append_replicated(&bytes, now_ms())
-                        })
-                        .await;
-                        match appended {
-                            Ok(Ok(())) => {}
-                            Ok(Err(e)) => {
-                                tracing::warn!(partition = %tp, error = %e, "could not append replicated batches");
-                            }
-                            Err(e) => {
-                                tracing::error!(partition = %tp, error = %e, "append task failed")
-                            }
-                        }
-                    }
-                    p.follow_high_watermark(fp.high_watermark);
-                    false
-                }
-                Some(fp) => {
-                    tracing::debug!(partition = %tp, error = ?fp.error, "replica fetch refused");
-                    true
-                }
-                None => true,
-            },
+        let (resp, payload) = match state.cluster.links.call(&self.addr, &req, timeout).await {
+            Ok(answer) => answer,
             Err(e) => {
-                tracing::debug!(partition = %tp, error = %e, "replica fetch failed");
-                true
+                tracing::debug!(leader = self.leader, error = %e, "replica fetch failed");
+                for (key, _, epoch) in partitions {
+                    self.back_off(key, *epoch);
+                }
+                return;
             }
         };
-        if failed {
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(REPLICA_RETRY_BACKOFF) => {}
+        // The payload holds each partition's bytes in order (bytes_len each).
+        let mut at = 0usize;
+        let mut appends = Vec::new();
+        for ((key, p, epoch), fp) in partitions.iter().zip(&resp.partitions) {
+            let len = fp.bytes_len as usize;
+            let bytes = payload.slice(at.min(payload.len())..(at + len).min(payload.len()));
+            at += len;
+            if fp.topic != p.topic() || fp.partition != p.index() {
+                tracing::warn!(
+                    leader = self.leader,
+                    "a replica fetch answer is out of order; retrying"
+                );
+                self.back_off(key, *epoch);
+                continue;
             }
+            match &fp.error {
+                None => appends.push((key.clone(), p.clone(), *epoch, bytes, fp.high_watermark)),
+                Some(e) => {
+                    tracing::debug!(partition = %format!("{}-{}", p.topic(), p.index()), error = %e, "replica fetch refused");
+                    self.back_off(key, *epoch);
+                }
+            }
+        }
+        // Only what is still followed at the same epoch is appended (an answer
+        // that crossed a leadership change is dropped).
+        appends.retain(|(key, _, epoch, _, _)| self.still(key, *epoch));
+        if appends.is_empty() {
+            return;
+        }
+        let now = now_ms();
+        let appended = tokio::task::spawn_blocking(move || {
+            for (_, p, _, bytes, hw) in &appends {
+                if !bytes.is_empty()
+                    && let Err(e) = p.append_replicated(bytes, now)
+                {
+                    tracing::warn!(partition = %format!("{}-{}", p.topic(), p.index()), error = %e, "could not append replicated batches");
+                    continue;
+                }
+                p.follow_high_watermark(*hw);
+            }
+        })
+        .await;
+        if let Err(e) = appended {
+            tracing::error!(leader = self.leader, error = %e, "replica append task failed");
         }
     }
 }
+
+/// (key, partition, epoch) of one partition in a fetcher's pass.
+type FetchEntry = ((String, u32), Arc<Partition>, LeaderEpoch);
