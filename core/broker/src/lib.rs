@@ -25,8 +25,9 @@
 //!
 //! Modules: [`config`] (BrokerConfig, TOML), [`error`], [`metadata`] (topics.toml),
 //! [`partition`] (Partition, Topic), [`replica`] (ReplicaState), [`topics`]
-//! (TopicRegistry), [`handlers`] (one function per api), `server` (QUIC accept /
-//! stream loop), [`metrics`], [`tier`] (tiered storage: uploads, manifests,
+//! (TopicRegistry), `router` (every api registered once: decode, version,
+//! authorize, metrics, encode), [`handlers`] (the data and admin apis), `server`
+//! (QUIC accept / stream loop), [`metrics`], [`tier`] (tiered storage: uploads, manifests,
 //! remote reads).
 
 pub mod cluster;
@@ -38,6 +39,7 @@ pub mod metadata;
 pub mod metrics;
 pub mod partition;
 pub mod replica;
+mod router;
 mod server;
 mod state;
 pub mod tier;
