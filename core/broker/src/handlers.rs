@@ -1,10 +1,11 @@
-//! Request handlers: one function per api, from a decoded frame to a reply.
+//! Request handlers of the data and admin apis: one function per api, from a
+//! typed request to a typed response (the router, `crate::router`, decodes,
+//! checks, authorizes and encodes around them; the group apis are in
+//! `group::service`, the quorum's in `cluster::api`).
 //!
-//! Transport-agnostic: `dispatch` takes the frame's api key, version, meta and
-//! payload and returns the meta and payload of the response (or nothing, for a
-//! produce with acks=None). It never panics on input and never fails the
-//! connection: whatever is wrong with a request becomes an `ErrorInfo`, for the
-//! whole request (malformed, unsupported version) or per topic / partition.
+//! Transport-agnostic and never panicking on input: whatever is wrong with a
+//! request becomes an `ErrorInfo`, for the whole request (`Err`) or per topic /
+//! partition (counted here in `rill_request_errors_total`).
 //!
 //! Invariants:
 //! - Record batches are never re-encoded: produce copies each partition's slice
@@ -20,13 +21,13 @@
 
 use crate::cluster::api as cluster_api;
 use crate::partition::{Partition, ReadPlan};
+use crate::router::Answer;
 use crate::state::BrokerState;
 use crate::topics::TopicSpec;
 use bytes::{Bytes, BytesMut};
 use rill_proto::types::now_ms;
 use rill_proto::wire::*;
 use rill_proto::{Offset, TimestampMs};
-use serde::Serialize;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -51,165 +52,6 @@ pub const TOPIC_REMOTE_DELETE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Software name sent in ApiVersions.
 pub const SOFTWARE: &str = concat!("rill-broker/", env!("CARGO_PKG_VERSION"));
 
-/// What to send back on the stream.
-#[derive(Debug)]
-pub enum Reply {
-    /// One response frame.
-    Frame { meta: Vec<u8>, payload: Vec<Bytes> },
-    /// No response frame (produce with acks=None): just finish the stream.
-    Nothing,
-}
-
-impl Reply {
-    fn meta<T: Serialize>(response: &ResponseMeta<T>) -> Reply {
-        Reply::Frame {
-            meta: encode_meta(response),
-            payload: Vec::new(),
-        }
-    }
-
-    /// A whole-request error (decodes as `ResponseMeta<T>` for any `T`).
-    pub fn error(info: ErrorInfo) -> Reply {
-        Reply::meta::<()>(&Err(info))
-    }
-}
-
-/// Decodes a request's meta, or the INVALID_REQUEST error naming the message.
-fn decode<T: ApiRequest>(meta: &[u8]) -> Result<T, ErrorInfo> {
-    decode_meta::<T>(meta).map_err(|e| ErrorInfo::new(ErrorCode::InvalidRequest, e.to_string()))
-}
-
-fn no_payload(api: ApiKey, payload: &Bytes) -> Result<(), ErrorInfo> {
-    if payload.is_empty() {
-        Ok(())
-    } else {
-        Err(ErrorInfo::new(
-            ErrorCode::InvalidRequest,
-            format!(
-                "{} requests carry no payload, but this one has {} bytes",
-                api.name(),
-                payload.len()
-            ),
-        ))
-    }
-}
-
-/// Handles one request. `Err` is a whole-request error.
-pub async fn dispatch(
-    state: &Arc<BrokerState>,
-    api: ApiKey,
-    version: u16,
-    meta: Bytes,
-    payload: Bytes,
-) -> Result<Reply, ErrorInfo> {
-    // Every api is at version 0 today; a new layout adds a version here.
-    if version != 0 {
-        return Err(ErrorInfo::new(
-            ErrorCode::UnsupportedVersion,
-            format!(
-                "{} (api key {}) version {version} is not supported: this broker speaks version 0 only",
-                api.name(),
-                api as u16
-            ),
-        ));
-    }
-    if api != ApiKey::Produce {
-        no_payload(api, &payload)?;
-    }
-    match api {
-        ApiKey::ApiVersions => {
-            let _req: ApiVersionsRequest = decode(&meta)?;
-            Ok(Reply::meta(&Ok(api_versions(state))))
-        }
-        ApiKey::Metadata => {
-            let req: MetadataRequest = decode(&meta)?;
-            Ok(Reply::meta(&Ok(metadata(state, req))))
-        }
-        ApiKey::CreateTopics => {
-            let req: CreateTopicsRequest = decode(&meta)?;
-            Ok(Reply::meta(&Ok(create_topics(state, req).await?)))
-        }
-        ApiKey::DeleteTopics => {
-            let req: DeleteTopicsRequest = decode(&meta)?;
-            Ok(Reply::meta(&Ok(delete_topics(state, req).await?)))
-        }
-        ApiKey::DescribeConfigs => {
-            let req: DescribeConfigsRequest = decode(&meta)?;
-            Ok(Reply::meta(&Ok(describe_configs(state, req))))
-        }
-        ApiKey::AlterConfigs => {
-            let req: AlterConfigsRequest = decode(&meta)?;
-            Ok(Reply::meta(&Ok(alter_configs(state, req).await?)))
-        }
-        ApiKey::Produce => {
-            let req: ProduceRequest = decode(&meta)?;
-            produce(state, req, payload).await
-        }
-        ApiKey::Fetch => {
-            let req: FetchRequest = decode(&meta)?;
-            fetch(state, req).await
-        }
-        ApiKey::ListOffsets => {
-            let req: ListOffsetsRequest = decode(&meta)?;
-            Ok(Reply::meta(&Ok(list_offsets(state, req).await)))
-        }
-        ApiKey::DescribeStorage => {
-            let req: DescribeStorageRequest = decode(&meta)?;
-            Ok(Reply::meta(&Ok(describe_storage(state, req))))
-        }
-        ApiKey::FindCoordinator
-        | ApiKey::ConsumerGroupHeartbeat
-        | ApiKey::OffsetCommit
-        | ApiKey::OffsetFetch
-        | ApiKey::ListGroups
-        | ApiKey::DescribeGroups
-        | ApiKey::DeleteGroups => crate::group::service::dispatch(state, api, &meta).await,
-        ApiKey::RaftRpc => {
-            let req: RaftRpcRequest = decode(&meta)?;
-            Ok(Reply::meta(&Ok(state.cluster.handle_raft_rpc(req).await?)))
-        }
-        ApiKey::JoinCluster => {
-            let req: JoinClusterRequest = decode(&meta)?;
-            Ok(Reply::meta(&Ok(state.cluster.handle_join(req).await?)))
-        }
-        ApiKey::BrokerHeartbeat => {
-            let req: BrokerHeartbeatRequest = decode(&meta)?;
-            Ok(Reply::meta(&Ok(state.cluster.handle_heartbeat(req)?)))
-        }
-        ApiKey::MetadataWrite => {
-            let req: MetadataWriteRequest = decode(&meta)?;
-            Ok(Reply::meta(&Ok(state
-                .cluster
-                .handle_metadata_write(req)
-                .await?)))
-        }
-        ApiKey::OffsetForLeaderEpoch => {
-            let req: OffsetForLeaderEpochRequest = decode(&meta)?;
-            Ok(Reply::meta(&Ok(cluster_api::offset_for_leader_epoch(
-                state, req,
-            )?)))
-        }
-        ApiKey::AlterPartition => {
-            let req: AlterPartitionRequest = decode(&meta)?;
-            Ok(Reply::meta(&Ok(
-                cluster_api::alter_partition(state, req).await?
-            )))
-        }
-        ApiKey::InitProducerId => {
-            let _req: InitProducerIdRequest = decode(&meta)?;
-            Ok(Reply::meta(
-                &Ok(cluster_api::init_producer_id(state).await?),
-            ))
-        }
-        ApiKey::ElectLeaders => {
-            let req: ElectLeadersRequest = decode(&meta)?;
-            Ok(Reply::meta(&Ok(
-                cluster_api::elect_leaders(state, req).await?
-            )))
-        }
-    }
-}
-
 /// Runs blocking registry work on the blocking pool.
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> T + Send + 'static,
@@ -225,7 +67,7 @@ async fn blocking<T: Send + 'static>(
 
 // ---------------------------------------------------------------- api versions
 
-fn api_versions(state: &BrokerState) -> ApiVersionsResponse {
+pub(crate) fn api_versions(state: &BrokerState) -> ApiVersionsResponse {
     ApiVersionsResponse {
         broker_id: state.config.id,
         cluster_id: state.cluster_id.clone(),
@@ -260,7 +102,7 @@ fn partition_metadata(p: &Partition) -> PartitionMetadata {
     }
 }
 
-fn metadata(state: &BrokerState, req: MetadataRequest) -> MetadataResponse {
+pub(crate) fn metadata(state: &BrokerState, req: MetadataRequest) -> MetadataResponse {
     let registry = &state.registry;
     let topics = match req.topics {
         None => registry
@@ -325,7 +167,7 @@ fn transform_topic(name: &str) -> bool {
     name.starts_with("__transform")
 }
 
-async fn create_topics(
+pub(crate) async fn create_topics(
     state: &Arc<BrokerState>,
     req: CreateTopicsRequest,
 ) -> Result<CreateTopicsResponse, ErrorInfo> {
@@ -351,7 +193,7 @@ async fn create_topics(
     Ok(CreateTopicsResponse { results })
 }
 
-async fn delete_topics(
+pub(crate) async fn delete_topics(
     state: &Arc<BrokerState>,
     req: DeleteTopicsRequest,
 ) -> Result<DeleteTopicsResponse, ErrorInfo> {
@@ -387,7 +229,10 @@ async fn delete_topics(
 
 // ---------------------------------------------------------------- configs
 
-fn describe_configs(state: &BrokerState, req: DescribeConfigsRequest) -> DescribeConfigsResponse {
+pub(crate) fn describe_configs(
+    state: &BrokerState,
+    req: DescribeConfigsRequest,
+) -> DescribeConfigsResponse {
     DescribeConfigsResponse {
         topics: req
             .topics
@@ -411,7 +256,7 @@ fn describe_configs(state: &BrokerState, req: DescribeConfigsRequest) -> Describ
     }
 }
 
-async fn alter_configs(
+pub(crate) async fn alter_configs(
     state: &Arc<BrokerState>,
     req: AlterConfigsRequest,
 ) -> Result<AlterConfigsResponse, ErrorInfo> {
@@ -465,11 +310,11 @@ fn append(
         .map(|info| (info, p.log_start_offset()))
 }
 
-async fn produce(
+pub(crate) async fn produce(
     state: &Arc<BrokerState>,
     req: ProduceRequest,
     payload: Bytes,
-) -> Result<Reply, ErrorInfo> {
+) -> Result<Answer<ProduceResponse>, ErrorInfo> {
     let parts =
         split_payload(&payload, req.partitions.iter().map(|p| p.bytes_len)).map_err(|e| {
             ErrorInfo::new(
@@ -582,11 +427,11 @@ async fn produce(
         }
     }
     if req.acks == Acks::None {
-        return Ok(Reply::Nothing);
+        return Ok(Answer::Nothing);
     }
-    Ok(Reply::meta(&Ok(ProduceResponse {
+    Ok(Answer::Response(ProduceResponse {
         partitions: responses,
-    })))
+    }))
 }
 
 // ---------------------------------------------------------------- fetch
@@ -710,7 +555,10 @@ async fn any_notified(waits: &mut [Pin<Box<tokio::sync::futures::Notified<'_>>>]
     .await
 }
 
-async fn fetch(state: &Arc<BrokerState>, req: FetchRequest) -> Result<Reply, ErrorInfo> {
+pub(crate) async fn fetch(
+    state: &Arc<BrokerState>,
+    req: FetchRequest,
+) -> Result<Answer<FetchResponse>, ErrorInfo> {
     let partitions: Vec<Result<Arc<Partition>, ErrorInfo>> = req
         .partitions
         .iter()
@@ -775,10 +623,10 @@ async fn fetch(state: &Arc<BrokerState>, req: FetchRequest) -> Result<Reply, Err
         });
     }
     state.metrics.bytes_out.increment(bytes_out);
-    Ok(Reply::Frame {
-        meta: encode_meta(&ResponseMeta::Ok(FetchResponse { partitions: out })),
+    Ok(Answer::WithPayload(
+        FetchResponse { partitions: out },
         payload,
-    })
+    ))
 }
 
 /// Reads what the plans found: local file bytes outside every lock (large reads
@@ -881,7 +729,10 @@ async fn read_plans(
 
 // ---------------------------------------------------------------- describe storage
 
-fn describe_storage(state: &BrokerState, req: DescribeStorageRequest) -> DescribeStorageResponse {
+pub(crate) fn describe_storage(
+    state: &BrokerState,
+    req: DescribeStorageRequest,
+) -> DescribeStorageResponse {
     let mut partitions = Vec::new();
     for name in req.topics {
         let Some(topic) = state.registry.topic(&name) else {
@@ -936,7 +787,10 @@ fn describe_storage(state: &BrokerState, req: DescribeStorageRequest) -> Describ
 
 // ---------------------------------------------------------------- list offsets
 
-async fn list_offsets(state: &BrokerState, req: ListOffsetsRequest) -> ListOffsetsResponse {
+pub(crate) async fn list_offsets(
+    state: &BrokerState,
+    req: ListOffsetsRequest,
+) -> ListOffsetsResponse {
     let mut partitions = Vec::with_capacity(req.partitions.len());
     for lp in req.partitions {
         let found = match state.registry.partition(&lp.topic, lp.partition) {

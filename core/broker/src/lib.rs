@@ -27,8 +27,10 @@
 //! Modules: [`config`] (BrokerConfig, TOML), [`error`], [`metadata`] (the legacy
 //! topics.toml, migrated once), [`partition`] (Partition, Topic), [`replica`]
 //! (ReplicaState), [`topic_configs`] (the table of topic configs), [`topics`]
-//! (TopicRegistry: the local partitions), [`handlers`] (one function per api), `server` (QUIC accept /
-//! stream loop), [`metrics`], [`tier`] (tiered storage: uploads, manifests,
+//! (TopicRegistry: the local partitions), `router` (every api registered once:
+//! decode, version, authorize, metrics, encode), [`handlers`] (the data and admin
+//! apis), `server` (QUIC accept / stream loop), [`metrics`], [`tier`] (tiered
+//! storage: uploads, manifests,
 //! remote reads).
 
 pub mod cluster;
@@ -40,6 +42,7 @@ pub mod metadata;
 pub mod metrics;
 pub mod partition;
 pub mod replica;
+mod router;
 mod server;
 mod state;
 pub mod tier;

@@ -1,5 +1,7 @@
 //! The QUIC side of the broker: accepting connections and streams, reading one
-//! request frame per bidirectional stream, and writing its response.
+//! request frame per bidirectional stream, handing it to the [`Router`], and
+//! writing its response. What a request means (decoding, version, metrics,
+//! authorization, handlers) is the router's; this file owns the transport.
 //!
 //! Invariants:
 //! - A bad request (too large, malformed, unsupported, undecodable) is answered
@@ -12,7 +14,7 @@
 //! - Every task is spawned on the broker's task tracker; on shutdown no new
 //!   connection or stream is accepted and in-flight requests finish.
 
-use crate::handlers::{Reply, dispatch};
+use crate::router::{Caller, Principal, Reply, Router};
 use crate::state::BrokerState;
 use bytes::{Bytes, BytesMut};
 use quinn::VarInt;
@@ -33,6 +35,7 @@ pub const REQUEST_READ_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Accepts connections until shutdown.
 pub async fn accept_loop(state: Arc<BrokerState>, endpoint: quinn::Endpoint, tracker: TaskTracker) {
+    let router = Arc::new(Router::new(state.clone()));
     loop {
         let incoming = tokio::select! {
             _ = state.shutdown.cancelled() => break,
@@ -40,11 +43,12 @@ pub async fn accept_loop(state: Arc<BrokerState>, endpoint: quinn::Endpoint, tra
         };
         let Some(incoming) = incoming else { break };
         let state = state.clone();
+        let router = router.clone();
         let t = tracker.clone();
         tracker.spawn(async move {
             let peer = incoming.remote_address();
             match incoming.await {
-                Ok(conn) => serve_connection(state, conn, t).await,
+                Ok(conn) => serve_connection(state, router, conn, t).await,
                 Err(e) => tracing::debug!(%peer, error = %e, "handshake failed"),
             }
         });
@@ -61,7 +65,12 @@ impl Drop for ConnectionSlot<'_> {
     }
 }
 
-async fn serve_connection(state: Arc<BrokerState>, conn: quinn::Connection, tracker: TaskTracker) {
+async fn serve_connection(
+    state: Arc<BrokerState>,
+    router: Arc<Router>,
+    conn: quinn::Connection,
+    tracker: TaskTracker,
+) {
     let peer = conn.remote_address();
     let open = state.connections.fetch_add(1, Ordering::AcqRel);
     state.metrics.connections.increment(1.0);
@@ -79,6 +88,12 @@ async fn serve_connection(state: Arc<BrokerState>, conn: quinn::Connection, trac
         return;
     }
     tracing::debug!(%peer, "connection open");
+    // Every connection is anonymous until the broker maps certificates to
+    // principals (the security work).
+    let caller = Arc::new(Caller {
+        principal: Principal::Anonymous,
+        peer,
+    });
     loop {
         let stream = tokio::select! {
             _ = state.shutdown.cancelled() => break,
@@ -87,7 +102,10 @@ async fn serve_connection(state: Arc<BrokerState>, conn: quinn::Connection, trac
         match stream {
             Ok((send, recv)) => {
                 let state = state.clone();
-                tracker.spawn(async move { serve_stream(state, peer, send, recv).await });
+                let router = router.clone();
+                let caller = caller.clone();
+                tracker
+                    .spawn(async move { serve_stream(state, &router, &caller, send, recv).await });
             }
             Err(e) => {
                 tracing::debug!(%peer, reason = %e, "connection closed");
@@ -230,10 +248,12 @@ async fn write_reply(
 
 async fn serve_stream(
     state: Arc<BrokerState>,
-    peer: SocketAddr,
+    router: &Router,
+    caller: &Caller,
     mut send: quinn::SendStream,
     mut recv: quinn::RecvStream,
 ) {
+    let peer = caller.peer;
     let started = Instant::now();
     let incoming = match tokio::time::timeout(
         REQUEST_READ_TIMEOUT,
@@ -272,33 +292,9 @@ async fn serve_stream(
             payload,
         } => (key, version, meta, payload),
     };
-    let Some(api) = ApiKey::from_u16(key) else {
-        let error = ErrorInfo::new(
-            ErrorCode::UnsupportedVersion,
-            format!(
-                "api key {key} (version {version}) is not supported by this broker; it speaks api keys {}",
-                ApiKey::ALL
-                    .iter()
-                    .map(|k| (*k as u16).to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        );
-        tracing::warn!(%peer, error = %error, "unsupported request");
-        state.metrics.error("unknown", error.code);
-        write_reply(&mut send, key, version, Reply::error(error), peer).await;
-        return;
-    };
-    let api_metrics = state.metrics.api(api);
-    api_metrics.requests.increment(1);
-    let reply = match dispatch(&state, api, version, meta, payload).await {
-        Ok(reply) => reply,
-        Err(error) => {
-            tracing::warn!(%peer, api = api.name(), error = %error, "bad request");
-            state.metrics.error(api.name(), error.code);
-            Reply::error(error)
-        }
-    };
-    write_reply(&mut send, key, version, reply, peer).await;
-    api_metrics.duration.record(started.elapsed().as_secs_f64());
+    let served = router
+        .route(caller, key, version, meta, payload, started)
+        .await;
+    write_reply(&mut send, key, version, served.reply, peer).await;
+    drop(served.timer);
 }

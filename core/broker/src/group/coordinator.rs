@@ -2,7 +2,7 @@
 //! `step(now, input) -> output` shape. No clock, no I/O, no randomness inside:
 //! the shell (`service.rs`) passes the monotonic time in milliseconds, writes the
 //! records an output asks for to `__consumer_offsets`, and feeds every record
-//! written back as [`Input::Replay`] (the same path as loading at startup).
+//! written back as [`input::Replay`] (the same path as loading at startup).
 //!
 //! Model (Kafka's KIP-848): the group has an epoch, bumped whenever its
 //! membership, the subscriptions or the subscribed topics' partition counts
@@ -20,7 +20,7 @@
 //! ownership of the partition.
 //!
 //! Durable state (committed offsets, group epochs) changes only through
-//! [`Input::Replay`]: a commit is validated, its records are written, and only
+//! [`input::Replay`]: a commit is validated, its records are written, and only
 //! then is it visible to OffsetFetch. Membership is volatile: after a restart or
 //! a move of the coordinator, members are unknown and rejoin (their heartbeats
 //! get UNKNOWN_MEMBER_ID).
@@ -74,52 +74,125 @@ impl Default for CoordinatorConfig {
     }
 }
 
-/// What the coordinator is asked to do.
-#[derive(Debug, Clone)]
-pub enum Input {
-    /// A member's heartbeat, with the partition counts of the topics this broker
-    /// knows (the coordinator looks up the group's subscriptions in it).
-    Heartbeat {
-        request: ConsumerGroupHeartbeatRequest,
-        partition_counts: BTreeMap<String, u32>,
-    },
-    /// A commit; `wall_ms` is stored as the commit time.
-    CommitOffsets {
-        request: OffsetCommitRequest,
-        wall_ms: TimestampMs,
-    },
-    FetchOffsets(OffsetFetchRequest),
-    ListGroups,
-    DescribeGroups(DescribeGroupsRequest),
-    DeleteGroups(DeleteGroupsRequest),
-    /// Time passed: expire members whose session ran out.
-    Tick,
-    /// A record that is durable in `__consumer_offsets` (written or loaded).
-    Replay(GroupRecord),
+/// What the coordinator can be asked to do. Each input is its own type (see
+/// [`input`]) and names the reply it gets, so [`GroupCoordinator::step`] returns
+/// a typed [`Output`]: a heartbeat is answered with a heartbeat response, never
+/// with "some reply" the caller has to match.
+pub trait Input: std::fmt::Debug {
+    /// The answer to this input.
+    type Reply: std::fmt::Debug;
+    /// Applies the input (called by [`GroupCoordinator::step`], which then
+    /// checks the invariants).
+    fn apply(self, coordinator: &mut GroupCoordinator, now: Millis) -> Output<Self::Reply>;
 }
 
-/// The answer to an input.
-#[derive(Debug, Clone)]
-pub enum Reply {
-    None,
-    Heartbeat(ConsumerGroupHeartbeatResponse),
-    Commit(OffsetCommitResponse),
-    Fetch(OffsetFetchResponse),
-    List(ListGroupsResponse),
-    Describe(DescribeGroupsResponse),
-    Delete(DeleteGroupsResponse),
+/// The inputs of the coordinator, one type each.
+pub mod input {
+    use super::*;
+
+    /// A member's heartbeat, with the partition counts of the topics this broker
+    /// knows (the coordinator looks up the group's subscriptions in it).
+    #[derive(Debug, Clone)]
+    pub struct Heartbeat {
+        pub request: ConsumerGroupHeartbeatRequest,
+        pub partition_counts: BTreeMap<String, u32>,
+    }
+
+    /// A commit; `wall_ms` is stored as the commit time.
+    #[derive(Debug, Clone)]
+    pub struct CommitOffsets {
+        pub request: OffsetCommitRequest,
+        pub wall_ms: TimestampMs,
+    }
+
+    #[derive(Debug, Clone)]
+    pub struct FetchOffsets(pub OffsetFetchRequest);
+
+    #[derive(Debug, Clone)]
+    pub struct ListGroups;
+
+    #[derive(Debug, Clone)]
+    pub struct DescribeGroups(pub DescribeGroupsRequest);
+
+    #[derive(Debug, Clone)]
+    pub struct DeleteGroups(pub DeleteGroupsRequest);
+
+    /// Time passed: expire members whose session ran out.
+    #[derive(Debug, Clone)]
+    pub struct Tick;
+
+    /// A record that is durable in `__consumer_offsets` (written or loaded).
+    #[derive(Debug, Clone)]
+    pub struct Replay(pub GroupRecord);
+}
+
+impl Input for input::Heartbeat {
+    type Reply = ConsumerGroupHeartbeatResponse;
+    fn apply(self, c: &mut GroupCoordinator, now: Millis) -> Output<Self::Reply> {
+        c.heartbeat(now, self.request, &self.partition_counts)
+    }
+}
+
+impl Input for input::CommitOffsets {
+    type Reply = OffsetCommitResponse;
+    fn apply(self, c: &mut GroupCoordinator, _now: Millis) -> Output<Self::Reply> {
+        c.commit(self.request, self.wall_ms)
+    }
+}
+
+impl Input for input::FetchOffsets {
+    type Reply = OffsetFetchResponse;
+    fn apply(self, c: &mut GroupCoordinator, _now: Millis) -> Output<Self::Reply> {
+        Output::reply(c.fetch(self.0))
+    }
+}
+
+impl Input for input::ListGroups {
+    type Reply = ListGroupsResponse;
+    fn apply(self, c: &mut GroupCoordinator, _now: Millis) -> Output<Self::Reply> {
+        Output::reply(c.list())
+    }
+}
+
+impl Input for input::DescribeGroups {
+    type Reply = DescribeGroupsResponse;
+    fn apply(self, c: &mut GroupCoordinator, _now: Millis) -> Output<Self::Reply> {
+        Output::reply(c.describe(self.0))
+    }
+}
+
+impl Input for input::DeleteGroups {
+    type Reply = DeleteGroupsResponse;
+    fn apply(self, c: &mut GroupCoordinator, _now: Millis) -> Output<Self::Reply> {
+        c.delete(self.0)
+    }
+}
+
+impl Input for input::Tick {
+    type Reply = ();
+    fn apply(self, c: &mut GroupCoordinator, now: Millis) -> Output<Self::Reply> {
+        c.tick(now)
+    }
+}
+
+impl Input for input::Replay {
+    type Reply = ();
+    fn apply(self, c: &mut GroupCoordinator, _now: Millis) -> Output<Self::Reply> {
+        c.replay(self.0);
+        Output::reply(())
+    }
 }
 
 /// What a step produced: the reply, and records to make durable (then replay)
 /// before the reply is sent.
 #[derive(Debug, Clone)]
-pub struct Output {
-    pub reply: Reply,
+pub struct Output<R> {
+    pub reply: R,
     pub records: Vec<GroupRecord>,
 }
 
-impl Output {
-    fn reply(reply: Reply) -> Output {
+impl<R> Output<R> {
+    fn reply(reply: R) -> Output<R> {
         Output {
             reply,
             records: Vec::new(),
@@ -291,15 +364,18 @@ pub fn validate_group_id(group_id: &str) -> Result<(), ErrorInfo> {
     Ok(())
 }
 
-fn heartbeat_error(error: Option<ErrorInfo>, req: &ConsumerGroupHeartbeatRequest) -> Reply {
-    Reply::Heartbeat(ConsumerGroupHeartbeatResponse {
+fn heartbeat_error(
+    error: Option<ErrorInfo>,
+    req: &ConsumerGroupHeartbeatRequest,
+) -> ConsumerGroupHeartbeatResponse {
+    ConsumerGroupHeartbeatResponse {
         error,
         member_id: req.member_id.clone(),
         member_epoch: req.member_epoch,
         heartbeat_interval_ms: 0,
         session_timeout_ms: 0,
         assignment: Vec::new(),
-    })
+    }
 }
 
 impl GroupCoordinator {
@@ -317,24 +393,19 @@ impl GroupCoordinator {
         self.groups.retain(|gid, _| keep(gid));
     }
 
+    /// Takes over the groups of `loaded` (a coordinator that replayed one
+    /// `__consumer_offsets` partition on its own), replacing every group of
+    /// that partition held here (`of_partition` says which).
+    pub fn adopt(&mut self, loaded: GroupCoordinator, of_partition: impl Fn(&str) -> bool) {
+        self.groups.retain(|gid, _| !of_partition(gid));
+        self.groups.extend(loaded.groups);
+        #[cfg(debug_assertions)]
+        self.check_invariants();
+    }
+
     /// Applies one input at time `now`.
-    pub fn step(&mut self, now: Millis, input: Input) -> Output {
-        let out = match input {
-            Input::Heartbeat {
-                request,
-                partition_counts,
-            } => self.heartbeat(now, request, &partition_counts),
-            Input::CommitOffsets { request, wall_ms } => self.commit(request, wall_ms),
-            Input::FetchOffsets(req) => Output::reply(Reply::Fetch(self.fetch(req))),
-            Input::ListGroups => Output::reply(Reply::List(self.list())),
-            Input::DescribeGroups(req) => Output::reply(Reply::Describe(self.describe(req))),
-            Input::DeleteGroups(req) => self.delete(req),
-            Input::Tick => self.tick(now),
-            Input::Replay(record) => {
-                self.replay(record);
-                Output::reply(Reply::None)
-            }
-        };
+    pub fn step<I: Input>(&mut self, now: Millis, input: I) -> Output<I::Reply> {
+        let out = input.apply(self, now);
         #[cfg(debug_assertions)]
         self.check_invariants();
         out
@@ -453,7 +524,7 @@ impl GroupCoordinator {
         now: Millis,
         req: ConsumerGroupHeartbeatRequest,
         counts: &BTreeMap<String, u32>,
-    ) -> Output {
+    ) -> Output<ConsumerGroupHeartbeatResponse> {
         if let Err(e) = self.validate_heartbeat(&req) {
             return Output::reply(heartbeat_error(Some(e), &req));
         }
@@ -474,14 +545,14 @@ impl GroupCoordinator {
                 }
             }
             return Output {
-                reply: Reply::Heartbeat(ConsumerGroupHeartbeatResponse {
+                reply: ConsumerGroupHeartbeatResponse {
                     error: None,
                     member_id: mid,
                     member_epoch: req.member_epoch,
                     heartbeat_interval_ms: 0,
                     session_timeout_ms: 0,
                     assignment: Vec::new(),
-                }),
+                },
                 records,
             };
         }
@@ -658,14 +729,14 @@ impl GroupCoordinator {
         } else {
             m.heartbeat_interval_ms
         };
-        let reply = Reply::Heartbeat(ConsumerGroupHeartbeatResponse {
+        let reply = ConsumerGroupHeartbeatResponse {
             error: None,
             member_id: mid,
             member_epoch: m.epoch,
             heartbeat_interval_ms: interval,
             session_timeout_ms: m.session_timeout_ms,
             assignment: to_topic_partitions(&m.assigned),
-        });
+        };
         Output {
             reply,
             records: self.epoch_record(&gid).into_iter().collect(),
@@ -688,12 +759,16 @@ impl GroupCoordinator {
         })
     }
 
-    fn commit(&mut self, req: OffsetCommitRequest, wall_ms: TimestampMs) -> Output {
+    fn commit(
+        &mut self,
+        req: OffsetCommitRequest,
+        wall_ms: TimestampMs,
+    ) -> Output<OffsetCommitResponse> {
         let whole = |e: ErrorInfo| {
-            Output::reply(Reply::Commit(OffsetCommitResponse {
+            Output::reply(OffsetCommitResponse {
                 error: Some(e),
                 partitions: Vec::new(),
-            }))
+            })
         };
         if let Err(e) = validate_group_id(&req.group_id) {
             return whole(e);
@@ -804,10 +879,10 @@ impl GroupCoordinator {
             });
         }
         Output {
-            reply: Reply::Commit(OffsetCommitResponse {
+            reply: OffsetCommitResponse {
                 error: None,
                 partitions,
-            }),
+            },
             records,
         }
     }
@@ -914,7 +989,7 @@ impl GroupCoordinator {
         DescribeGroupsResponse { groups }
     }
 
-    fn delete(&mut self, req: DeleteGroupsRequest) -> Output {
+    fn delete(&mut self, req: DeleteGroupsRequest) -> Output<DeleteGroupsResponse> {
         let mut results = Vec::new();
         let mut records = Vec::new();
         for gid in req.group_ids {
@@ -952,12 +1027,12 @@ impl GroupCoordinator {
             });
         }
         Output {
-            reply: Reply::Delete(DeleteGroupsResponse { results }),
+            reply: DeleteGroupsResponse { results },
             records,
         }
     }
 
-    fn tick(&mut self, now: Millis) -> Output {
+    fn tick(&mut self, now: Millis) -> Output<()> {
         let mut records = Vec::new();
         let ids: Vec<String> = self.groups.keys().cloned().collect();
         for gid in ids {
@@ -986,10 +1061,7 @@ impl GroupCoordinator {
                 }
             }
         }
-        Output {
-            reply: Reply::None,
-            records,
-        }
+        Output { reply: (), records }
     }
 
     fn replay(&mut self, record: GroupRecord) {

@@ -78,10 +78,10 @@ impl World {
     }
 
     /// Steps and replays the output's records (as the shell does after writing).
-    fn step(&mut self, now: Millis, input: Input) -> Reply {
+    fn step<I: Input>(&mut self, now: Millis, input: I) -> I::Reply {
         let out = self.c.step(now, input);
         for r in out.records {
-            self.c.step(now, Input::Replay(r));
+            self.c.step(now, input::Replay(r));
         }
         self.c.check_invariants();
         out.reply
@@ -92,14 +92,11 @@ impl World {
         now: Millis,
         req: ConsumerGroupHeartbeatRequest,
     ) -> ConsumerGroupHeartbeatResponse {
-        let input = Input::Heartbeat {
+        let input = input::Heartbeat {
             request: req,
             partition_counts: self.counts.clone(),
         };
-        match self.step(now, input) {
-            Reply::Heartbeat(r) => r,
-            other => panic!("unexpected {other:?}"),
-        }
+        self.step(now, input)
     }
 
     /// One heartbeat of `m`: applies the assignment (owned = what it was given).
@@ -121,7 +118,7 @@ impl World {
         partition: u32,
         offset: i64,
     ) -> OffsetCommitResponse {
-        let input = Input::CommitOffsets {
+        let input = input::CommitOffsets {
             request: OffsetCommitRequest {
                 group_id: "g".into(),
                 member: member.map(|(m, e)| (m.to_string(), e)),
@@ -134,24 +131,18 @@ impl World {
             },
             wall_ms: 1,
         };
-        match self.step(0, input) {
-            Reply::Commit(r) => r,
-            other => panic!("unexpected {other:?}"),
-        }
+        self.step(0, input)
     }
 
     fn committed(&mut self, partition: u32) -> Option<Offset> {
-        let input = Input::FetchOffsets(OffsetFetchRequest {
+        let input = input::FetchOffsets(OffsetFetchRequest {
             group_id: "g".into(),
             partitions: Some(vec![TopicPartitions {
                 topic: "t".into(),
                 partitions: vec![partition],
             }]),
         });
-        match self.step(0, input) {
-            Reply::Fetch(r) => r.offsets[0].offset,
-            other => panic!("unexpected {other:?}"),
-        }
+        self.step(0, input).offsets[0].offset
     }
 }
 
@@ -239,7 +230,7 @@ fn a_silent_member_is_removed_after_its_session_timeout() {
     let mut t = now;
     while t < now + SESSION_MS as u64 + 200 {
         w.heartbeat(t, &mut a);
-        w.step(t, Input::Tick);
+        w.step(t, input::Tick);
         t += INTERVAL_MS as u64;
     }
     w.heartbeat(t, &mut a);
@@ -297,7 +288,7 @@ fn a_static_member_that_does_not_come_back_loses_its_partitions() {
     let end = now + SESSION_MS as u64 + 100;
     while now < end {
         w.heartbeat(now, &mut a);
-        w.step(now, Input::Tick);
+        w.step(now, input::Tick);
         now += INTERVAL_MS as u64;
     }
     w.heartbeat(now, &mut a);
@@ -350,22 +341,20 @@ fn durable_state_survives_a_replay_into_a_new_coordinator() {
     let mut log: Vec<GroupRecord> = Vec::new();
     let out = w.c.step(
         0,
-        Input::Heartbeat {
+        input::Heartbeat {
             request: a.request("g", "uniform"),
             partition_counts: w.counts.clone(),
         },
     );
-    let Reply::Heartbeat(resp) = out.reply else {
-        panic!()
-    };
+    let resp = out.reply;
     a.epoch = resp.member_epoch;
     log.extend(out.records.iter().cloned());
     for r in out.records {
-        w.c.step(0, Input::Replay(r));
+        w.c.step(0, input::Replay(r));
     }
     let out = w.c.step(
         0,
-        Input::CommitOffsets {
+        input::CommitOffsets {
             request: OffsetCommitRequest {
                 group_id: "g".into(),
                 member: Some(("a".into(), a.epoch)),
@@ -383,13 +372,13 @@ fn durable_state_survives_a_replay_into_a_new_coordinator() {
     assert_eq!(w.committed(1), None);
     log.extend(out.records.iter().cloned());
     for r in out.records {
-        w.c.step(0, Input::Replay(r));
+        w.c.step(0, input::Replay(r));
     }
     assert_eq!(w.committed(1), Some(Offset(77)));
 
     let mut restarted = World::new(2);
     for r in log {
-        restarted.step(0, Input::Replay(r));
+        restarted.step(0, input::Replay(r));
     }
     assert_eq!(restarted.committed(1), Some(Offset(77)));
     // The member is unknown after the restart and must rejoin; its new epoch is
@@ -407,14 +396,16 @@ fn delete_is_refused_with_members_and_removes_offsets_after() {
     let mut a = Sim::new("a");
     w.heartbeat(0, &mut a);
     w.commit(Some(("a", a.epoch)), 0, 3);
-    let del = |w: &mut World| match w.step(
-        0,
-        Input::DeleteGroups(DeleteGroupsRequest {
-            group_ids: vec!["g".into()],
-        }),
-    ) {
-        Reply::Delete(r) => r.results[0].error.clone(),
-        other => panic!("{other:?}"),
+    let del = |w: &mut World| {
+        w.step(
+            0,
+            input::DeleteGroups(DeleteGroupsRequest {
+                group_ids: vec!["g".into()],
+            }),
+        )
+        .results[0]
+            .error
+            .clone()
     };
     assert_eq!(del(&mut w).unwrap().code, ErrorCode::NonEmptyGroup);
     let mut leave = a.request("g", "uniform");
@@ -518,11 +509,11 @@ fn seeded_random_membership_keeps_invariants_and_converges() {
                 (_, None) => {}
             }
             now += rng.next() % 150;
-            w.step(now, Input::Tick);
+            w.step(now, input::Tick);
         }
         // Crashed members expire; the rest converge to a full, balanced split.
         now += SESSION_MS as u64 + 1;
-        w.step(now, Input::Tick);
+        w.step(now, input::Tick);
         let live: Vec<Sim> = members.into_iter().flatten().collect();
         let mut alive = Vec::new();
         for mut m in live {

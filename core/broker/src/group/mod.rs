@@ -20,7 +20,7 @@ mod coordinator_tests;
 pub mod records;
 pub(crate) mod service;
 
-pub use coordinator::{CoordinatorConfig, GroupCoordinator, Input, Output, Reply};
+pub use coordinator::{CoordinatorConfig, GroupCoordinator, Input, Output, input};
 pub use records::GroupRecord;
 pub(crate) use service::GroupService;
 

@@ -1,5 +1,6 @@
-//! The async shell around the [`GroupCoordinator`]: request handlers for the
-//! group apis, the session timer, and the link to `__consumer_offsets`.
+//! The async shell around the [`GroupCoordinator`]: the typed handlers of the
+//! group apis (the router calls them), the session timer, and the link to
+//! `__consumer_offsets`.
 //!
 //! `__consumer_offsets` is a topic of the cluster like any other: created through
 //! the metadata quorum (compacted, replication factor
@@ -16,19 +17,34 @@
 //! and a failover. Members do not: they rejoin the new coordinator (their
 //! heartbeats get UNKNOWN_MEMBER_ID).
 //!
-//! Every step runs under one mutex, together with the append of the records it
-//! produced and their replay, so the coordinator's durable state is what the
-//! leader's log holds, in log order. A commit is answered only after its records
-//! reached every in-sync replica (acks=all, bounded by
-//! [`REPLICATION_WAIT`]); if the append or the replication fails, the commit
-//! fails (a failed replication may still commit, as with a produce).
+//! Locking: one mutex (`inner`) guards the in-memory state (the coordinator,
+//! what is loaded, the write order) and is never held across I/O or an await.
+//! - A step runs under it. If the step produced records, it takes a *ticket*
+//!   there, so tickets follow step order; the records are appended outside the
+//!   lock when the ticket's turn comes (every earlier ticket's records are then
+//!   appended and replayed), and replayed under the lock again before the turn
+//!   passes on. So records are appended and replayed in step order, and the
+//!   coordinator's durable state is what the leader's log holds, in log order.
+//!   A step without records (most heartbeats, every read) never waits for a turn.
+//! - A load takes a turn only to unmark the partition (no append to it is in
+//!   flight then, and none starts after: appends need the partition loaded),
+//!   then replays the log outside the lock into a coordinator of its own, and
+//!   hands its groups over under the lock, unless the partition's generation or
+//!   leader epoch changed meanwhile (then the load is dropped, and the next sync
+//!   starts again). So heartbeats of other partitions' groups are answered while
+//!   a partition loads. Loads of one partition are serialized (`loads`).
+//!
+//! A commit is answered only after its records reached every in-sync replica
+//! (acks=all, bounded by [`REPLICATION_WAIT`]); if the append or the replication
+//! fails, the commit fails (a failed replication may still commit, as with a
+//! produce).
 //!
 //! Coordinator check: a group request is served only if this broker leads the
 //! group's `__consumer_offsets` partition and has loaded it in the current
 //! leader epoch (else NOT_COORDINATOR, and the client asks FindCoordinator,
 //! which any broker answers from the metadata it holds).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -38,12 +54,11 @@ use rill_proto::types::now_ms;
 use rill_proto::wire::*;
 use rill_proto::{BatchBuilder, Compression, LeaderEpoch, Offset, Record};
 
-use super::coordinator::{CoordinatorConfig, GroupCoordinator, Input, Millis, Reply as GroupReply};
+use super::coordinator::{CoordinatorConfig, GroupCoordinator, Input, Millis, input};
 use super::records::GroupRecord;
 use super::{OFFSETS_TOPIC, offsets_partition_for};
 use crate::cluster::api as cluster_api;
 use crate::config::BrokerConfig;
-use crate::handlers::Reply;
 use crate::partition::{Partition, Topic};
 use crate::state::BrokerState;
 use crate::topic_configs::{CLEANUP_POLICY_CONFIG, REMOTE_STORAGE_ENABLE_CONFIG};
@@ -57,38 +72,130 @@ pub const REPLICATION_WAIT: Duration = Duration::from_secs(5);
 /// Bytes read per step while loading `__consumer_offsets`.
 const LOAD_READ_BYTES: usize = 1024 * 1024;
 
-/// The coordinator and the partitions it has loaded, under one lock.
+/// The in-memory state, under one lock that is never held across I/O.
 #[derive(Debug)]
 struct Inner {
     coordinator: GroupCoordinator,
     /// `__consumer_offsets` partitions whose groups are loaded, with the leader
     /// epoch they were loaded in.
     loaded: BTreeMap<u32, LeaderEpoch>,
+    /// Per partition, bumped whenever its groups are dropped (a load starts, or
+    /// leadership went elsewhere): a load, or the replay of an append, applies
+    /// only if the generation it started in is still current.
+    generations: BTreeMap<u32, u64>,
+    /// The next write ticket to hand out.
+    next_ticket: u64,
+    /// The ticket whose turn it is to write.
+    serving: u64,
+    /// Tickets given up before their turn (skipped when it comes).
+    abandoned: BTreeSet<u64>,
 }
 
+impl Inner {
+    fn generation(&self, index: u32) -> u64 {
+        self.generations.get(&index).copied().unwrap_or(0)
+    }
+
+    /// Drops the groups of partition `index` (of `count`) and starts a new
+    /// generation of it.
+    fn forget(&mut self, index: u32, count: u32) -> u64 {
+        self.loaded.remove(&index);
+        self.coordinator
+            .retain_groups(|g| offsets_partition_for(g, count) != index);
+        let generation = self.generations.entry(index).or_insert(0);
+        *generation += 1;
+        *generation
+    }
+
+    fn take_ticket(&mut self) -> u64 {
+        let ticket = self.next_ticket;
+        self.next_ticket += 1;
+        ticket
+    }
+
+    /// Ends ticket `ticket`'s turn, or gives it up if its turn has not come.
+    fn release(&mut self, ticket: u64) {
+        if self.serving == ticket {
+            let mut next = ticket + 1;
+            while self.abandoned.remove(&next) {
+                next += 1;
+            }
+            self.serving = next;
+        } else {
+            debug_assert!(self.serving < ticket, "a ticket is released once");
+            self.abandoned.insert(ticket);
+        }
+    }
+}
+
+/// A place in the write order. Dropping it ends its turn (or gives it up), so
+/// a request that goes away never stalls the writes after it. Never dropped
+/// while `inner` is locked.
+struct Turn<'a> {
+    service: &'a GroupService,
+    ticket: u64,
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        self.service.inner.lock().release(self.ticket);
+        self.service.turn_moved.notify_waiters();
+    }
+}
+
+/// Called with the partition index before a load replays it (tests hold a
+/// load there).
+#[cfg(test)]
+type LoadHook = Arc<dyn Fn(u32) + Send + Sync>;
+
 /// The group coordinator of this broker and what it needs around it.
-#[derive(Debug)]
 pub struct GroupService {
     inner: Mutex<Inner>,
+    /// Woken whenever a write turn passes on.
+    turn_moved: tokio::sync::Notify,
+    /// One load at a time per `__consumer_offsets` partition.
+    loads: Mutex<BTreeMap<u32, Arc<tokio::sync::Mutex<()>>>>,
+    config: CoordinatorConfig,
     clock_base: Instant,
     /// One creation of `__consumer_offsets` at a time from this broker.
     creating: tokio::sync::Mutex<()>,
+    #[cfg(test)]
+    load_hook: Mutex<Option<LoadHook>>,
+}
+
+impl std::fmt::Debug for GroupService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GroupService")
+            .field("inner", &self.inner)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
 }
 
 impl GroupService {
     pub fn new(config: &BrokerConfig) -> GroupService {
+        let config = CoordinatorConfig {
+            session_timeout_ms_min: config.group_min_session_timeout_ms,
+            session_timeout_ms_max: config.group_max_session_timeout_ms,
+            members_per_group_max: config.group_max_size,
+            ..CoordinatorConfig::default()
+        };
         GroupService {
             inner: Mutex::new(Inner {
-                coordinator: GroupCoordinator::new(CoordinatorConfig {
-                    session_timeout_ms_min: config.group_min_session_timeout_ms,
-                    session_timeout_ms_max: config.group_max_session_timeout_ms,
-                    members_per_group_max: config.group_max_size,
-                    ..CoordinatorConfig::default()
-                }),
+                coordinator: GroupCoordinator::new(config.clone()),
                 loaded: BTreeMap::new(),
+                generations: BTreeMap::new(),
+                next_ticket: 0,
+                serving: 0,
+                abandoned: BTreeSet::new(),
             }),
+            turn_moved: tokio::sync::Notify::new(),
+            loads: Mutex::new(BTreeMap::new()),
+            config,
             clock_base: Instant::now(),
             creating: tokio::sync::Mutex::new(()),
+            #[cfg(test)]
+            load_hook: Mutex::new(None),
         }
     }
 
@@ -101,71 +208,147 @@ impl GroupService {
         p.is_leader() && in_line(&self.inner.lock().loaded, p)
     }
 
-    /// Brings partition `p` of `__consumer_offsets` in line with its leadership
-    /// (blocking): loads its groups if this broker leads it in an epoch it has
-    /// not loaded, forgets them if it does not lead it.
-    fn sync_partition(&self, topic: &Topic, p: &Partition) -> Result<(), ErrorInfo> {
-        let mut inner = self.inner.lock();
-        let index = p.index();
+    /// A place in the write order, behind every one handed out before.
+    fn turn(&self, inner: &mut Inner) -> Turn<'_> {
+        Turn {
+            service: self,
+            ticket: inner.take_ticket(),
+        }
+    }
+
+    /// Waits until it is `turn`'s turn to write.
+    async fn wait_turn(&self, turn: &Turn<'_>) {
+        loop {
+            let moved = self.turn_moved.notified();
+            tokio::pin!(moved);
+            moved.as_mut().enable();
+            if self.inner.lock().serving == turn.ticket {
+                return;
+            }
+            moved.await;
+        }
+    }
+
+    /// The lock that serializes loads of partition `index`.
+    fn load_lock(&self, index: u32) -> Arc<tokio::sync::Mutex<()>> {
+        self.loads.lock().entry(index).or_default().clone()
+    }
+
+    /// Brings partition `index` of `__consumer_offsets` in line with its
+    /// leadership: loads its groups if this broker leads it in an epoch it has
+    /// not loaded, forgets them if it does not lead it. See the module doc for
+    /// why no lock is held while the log is read.
+    async fn sync_partition(&self, topic: &Arc<Topic>, index: u32) -> Result<(), ErrorInfo> {
+        let p = topic
+            .partition(index)
+            .expect("index below the count")
+            .clone();
         let count = topic.partitions.len() as u32;
-        let epoch = p.leader_epoch();
-        if in_line(&inner.loaded, p) {
+        let load_lock = self.load_lock(index);
+        let _loading = load_lock.lock().await;
+        if in_line(&self.inner.lock().loaded, &p) {
             return Ok(());
         }
-        if p.is_leader() {
-            inner.loaded.remove(&index);
-            inner
-                .coordinator
-                .retain_groups(|g| offsets_partition_for(g, count) != index);
-            let now = self.now();
-            let records = replay_partition(&mut inner.coordinator, p, now).inspect_err(|e| {
-                tracing::error!(partition = index, error = %e, "could not load consumer groups");
-            })?;
-            inner.loaded.insert(index, epoch);
-            tracing::info!(
-                partition = index,
-                leader_epoch = %epoch,
-                records,
-                "this broker now coordinates the groups of {OFFSETS_TOPIC}-{index}"
-            );
-        } else {
-            inner.loaded.remove(&index);
-            inner
-                .coordinator
-                .retain_groups(|g| offsets_partition_for(g, count) != index);
+        if !p.is_leader() {
+            self.inner.lock().forget(index, count);
             tracing::info!(
                 partition = index,
                 leader = ?p.leader(),
                 "no longer the coordinator of the groups of {OFFSETS_TOPIC}-{index}"
             );
+            return Ok(());
         }
+        let epoch = p.leader_epoch();
+        // Unmark the partition once no append to it is in flight; none starts
+        // after that (appends need it loaded).
+        let generation = {
+            let turn = self.turn(&mut self.inner.lock());
+            self.wait_turn(&turn).await;
+            let generation = self.inner.lock().forget(index, count);
+            drop(turn);
+            generation
+        };
+        #[cfg(test)]
+        let hook = self.load_hook.lock().clone();
+        let config = self.config.clone();
+        let now = self.now();
+        let reading = p.clone();
+        let replayed = tokio::task::spawn_blocking(move || {
+            #[cfg(test)]
+            if let Some(hook) = hook {
+                hook(index);
+            }
+            let mut loaded = GroupCoordinator::new(config);
+            replay_partition(&mut loaded, &reading, now).map(|records| (loaded, records))
+        })
+        .await
+        .map_err(|e| {
+            ErrorInfo::new(
+                ErrorCode::InternalError,
+                format!("loading {OFFSETS_TOPIC}-{index} failed: {e}; see the broker log"),
+            )
+        })?;
+        let (loaded, records) = replayed.inspect_err(|e| {
+            tracing::error!(partition = index, error = %e, "could not load consumer groups");
+        })?;
+        let mut inner = self.inner.lock();
+        if inner.generation(index) != generation || !p.is_leader() || p.leader_epoch() != epoch {
+            tracing::info!(
+                partition = index,
+                leader_epoch = %epoch,
+                "leadership of {OFFSETS_TOPIC}-{index} changed while loading it; loading again"
+            );
+            return Ok(());
+        }
+        inner
+            .coordinator
+            .adopt(loaded, |g| offsets_partition_for(g, count) == index);
+        inner.loaded.insert(index, epoch);
+        tracing::info!(
+            partition = index,
+            leader_epoch = %epoch,
+            records,
+            "this broker now coordinates the groups of {OFFSETS_TOPIC}-{index}"
+        );
         Ok(())
     }
 
     /// Runs one step and makes its records durable: appended on the leader and
-    /// replayed, then replicated to the ISR. Err: the records were not appended
-    /// (nothing was replayed), or not replicated in time.
-    async fn step(&self, state: &BrokerState, input: Input) -> (GroupReply, Result<(), ErrorInfo>) {
-        let (reply, written) = {
+    /// replayed (in step order, see the module doc), then replicated to the ISR.
+    /// Err: the records were not appended (nothing was replayed), or not
+    /// replicated in time.
+    async fn step<I: Input>(
+        &self,
+        state: &BrokerState,
+        input: I,
+    ) -> (I::Reply, Result<(), ErrorInfo>) {
+        let (out, turn) = {
             let mut inner = self.inner.lock();
-            let now = self.now();
-            let out = inner.coordinator.step(now, input);
+            let out = inner.coordinator.step(self.now(), input);
             if out.records.is_empty() {
                 return (out.reply, Ok(()));
             }
-            let written = self.append(state, &inner.loaded, &out.records);
-            if written.is_ok() {
-                for r in out.records {
-                    inner.coordinator.step(now, Input::Replay(r));
+            let turn = self.turn(&mut inner);
+            (out, turn)
+        };
+        self.wait_turn(&turn).await;
+        let written = match self.append(state, &out.records).await {
+            Ok(written) => written,
+            Err(e) => return (out.reply, Err(e)),
+        };
+        {
+            let mut inner = self.inner.lock();
+            let now = self.now();
+            for r in out.records {
+                let index = offsets_partition_for(r.group(), written.partition_count);
+                // A partition dropped since the append is replayed by its next load.
+                if written.generations.get(&index) == Some(&inner.generation(index)) {
+                    inner.coordinator.step(now, input::Replay(r));
                 }
             }
-            (out.reply, written)
-        };
-        let appended = match written {
-            Ok(a) => a,
-            Err(e) => return (reply, Err(e)),
-        };
-        for (p, end) in appended {
+        }
+        drop(turn);
+        for (p, end) in written.partitions {
             if let Err(e) = cluster_api::wait_replicated(
                 state,
                 &p,
@@ -174,21 +357,20 @@ impl GroupService {
             )
             .await
             {
-                return (reply, Err(not_coordinator_if_moved(e)));
+                return (out.reply, Err(not_coordinator_if_moved(e)));
             }
         }
-        (reply, Ok(()))
+        (out.reply, Ok(()))
     }
 
     /// Appends records to their groups' partitions, one batch per partition; each
-    /// partition must be led here and loaded in its current epoch. Returns the
-    /// partitions written and their log end after the append.
-    fn append(
+    /// partition must be led here and loaded in its current epoch. Called in its
+    /// write turn; the I/O runs outside the lock.
+    async fn append(
         &self,
         state: &BrokerState,
-        loaded: &BTreeMap<u32, LeaderEpoch>,
         records: &[GroupRecord],
-    ) -> Result<Vec<(Arc<Partition>, Offset)>, ErrorInfo> {
+    ) -> Result<Written, ErrorInfo> {
         let topic = state.registry.topic(OFFSETS_TOPIC).ok_or_else(|| {
             ErrorInfo::new(
                 ErrorCode::CoordinatorNotAvailable,
@@ -210,33 +392,74 @@ impl GroupService {
                     timestamp_ms: now,
                 });
         }
+        let generations: BTreeMap<u32, u64> = {
+            let inner = self.inner.lock();
+            for p in by_partition.keys() {
+                let partition = topic.partition(*p).expect("index below the count");
+                if inner.loaded.get(p) != Some(&partition.leader_epoch()) {
+                    return Err(not_coordinator(state, partition));
+                }
+            }
+            by_partition
+                .keys()
+                .map(|p| (*p, inner.generation(*p)))
+                .collect()
+        };
         let mut appended = Vec::new();
         for (p, builder) in by_partition {
             let partition = topic.partition(p).expect("index below the count").clone();
-            if loaded.get(&p) != Some(&partition.leader_epoch()) {
-                return Err(not_coordinator(state, &partition));
-            }
             cluster_api::check_produce(state, &partition, Acks::All)
                 .map_err(not_coordinator_if_moved)?;
             let bytes: Bytes = builder.build();
-            let mut buf = BytesMut::from(&bytes[..]);
-            partition.append(&mut buf, now).map_err(|e| {
-                tracing::error!(error = %e, partition = p, "could not write to {OFFSETS_TOPIC}");
-                e
-            })?;
-            let end = partition.log_end_offset();
+            let write = move || {
+                let mut buf = BytesMut::from(&bytes[..]);
+                partition
+                    .append(&mut buf, now)
+                    .map(|_| {
+                        let end = partition.log_end_offset();
+                        (partition, end)
+                    })
+                    .inspect_err(|e| {
+                        tracing::error!(error = %e, partition = p, "could not write to {OFFSETS_TOPIC}");
+                    })
+            };
+            let sync = topic.partition(p).is_some_and(|x| x.syncs_on_append());
+            let (partition, end) = if sync {
+                tokio::task::spawn_blocking(write).await.map_err(|e| {
+                    ErrorInfo::new(
+                        ErrorCode::InternalError,
+                        format!("writing to {OFFSETS_TOPIC}-{p} failed: {e}; see the broker log"),
+                    )
+                })??
+            } else {
+                write()?
+            };
             appended.push((partition, end));
         }
-        Ok(appended)
+        Ok(Written {
+            partitions: appended,
+            partition_count: n,
+            generations,
+        })
     }
 
     /// Expires sessions (called by the timer).
     async fn tick(&self, state: &BrokerState) {
-        let (_, written) = self.step(state, Input::Tick).await;
+        let ((), written) = self.step(state, input::Tick).await;
         if let Err(e) = written {
             tracing::warn!(error = %e, "could not record expired group members");
         }
     }
+}
+
+/// What one step's append wrote to `__consumer_offsets`.
+struct Written {
+    /// The partitions written, with their log end after the append.
+    partitions: Vec<(Arc<Partition>, Offset)>,
+    /// The partition count of `__consumer_offsets`.
+    partition_count: u32,
+    /// The generation of each partition written, as of the append.
+    generations: BTreeMap<u32, u64>,
 }
 
 /// Replays every record of partition `p` from its log start to its log end
@@ -282,7 +505,7 @@ fn replay_partition(
                 };
                 match GroupRecord::decode(key, r.value.as_deref()) {
                     Ok(Some(record)) => {
-                        coordinator.step(now, Input::Replay(record));
+                        coordinator.step(now, input::Replay(record));
                         count += 1;
                     }
                     Ok(None) => {}
@@ -346,25 +569,13 @@ fn in_line(loaded: &BTreeMap<u32, LeaderEpoch>, p: &Partition) -> bool {
     }
 }
 
-/// [`GroupService::sync_partition`] off the async threads.
+/// [`GroupService::sync_partition`] of partition `index`.
 async fn load_partition(
     state: &Arc<BrokerState>,
     topic: &Arc<Topic>,
     index: u32,
 ) -> Result<(), ErrorInfo> {
-    let s = state.clone();
-    let t = topic.clone();
-    tokio::task::spawn_blocking(move || {
-        let p = t.partition(index).expect("index below the count");
-        s.groups.sync_partition(&t, p)
-    })
-    .await
-    .map_err(|e| {
-        ErrorInfo::new(
-            ErrorCode::InternalError,
-            format!("loading {OFFSETS_TOPIC}-{index} failed: {e}; see the broker log"),
-        )
-    })?
+    state.groups.sync_partition(topic, index).await
 }
 
 /// The spec of `__consumer_offsets` as this broker would create it.
@@ -487,186 +698,155 @@ fn partition_counts(registry: &TopicRegistry) -> BTreeMap<String, u32> {
         .collect()
 }
 
-fn reply<T: serde::Serialize>(response: T) -> Reply {
-    Reply::Frame {
-        meta: encode_meta(&ResponseMeta::Ok(response)),
-        payload: Vec::new(),
-    }
-}
+// ---------------------------------------------------------------- the group apis
+//
+// One typed handler per api; the router decodes, checks and encodes around them.
 
-fn decode<T: ApiRequest>(meta: &[u8]) -> Result<T, ErrorInfo> {
-    decode_meta::<T>(meta).map_err(|e| ErrorInfo::new(ErrorCode::InvalidRequest, e.to_string()))
-}
-
-fn unexpected(api: ApiKey) -> ErrorInfo {
-    ErrorInfo::new(
-        ErrorCode::InternalError,
-        format!(
-            "the group coordinator gave no answer to a {} request; see the broker log",
-            api.name()
-        ),
-    )
-}
-
-/// Handles a group api request (api keys 9..=19).
-pub(crate) async fn dispatch(
+/// FindCoordinator: answered by any broker, from the metadata it holds.
+pub(crate) async fn find_coordinator_api(
     state: &Arc<BrokerState>,
-    api: ApiKey,
-    meta: &[u8],
-) -> Result<Reply, ErrorInfo> {
-    let groups = &state.groups;
-    match api {
-        ApiKey::FindCoordinator => {
-            let req: FindCoordinatorRequest = decode(meta)?;
-            Ok(reply(find_coordinator(state, &req.group_id).await))
-        }
-        ApiKey::ConsumerGroupHeartbeat => {
-            let req: ConsumerGroupHeartbeatRequest = decode(meta)?;
-            if let Err(e) = check_coordinator(state, &req.group_id).await {
-                return Ok(reply(ConsumerGroupHeartbeatResponse {
-                    error: Some(e),
-                    member_id: req.member_id,
-                    member_epoch: req.member_epoch,
-                    heartbeat_interval_ms: 0,
-                    session_timeout_ms: 0,
-                    assignment: Vec::new(),
-                }));
-            }
-            let input = Input::Heartbeat {
-                request: req,
-                partition_counts: partition_counts(&state.registry),
-            };
-            let (out, written) = groups.step(state, input).await;
-            let GroupReply::Heartbeat(resp) = out else {
-                return Err(unexpected(api));
-            };
-            if let Err(e) = written {
-                // The membership change stands (membership is not durable
-                // state); only the group epoch record is missing.
-                tracing::warn!(error = %e, "could not record a group epoch");
-            }
-            Ok(reply(resp))
-        }
-        ApiKey::OffsetCommit => {
-            let req: OffsetCommitRequest = decode(meta)?;
-            if let Err(e) = check_coordinator(state, &req.group_id).await {
-                return Ok(reply(OffsetCommitResponse {
-                    error: Some(e),
-                    partitions: Vec::new(),
-                }));
-            }
-            let gid = req.group_id.clone();
-            let (out, written) = groups
-                .step(
-                    state,
-                    Input::CommitOffsets {
-                        request: req,
-                        wall_ms: now_ms(),
-                    },
-                )
-                .await;
-            let GroupReply::Commit(mut resp) = out else {
-                return Err(unexpected(api));
-            };
-            if let Err(e) = written {
-                for p in &mut resp.partitions {
-                    if p.error.is_none() {
-                        p.error = Some(ErrorInfo::new(
-                            e.code,
-                            format!(
-                                "group {gid}: the offset of {}-{} could not be written to {OFFSETS_TOPIC}: {}",
-                                p.topic, p.partition, e.message
-                            ),
-                        ));
-                    }
-                }
-            }
-            Ok(reply(resp))
-        }
-        ApiKey::OffsetFetch => {
-            let req: OffsetFetchRequest = decode(meta)?;
-            if let Err(e) = check_coordinator(state, &req.group_id).await {
-                return Ok(reply(OffsetFetchResponse {
-                    error: Some(e),
-                    offsets: Vec::new(),
-                }));
-            }
-            match groups.step(state, Input::FetchOffsets(req)).await.0 {
-                GroupReply::Fetch(resp) => Ok(reply(resp)),
-                _ => Err(unexpected(api)),
-            }
-        }
-        ApiKey::ListGroups => {
-            let _req: ListGroupsRequest = decode(meta)?;
-            match groups.step(state, Input::ListGroups).await.0 {
-                GroupReply::List(resp) => Ok(reply(resp)),
-                _ => Err(unexpected(api)),
-            }
-        }
-        ApiKey::DescribeGroups => {
-            let req: DescribeGroupsRequest = decode(meta)?;
-            let mut mine = Vec::new();
-            let mut errors = Vec::new();
-            for gid in req.group_ids {
-                match check_coordinator(state, &gid).await {
-                    Ok(()) => mine.push(gid),
-                    Err(e) => errors.push(GroupDescription {
-                        group_id: gid,
-                        error: Some(e),
-                        state: "Unknown".into(),
-                        group_epoch: 0,
-                        assignor: String::new(),
-                        members: Vec::new(),
-                        offsets: Vec::new(),
-                    }),
-                }
-            }
-            let input = Input::DescribeGroups(DescribeGroupsRequest { group_ids: mine });
-            match groups.step(state, input).await.0 {
-                GroupReply::Describe(mut resp) => {
-                    resp.groups.extend(errors);
-                    Ok(reply(resp))
-                }
-                _ => Err(unexpected(api)),
-            }
-        }
-        ApiKey::DeleteGroups => {
-            let req: DeleteGroupsRequest = decode(meta)?;
-            let mut mine = Vec::new();
-            let mut results = Vec::new();
-            for gid in req.group_ids {
-                match check_coordinator(state, &gid).await {
-                    Ok(()) => mine.push(gid),
-                    Err(e) => results.push(GroupResult {
-                        group_id: gid,
-                        error: Some(e),
-                    }),
-                }
-            }
-            let (out, written) = groups
-                .step(
-                    state,
-                    Input::DeleteGroups(DeleteGroupsRequest { group_ids: mine }),
-                )
-                .await;
-            let GroupReply::Delete(mut resp) = out else {
-                return Err(unexpected(api));
-            };
-            if let Err(e) = written {
-                for r in &mut resp.results {
-                    if r.error.is_none() {
-                        r.error = Some(e.clone());
-                    }
-                }
-            }
-            resp.results.extend(results);
-            Ok(reply(resp))
-        }
-        other => Err(ErrorInfo::new(
-            ErrorCode::UnsupportedVersion,
-            format!("{} is not a group api", other.name()),
-        )),
+    req: FindCoordinatorRequest,
+) -> FindCoordinatorResponse {
+    find_coordinator(state, &req.group_id).await
+}
+
+/// ConsumerGroupHeartbeat.
+pub(crate) async fn heartbeat(
+    state: &Arc<BrokerState>,
+    req: ConsumerGroupHeartbeatRequest,
+) -> ConsumerGroupHeartbeatResponse {
+    if let Err(e) = check_coordinator(state, &req.group_id).await {
+        return ConsumerGroupHeartbeatResponse {
+            error: Some(e),
+            member_id: req.member_id,
+            member_epoch: req.member_epoch,
+            heartbeat_interval_ms: 0,
+            session_timeout_ms: 0,
+            assignment: Vec::new(),
+        };
     }
+    let input = input::Heartbeat {
+        request: req,
+        partition_counts: partition_counts(&state.registry),
+    };
+    let (resp, written) = state.groups.step(state, input).await;
+    if let Err(e) = written {
+        // The membership change stands (membership is not durable state);
+        // only the group epoch record is missing.
+        tracing::warn!(error = %e, "could not record a group epoch");
+    }
+    resp
+}
+
+/// OffsetCommit: answered after the records reached the ISR.
+pub(crate) async fn offset_commit(
+    state: &Arc<BrokerState>,
+    req: OffsetCommitRequest,
+) -> OffsetCommitResponse {
+    if let Err(e) = check_coordinator(state, &req.group_id).await {
+        return OffsetCommitResponse {
+            error: Some(e),
+            partitions: Vec::new(),
+        };
+    }
+    let gid = req.group_id.clone();
+    let input = input::CommitOffsets {
+        request: req,
+        wall_ms: now_ms(),
+    };
+    let (mut resp, written) = state.groups.step(state, input).await;
+    if let Err(e) = written {
+        for p in &mut resp.partitions {
+            if p.error.is_none() {
+                p.error = Some(ErrorInfo::new(
+                    e.code,
+                    format!(
+                        "group {gid}: the offset of {}-{} could not be written to {OFFSETS_TOPIC}: {}",
+                        p.topic, p.partition, e.message
+                    ),
+                ));
+            }
+        }
+    }
+    resp
+}
+
+/// OffsetFetch.
+pub(crate) async fn offset_fetch(
+    state: &Arc<BrokerState>,
+    req: OffsetFetchRequest,
+) -> OffsetFetchResponse {
+    if let Err(e) = check_coordinator(state, &req.group_id).await {
+        return OffsetFetchResponse {
+            error: Some(e),
+            offsets: Vec::new(),
+        };
+    }
+    state.groups.step(state, input::FetchOffsets(req)).await.0
+}
+
+/// ListGroups: the groups this broker coordinates.
+pub(crate) async fn list_groups(
+    state: &Arc<BrokerState>,
+    _req: ListGroupsRequest,
+) -> ListGroupsResponse {
+    state.groups.step(state, input::ListGroups).await.0
+}
+
+/// DescribeGroups: the groups coordinated here, NOT_COORDINATOR for the others.
+pub(crate) async fn describe_groups(
+    state: &Arc<BrokerState>,
+    req: DescribeGroupsRequest,
+) -> DescribeGroupsResponse {
+    let mut mine = Vec::new();
+    let mut errors = Vec::new();
+    for gid in req.group_ids {
+        match check_coordinator(state, &gid).await {
+            Ok(()) => mine.push(gid),
+            Err(e) => errors.push(GroupDescription {
+                group_id: gid,
+                error: Some(e),
+                state: "Unknown".into(),
+                group_epoch: 0,
+                assignor: String::new(),
+                members: Vec::new(),
+                offsets: Vec::new(),
+            }),
+        }
+    }
+    let input = input::DescribeGroups(DescribeGroupsRequest { group_ids: mine });
+    let (mut resp, _) = state.groups.step(state, input).await;
+    resp.groups.extend(errors);
+    resp
+}
+
+/// DeleteGroups: empty groups coordinated here, with their committed offsets.
+pub(crate) async fn delete_groups(
+    state: &Arc<BrokerState>,
+    req: DeleteGroupsRequest,
+) -> DeleteGroupsResponse {
+    let mut mine = Vec::new();
+    let mut results = Vec::new();
+    for gid in req.group_ids {
+        match check_coordinator(state, &gid).await {
+            Ok(()) => mine.push(gid),
+            Err(e) => results.push(GroupResult {
+                group_id: gid,
+                error: Some(e),
+            }),
+        }
+    }
+    let input = input::DeleteGroups(DeleteGroupsRequest { group_ids: mine });
+    let (mut resp, written) = state.groups.step(state, input).await;
+    if let Err(e) = written {
+        for r in &mut resp.results {
+            if r.error.is_none() {
+                r.error = Some(e.clone());
+            }
+        }
+    }
+    resp.results.extend(results);
+    resp
 }
 
 async fn find_coordinator(state: &Arc<BrokerState>, group_id: &str) -> FindCoordinatorResponse {
@@ -713,5 +893,180 @@ async fn find_coordinator(state: &Arc<BrokerState>, group_id: &str) -> FindCoord
         partition: p,
         coordinator_id: leader,
         coordinator_addr: addr,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Broker, BrokerConfig};
+
+    /// Bound on each step, so a hang (a heartbeat stuck behind a load) fails
+    /// the test instead of blocking it; nothing here measures time.
+    const STEP: Duration = Duration::from_secs(30);
+
+    fn join_request(group: &str) -> ConsumerGroupHeartbeatRequest {
+        ConsumerGroupHeartbeatRequest {
+            group_id: group.into(),
+            member_id: format!("{group}-member"),
+            member_epoch: 0,
+            instance_id: None,
+            client_id: "test".into(),
+            subscribed_topics: vec!["t".into()],
+            assignor: "uniform".into(),
+            session_timeout_ms: 30_000,
+            heartbeat_interval_ms: 1000,
+            owned: Vec::new(),
+        }
+    }
+
+    /// Joins `group`, retrying while `__consumer_offsets` is being created and
+    /// its partitions loaded.
+    async fn join(state: &Arc<BrokerState>, group: &str) -> ConsumerGroupHeartbeatResponse {
+        for _ in 0..600 {
+            let resp = tokio::time::timeout(STEP, heartbeat(state, join_request(group)))
+                .await
+                .expect("heartbeat answered");
+            match &resp.error {
+                Some(e)
+                    if matches!(
+                        e.code,
+                        ErrorCode::NotCoordinator | ErrorCode::CoordinatorNotAvailable
+                    ) =>
+                {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                _ => return resp,
+            }
+        }
+        panic!("group {group} never found its coordinator");
+    }
+
+    /// The `nth` group id (g0, g1, ...) that lives on `partition` of 2.
+    fn group_on(partition: u32, nth: usize) -> String {
+        (0..)
+            .map(|i| format!("g{i}"))
+            .filter(|g| offsets_partition_for(g, 2) == partition)
+            .nth(nth)
+            .expect("some group id hashes there")
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn heartbeats_are_answered_while_a_partition_loads() {
+        let data = tempfile::tempdir().unwrap();
+        let home = tempfile::tempdir().unwrap();
+        let broker = Broker::start(BrokerConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            data_dir: data.path().to_path_buf(),
+            rill_home: Some(home.path().to_path_buf()),
+            offsets_topic_num_partitions: 2,
+            ..BrokerConfig::default()
+        })
+        .await
+        .unwrap();
+        let state = broker.state.clone();
+        let (a, c, b) = (group_on(0, 0), group_on(0, 1), group_on(1, 0));
+        let first_a = join(&state, &a).await;
+        assert!(first_a.error.is_none(), "{:?}", first_a.error);
+        let first_b = join(&state, &b).await;
+        assert!(first_b.error.is_none(), "{:?}", first_b.error);
+
+        // Hold the next load of partition 1 inside its replay.
+        let (entered_tx, mut entered) = tokio::sync::mpsc::channel::<()>(1);
+        let (release, release_rx) = std::sync::mpsc::sync_channel::<()>(1);
+        let release_rx = Mutex::new(release_rx);
+        *state.groups.load_hook.lock() = Some(Arc::new(move |index| {
+            if index == 1 {
+                entered_tx.blocking_send(()).unwrap();
+                release_rx.lock().recv().unwrap();
+            }
+        }));
+        // As if leadership of partition 1 had moved away and back: it must be
+        // loaded again (the timer or the next request does it).
+        state.groups.inner.lock().forget(1, 2);
+        let topic = state.registry.topic(OFFSETS_TOPIC).unwrap();
+        let loading = {
+            let (state, topic) = (state.clone(), topic.clone());
+            tokio::spawn(async move { load_partition(&state, &topic, 1).await })
+        };
+        tokio::time::timeout(STEP, entered.recv())
+            .await
+            .expect("the load reached its replay")
+            .unwrap();
+
+        // While partition 1 replays, group a (partition 0) is served: a
+        // heartbeat, and a commit (an append to partition 0).
+        let mut again = join_request(&a);
+        again.member_epoch = first_a.member_epoch;
+        // (On its own task: a heartbeat stuck behind the load makes the
+        // timeout below fail the test rather than stall this task.)
+        let served = {
+            let state = state.clone();
+            tokio::spawn(async move { heartbeat(&state, again).await })
+        };
+        let resp = tokio::time::timeout(STEP, served)
+            .await
+            .expect("a heartbeat is answered while another partition loads")
+            .unwrap();
+        assert!(resp.error.is_none(), "{:?}", resp.error);
+        assert_eq!(resp.member_epoch, first_a.member_epoch);
+        // An admin commit to a group without members (c, also on partition
+        // 0) is appended, replayed and visible.
+        let commit = OffsetCommitRequest {
+            group_id: c.clone(),
+            member: None,
+            partitions: vec![OffsetCommitPartition {
+                topic: "t".into(),
+                partition: 0,
+                offset: Offset(5),
+                metadata: String::new(),
+            }],
+        };
+        let committed = tokio::time::timeout(STEP, offset_commit(&state, commit))
+            .await
+            .expect("a commit is answered while another partition loads");
+        assert!(committed.error.is_none(), "{:?}", committed.error);
+        assert!(
+            committed.partitions.iter().all(|p| p.error.is_none()),
+            "{committed:?}"
+        );
+        let fetch = OffsetFetchRequest {
+            group_id: c.clone(),
+            partitions: None,
+        };
+        let fetched = tokio::time::timeout(STEP, offset_fetch(&state, fetch))
+            .await
+            .unwrap();
+        assert_eq!(fetched.offsets.len(), 1, "{fetched:?}");
+        assert_eq!(fetched.offsets[0].offset, Some(Offset(5)));
+        assert!(
+            !loading.is_finished(),
+            "the load is still held in its replay"
+        );
+        assert!(!state.groups.is_loaded(topic.partition(1).unwrap()));
+
+        // Let the load finish: group b's durable epoch came back from the log,
+        // so a new member joins at a later epoch.
+        release.send(()).unwrap();
+        tokio::time::timeout(STEP, loading)
+            .await
+            .expect("the load finishes")
+            .unwrap()
+            .unwrap();
+        assert!(state.groups.is_loaded(topic.partition(1).unwrap()));
+        let mut newcomer = join_request(&b);
+        newcomer.member_id = "newcomer".into();
+        let resp = tokio::time::timeout(STEP, heartbeat(&state, newcomer))
+            .await
+            .unwrap();
+        assert!(resp.error.is_none(), "{:?}", resp.error);
+        assert!(
+            resp.member_epoch > first_b.member_epoch,
+            "{} > {}",
+            resp.member_epoch,
+            first_b.member_epoch
+        );
+        *state.groups.load_hook.lock() = None;
+        broker.shutdown().await.unwrap();
     }
 }
