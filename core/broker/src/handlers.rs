@@ -86,44 +86,57 @@ pub(crate) fn api_versions(state: &BrokerState) -> ApiVersionsResponse {
 
 // ---------------------------------------------------------------- metadata
 
-fn partition_metadata(p: &Partition) -> PartitionMetadata {
-    // One view of the replication state: leader, epoch and ISR agree.
-    let replica = p.replica_state();
+/// One partition as Metadata shows it: leadership, replicas and ISR from the
+/// committed image (the only record of them), offsets from the local log when
+/// this broker hosts it yet (-1 while it does not).
+fn partition_metadata(
+    index: usize,
+    ps: &crate::cluster::image::PartitionState,
+    local: Option<&Arc<Partition>>,
+) -> PartitionMetadata {
+    let (log_start_offset, high_watermark, log_end_offset) = match local {
+        Some(p) => (p.log_start_offset(), p.high_watermark(), p.log_end_offset()),
+        None => (Offset(-1), Offset(-1), Offset(-1)),
+    };
     PartitionMetadata {
-        partition: p.index(),
+        partition: index as u32,
         error: None,
-        leader: replica.leader(),
-        leader_epoch: replica.leader_epoch(),
-        replicas: replica.replicas().to_vec(),
-        isr: replica.isr().to_vec(),
-        log_start_offset: p.log_start_offset(),
-        high_watermark: replica.high_watermark(),
-        log_end_offset: p.log_end_offset(),
+        leader: ps.leader,
+        leader_epoch: ps.leader_epoch,
+        replicas: ps.replicas.clone(),
+        isr: ps.isr.clone(),
+        log_start_offset,
+        high_watermark,
+        log_end_offset,
     }
 }
 
+/// Metadata from the committed image: every broker answers the same topics,
+/// also before it opened their logs (after a restart, while it catches up).
 pub(crate) fn metadata(state: &BrokerState, req: MetadataRequest) -> MetadataResponse {
-    let registry = &state.registry;
+    let image = state.cluster.image();
+    let topic_metadata = |t: &crate::cluster::image::TopicState| {
+        let local = state.registry.topic(&t.name).filter(|l| l.id == t.id);
+        TopicMetadata {
+            name: t.name.clone(),
+            error: None,
+            internal: t.internal,
+            partitions: t
+                .partitions
+                .iter()
+                .enumerate()
+                .map(|(i, ps)| {
+                    partition_metadata(i, ps, local.as_ref().and_then(|l| l.partition(i as u32)))
+                })
+                .collect(),
+        }
+    };
     let topics = match req.topics {
-        None => registry
-            .all()
-            .into_iter()
-            .map(|t| TopicMetadata {
-                name: t.name.to_string(),
-                error: None,
-                internal: t.internal,
-                partitions: t.partitions.iter().map(|p| partition_metadata(p)).collect(),
-            })
-            .collect(),
+        None => image.topics.values().map(topic_metadata).collect(),
         Some(names) => names
             .into_iter()
-            .map(|name| match registry.topic(&name) {
-                Some(t) => TopicMetadata {
-                    name,
-                    error: None,
-                    internal: t.internal,
-                    partitions: t.partitions.iter().map(|p| partition_metadata(p)).collect(),
-                },
+            .map(|name| match image.topics.get(&name) {
+                Some(t) => topic_metadata(t),
                 None => TopicMetadata {
                     error: Some(ErrorInfo::new(
                         ErrorCode::UnknownTopicOrPartition,
