@@ -74,7 +74,21 @@ impl Env {
             shutdown_timeout_ms: 5000,
             ..BrokerConfig::default()
         };
-        self.broker = Some(step("broker restart", Broker::start(config)).await.unwrap());
+        // The old endpoint's socket is released when quinn's driver task ends,
+        // just after `shutdown` returns; on a loaded machine a bind right away
+        // can still find the port taken. Retry that one error, bounded.
+        let deadline = tokio::time::Instant::now() + STEP;
+        let broker = loop {
+            match step("broker restart", Broker::start(config.clone())).await {
+                Err(rill_broker::BrokerError::Bind { .. })
+                    if tokio::time::Instant::now() < deadline =>
+                {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                other => break other.unwrap(),
+            }
+        };
+        self.broker = Some(broker);
     }
 
     async fn shutdown(mut self) {
