@@ -38,7 +38,11 @@ fn consume_all(broker: &TestBroker, topic: &str, expected: usize) -> String {
         "5000",
     ]);
     let lines: Vec<String> = out.lines().map(String::from).collect();
-    assert_eq!(lines.len(), expected, "rill consume printed {expected} records");
+    assert_eq!(
+        lines.len(),
+        expected,
+        "rill consume printed {expected} records"
+    );
     support::assert_topic_is(&broker.addr().to_string(), &broker.home(), topic, &lines);
     out
 }

@@ -190,12 +190,7 @@ fn wait_tiered(broker: &TestBroker, topic: &str, local_start_after: i64) -> (i64
 /// checks every record comes back, in order; then reads it to its log end with
 /// the client library (`bootstrap`, `home`) and checks it holds each record
 /// exactly once: a record stored or served twice shows as one too many.
-fn consume_all_via(
-    run: impl FnOnce(&[&str]) -> String,
-    bootstrap: &str,
-    home: &Path,
-    topic: &str,
-) {
+fn consume_all_via(run: impl FnOnce(&[&str]) -> String, bootstrap: &str, home: &Path, topic: &str) {
     let out = run(&[
         "consume",
         topic,
@@ -815,5 +810,10 @@ fn leader_failover_while_tiering_loses_no_segment_and_lists_none_twice() {
         "two brokers wrote the manifest:\n{logs}"
     );
 
-    consume_all_via(|args| c.rill_ok(args, b""), &c.bootstrap(), &c.home(), topic);
+    consume_all_via(
+        |args| c.rill_ok(args, b""),
+        &c.bootstrap(),
+        &c.home(),
+        topic,
+    );
 }

@@ -465,10 +465,7 @@ pub async fn read_all(
     use rill_client::{ConsumerConfig, OffsetSpec, TopicPartition};
     let n = client.partition_count(topic).await.unwrap();
     let tps: Vec<TopicPartition> = (0..n).map(|p| TopicPartition::new(topic, p)).collect();
-    let ends = client
-        .list_offsets(&tps, OffsetSpec::Latest)
-        .await
-        .unwrap();
+    let ends = client.list_offsets(&tps, OffsetSpec::Latest).await.unwrap();
     let mut consumer = client.consumer(ConsumerConfig::default()).unwrap();
     consumer.assign(tps.clone());
     consumer.seek_to_beginning(&tps).await.unwrap();
@@ -570,11 +567,138 @@ pub fn assert_topic_is(bootstrap: &str, home: &Path, topic: &str, expected: &[St
     let records = read_to_end(bootstrap, home, topic);
     let got = values_of(&records);
     assert_each_exactly_once(&got, expected, topic);
-    assert!(got == expected, "{topic}: the records are not in produce order");
+    assert!(
+        got == expected,
+        "{topic}: the records are not in produce order"
+    );
     let offsets: Vec<i64> = records.iter().map(|r| r.offset.0).collect();
     assert!(
         offsets.iter().enumerate().all(|(i, o)| *o == i as i64),
         "{topic}: offsets are not 0..{}",
         records.len()
     );
+}
+
+// ------------------------------------------------------------------ metrics
+
+/// A TCP port on loopback that nothing listens on (bound then released).
+pub fn free_tcp_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The Prometheus text of a broker's `--metrics` endpoint on `port`.
+pub fn scrape_metrics(port: u16) -> String {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect to /metrics");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).expect("read /metrics");
+    resp.split_once("\r\n\r\n")
+        .map_or(String::new(), |(_, body)| body.to_string())
+}
+
+/// The value of the sample `name{labels}` (labels as rendered, e.g.
+/// `api="fetch",le="0.5"`) in Prometheus text; 0 if absent.
+pub fn metric(text: &str, name: &str, labels: &str) -> f64 {
+    let prefix = format!("{name}{{{labels}}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .map_or(0.0, |v| v.trim().parse().unwrap())
+}
+
+// ------------------------------------------------------------------ group commits
+
+/// Committed offsets per (topic, partition).
+pub type Committed = std::collections::BTreeMap<(String, u32), i64>;
+
+/// Watches a consumer group's committed offsets for as long as it lives: a
+/// thread runs `rill group describe GROUP` (each run bounded) again and again,
+/// every 100 ms, and notes the first time a partition's committed offset is
+/// lower than one it saw before. [`finish`](Self::finish) stops it and fails
+/// the test on such a step back. A describe that fails (e.g. while the
+/// coordinator moves) is skipped.
+pub struct CommitWatcher {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<thread::JoinHandle<(Committed, Option<String>)>>,
+}
+
+impl CommitWatcher {
+    /// Starts watching `group` through `bootstrap`, trusting `home`'s CA.
+    pub fn start(home: &Path, bootstrap: &str, group: &str) -> CommitWatcher {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (home, bootstrap, group) =
+            (home.to_path_buf(), bootstrap.to_string(), group.to_string());
+        let stopped = stop.clone();
+        let thread = thread::spawn(move || {
+            let mut highest = Committed::new();
+            let mut went_back = None;
+            while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
+                let mut cmd = rill_command(&home);
+                cmd.env("RILL_BOOTSTRAP", &bootstrap)
+                    .args(["group", "describe", &group]);
+                let out = run_bounded(&mut cmd, b"", COMMAND_TIMEOUT);
+                let text = String::from_utf8_lossy(&out.stdout);
+                for (tp, c) in committed_offsets(&text, &group) {
+                    let h = highest.entry(tp.clone()).or_insert(c);
+                    if c < *h && went_back.is_none() {
+                        went_back = Some(format!(
+                            "committed offset of {}-{} went back from {h} to {c}:\n{text}",
+                            tp.0, tp.1
+                        ));
+                    }
+                    *h = c;
+                }
+                thread::sleep(Duration::from_millis(100));
+            }
+            (highest, went_back)
+        });
+        CommitWatcher {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stops watching; fails if a committed offset ever went back. Returns the
+    /// last committed offsets seen.
+    pub fn finish(mut self) -> Committed {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let (highest, went_back) = self.thread.take().unwrap().join().expect("the watcher ran");
+        if let Some(e) = went_back {
+            panic!("{e}");
+        }
+        highest
+    }
+}
+
+impl Drop for CommitWatcher {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// The committed offsets in `rill group describe GROUP` output: its table rows
+/// `GROUP TOPIC PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG MEMBER` (a partition
+/// without a commit shows `-` and is left out).
+pub fn committed_offsets(describe: &str, group: &str) -> Committed {
+    describe
+        .lines()
+        .filter_map(|line| {
+            let cols: Vec<&str> = line.split_whitespace().collect();
+            if cols.len() != 7 || cols[0] != group {
+                return None;
+            }
+            Some((
+                (cols[1].to_string(), cols[2].parse().ok()?),
+                cols[3].parse().ok()?,
+            ))
+        })
+        .collect()
 }

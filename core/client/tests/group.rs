@@ -128,7 +128,12 @@ async fn poll_all(members: &mut [GroupConsumer], got: &mut Got) {
 /// owns it; returns every value each member got (with those in `got` already),
 /// duplicates included: a count of what arrived sees one too many, where
 /// stopping at the expected number could not.
-async fn poll_to_end(client: &Client, topic: &str, members: &mut [GroupConsumer], mut got: Got) -> Got {
+async fn poll_to_end(
+    client: &Client,
+    topic: &str,
+    members: &mut [GroupConsumer],
+    mut got: Got,
+) -> Got {
     let n = client.partition_count(topic).await.unwrap();
     let tps: Vec<TopicPartition> = (0..n).map(|p| TopicPartition::new(topic, p)).collect();
     let ends = client.list_offsets(&tps, OffsetSpec::Latest).await.unwrap();
@@ -156,7 +161,10 @@ fn assert_each_once(got: &Got, from: usize, count: usize, what: &str) {
         *times.entry(v).or_default() += 1;
     }
     let twice: Vec<_> = times.iter().filter(|(_, n)| **n > 1).take(5).collect();
-    assert!(twice.is_empty(), "{what}: delivered more than once: {twice:?}");
+    assert!(
+        twice.is_empty(),
+        "{what}: delivered more than once: {twice:?}"
+    );
     let want: Vec<String> = (from..from + count).map(|i| format!("v{i}")).collect();
     let mut all: Vec<&String> = times.into_keys().collect();
     all.sort_by_key(|v| v[1..].parse::<usize>().unwrap_or(usize::MAX));
