@@ -24,8 +24,11 @@ fn numbered_lines(n: usize, prefix: &str) -> String {
     s
 }
 
+/// `rill consume` of the first `expected` records from the beginning; then the
+/// topic read to its log end with the client library must hold exactly those
+/// records, each once (a read stopping at `expected` cannot see one more).
 fn consume_all(broker: &TestBroker, topic: &str, expected: usize) -> String {
-    broker.rill_ok(&[
+    let out = broker.rill_ok(&[
         "consume",
         topic,
         "--from-beginning",
@@ -33,7 +36,15 @@ fn consume_all(broker: &TestBroker, topic: &str, expected: usize) -> String {
         &expected.to_string(),
         "--timeout-ms",
         "5000",
-    ])
+    ]);
+    let lines: Vec<String> = out.lines().map(String::from).collect();
+    assert_eq!(
+        lines.len(),
+        expected,
+        "rill consume printed {expected} records"
+    );
+    support::assert_topic_is(&broker.addr().to_string(), &broker.home(), topic, &lines);
+    out
 }
 
 #[test]

@@ -154,36 +154,7 @@ fn killed_member_partitions_move_and_resume_from_committed_offsets() {
     });
 
     // A watcher checks that no committed offset ever goes backwards.
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let watcher = {
-        let stop = stop.clone();
-        let home = broker.home();
-        let addr = broker.addr().to_string();
-        thread::spawn(move || {
-            let mut highest: BTreeMap<u32, i64> = BTreeMap::new();
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                let out = rill_command(&home)
-                    .env("RILL_BOOTSTRAP", &addr)
-                    .args(["group", "describe", "workers"])
-                    .output()
-                    .unwrap();
-                let text = String::from_utf8_lossy(&out.stdout);
-                for line in text.lines().filter(|l| l.starts_with("workers ")) {
-                    let cols: Vec<&str> = line.split_whitespace().collect();
-                    if let (Ok(p), Ok(c)) = (cols[2].parse::<u32>(), cols[3].parse::<i64>()) {
-                        let h = highest.entry(p).or_insert(c);
-                        assert!(
-                            c >= *h,
-                            "committed offset of f-{p} went back from {h} to {c}"
-                        );
-                        *h = c;
-                    }
-                }
-                thread::sleep(Duration::from_millis(100));
-            }
-            highest
-        })
-    };
+    let watcher = CommitWatcher::start(&broker.home(), &broker.addr().to_string(), "workers");
 
     produce(&broker, "f", 0, 200);
     wait_for("all 200 records printed and committed", &broker, || {
@@ -224,8 +195,7 @@ fn killed_member_partitions_move_and_resume_from_committed_offsets() {
             "{v}: resumed from the committed offsets, so printed exactly once"
         );
     }
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let highest = watcher.join().expect("committed offsets never went back");
+    let highest = watcher.finish();
     assert!(!highest.is_empty(), "the watcher saw commits");
 
     let mut b = b;

@@ -206,11 +206,32 @@ fn acks_zero_records_arrive() {
 }
 
 /// A consumer at the end of a topic is answered as soon as a record arrives, not
-/// after its idle timeout: the fetch long-poll returns on new data.
+/// after its idle timeout: the fetch long-poll returns on new data. Told from
+/// the broker's request metrics, by events: the consumer's empty fetches (the
+/// client asks for a 500 ms wait) are each held their whole wait, not answered
+/// at once; then a record produced while a fetch is held is answered before
+/// that fetch's wait runs out.
 #[test]
 fn fetch_long_poll_returns_when_data_arrives() {
-    let broker = TestBroker::start();
+    let metrics_port = support::free_tcp_port();
+    let broker = TestBroker::start_with(&["--metrics", &format!("127.0.0.1:{metrics_port}")]);
     broker.rill_ok(&["topic", "create", "test"]);
+    let fetch_metric = |name: &str, labels: &str| {
+        support::metric(
+            &support::scrape_metrics(metrics_port),
+            name,
+            &format!("api=\"fetch\"{labels}"),
+        )
+    };
+    // Fetches answered so far, and those answered within `le` seconds.
+    let answered = || fetch_metric("rill_request_duration_seconds_count", "");
+    let answered_within = |le: &str| {
+        fetch_metric(
+            "rill_request_duration_seconds_bucket",
+            &format!(",le=\"{le}\""),
+        )
+    };
+    let taken = || fetch_metric("rill_requests_total", "");
 
     const IDLE_TIMEOUT_MS: u64 = 20_000;
     let started = Instant::now();
@@ -253,8 +274,30 @@ fn fetch_long_poll_returns_when_data_arrives() {
             stderr.join().unwrap()
         );
     }
-    // A short pause so the consumer is parked in a long-poll fetch, not between fetches.
-    thread::sleep(Duration::from_millis(300));
+    // Wait until the broker answered two of the consumer's fetches at the end of
+    // the empty topic: each was held for its whole 500 ms wait.
+    let wait_for = |what: &str, ok: &dyn Fn() -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !ok() {
+            assert!(Instant::now() < deadline, "{what}: not within 30 s");
+            thread::sleep(Duration::from_millis(20));
+        }
+    };
+    wait_for("two empty fetches answered", &|| answered() >= 2.0);
+    assert_eq!(
+        answered_within("0.5"),
+        0.0,
+        "the broker answered empty fetches before their 500 ms wait ({} of {} answered)\n{}",
+        answered_within("0.5"),
+        answered(),
+        support::scrape_metrics(metrics_port)
+    );
+    // The record goes in just after the broker took a new fetch, while it holds it.
+    let before = answered();
+    let taken_before = taken();
+    wait_for("a new fetch held", &|| {
+        taken() > taken_before && taken() > answered()
+    });
     broker.rill_stdin_ok(&["produce", "test"], b"wake up\n");
 
     let status = wait_bounded(&mut consumer, Duration::from_secs(60)).unwrap_or_else(|| {
@@ -271,5 +314,13 @@ fn fetch_long_poll_returns_when_data_arrives() {
     assert!(
         elapsed < Duration::from_secs(15),
         "consumer took {elapsed:?}: it did not return on new data"
+    );
+    // The fetch the record woke was answered before its wait ran out: the first
+    // answered under 500 ms. (Were the record appended in the last moment of a
+    // wait, the broker would answer at its end: one fetch in hundreds.)
+    assert!(
+        answered() > before && answered_within("0.5") >= 1.0,
+        "no fetch was answered before its 500 ms wait: the record did not wake the held fetch\n{}",
+        support::scrape_metrics(metrics_port)
     );
 }

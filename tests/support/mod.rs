@@ -437,3 +437,268 @@ pub fn temp_file(name: &str, contents: &str) -> (tempfile::TempDir, PathBuf) {
     f.write_all(contents.as_bytes()).expect("write file");
     (dir, path)
 }
+
+// ------------------------------------------------------------------ read-backs
+
+/// Longest a read to the end of a topic may take.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A rill-client connected to `bootstrap`, trusting the development CA of `home`.
+pub async fn connect_client(bootstrap: &str, home: &Path) -> rill_client::Client {
+    let mut config = rill_client::ClientConfig::new(bootstrap.to_string());
+    config.tls = rill_net::ClientTls::Dev {
+        home: home.to_path_buf(),
+    };
+    rill_client::Client::connect(config)
+        .await
+        .expect("connect a client")
+}
+
+/// Every record of `topic` (all partitions) from the beginning to the log end
+/// offsets ListOffsets(latest) reports at the call: everything the consumer
+/// delivers on the way is returned, a duplicate included (unlike a read that
+/// stops after N records, which cannot see an (N+1)th). Bounded by [`READ_TIMEOUT`].
+pub async fn read_all(
+    client: &rill_client::Client,
+    topic: &str,
+) -> Vec<rill_client::ConsumerRecord> {
+    use rill_client::{ConsumerConfig, OffsetSpec, TopicPartition};
+    let n = client.partition_count(topic).await.unwrap();
+    let tps: Vec<TopicPartition> = (0..n).map(|p| TopicPartition::new(topic, p)).collect();
+    let ends = client.list_offsets(&tps, OffsetSpec::Latest).await.unwrap();
+    let mut consumer = client.consumer(ConsumerConfig::default()).unwrap();
+    consumer.assign(tps.clone());
+    consumer.seek_to_beginning(&tps).await.unwrap();
+    let mut out = Vec::new();
+    let deadline = Instant::now() + READ_TIMEOUT;
+    loop {
+        let mut done = true;
+        for (tp, end) in &ends {
+            if consumer.position(tp).await.unwrap() < *end {
+                done = false;
+            }
+        }
+        if done {
+            return out;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "reading {topic} to its end {ends:?} took over {READ_TIMEOUT:?}"
+        );
+        out.extend(consumer.poll(Duration::from_millis(200)).await.unwrap());
+    }
+}
+
+/// [`read_all`] from a blocking test: connects to `bootstrap` with `home`'s CA.
+pub fn read_to_end(bootstrap: &str, home: &Path, topic: &str) -> Vec<rill_client::ConsumerRecord> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let client = connect_client(bootstrap, home).await;
+        read_all(&client, topic).await
+    })
+}
+
+impl TestBroker {
+    /// [`read_to_end`] on this broker.
+    pub fn read_to_end(&self, topic: &str) -> Vec<rill_client::ConsumerRecord> {
+        read_to_end(&self.addr.to_string(), &self.home(), topic)
+    }
+}
+
+/// The values of `records` as text (a null value as `<null>`).
+pub fn values_of(records: &[rill_client::ConsumerRecord]) -> Vec<String> {
+    records
+        .iter()
+        .map(|r| {
+            r.value
+                .as_deref()
+                .map_or("<null>".into(), |v| String::from_utf8_lossy(v).into_owned())
+        })
+        .collect()
+}
+
+/// Asserts `got` holds each of `expected` exactly once and nothing else, naming
+/// the first duplicates, missing and unexpected values when it does not.
+pub fn assert_each_exactly_once(got: &[String], expected: &[String], what: &str) {
+    use std::collections::BTreeMap;
+    let mut counts: BTreeMap<&str, i64> = BTreeMap::new();
+    for v in expected {
+        *counts.entry(v.as_str()).or_default() -= 1;
+    }
+    for v in got {
+        *counts.entry(v.as_str()).or_default() += 1;
+    }
+    let expected_set: std::collections::HashSet<&str> =
+        expected.iter().map(String::as_str).collect();
+    let duplicated: Vec<(&str, i64)> = counts
+        .iter()
+        .filter(|(v, n)| **n > 0 && expected_set.contains(*v))
+        .map(|(v, n)| (*v, *n + 1))
+        .take(5)
+        .collect();
+    let missing: Vec<&str> = counts
+        .iter()
+        .filter(|(_, n)| **n < 0)
+        .map(|(v, _)| *v)
+        .take(5)
+        .collect();
+    let unexpected: Vec<&str> = counts
+        .iter()
+        .filter(|(v, n)| **n > 0 && !expected_set.contains(*v))
+        .map(|(v, _)| *v)
+        .take(5)
+        .collect();
+    assert!(
+        duplicated.is_empty() && missing.is_empty() && unexpected.is_empty(),
+        "{what}: {} records for {} expected; read more than once (value, times): {duplicated:?}; \
+         missing: {missing:?}; unexpected: {unexpected:?}",
+        got.len(),
+        expected.len()
+    );
+    assert_eq!(got.len(), expected.len(), "{what}: record count");
+}
+
+/// Reads `topic` to its end and asserts it holds exactly `expected`, in this
+/// order (one partition), each record once.
+pub fn assert_topic_is(bootstrap: &str, home: &Path, topic: &str, expected: &[String]) {
+    let records = read_to_end(bootstrap, home, topic);
+    let got = values_of(&records);
+    assert_each_exactly_once(&got, expected, topic);
+    assert!(
+        got == expected,
+        "{topic}: the records are not in produce order"
+    );
+    let offsets: Vec<i64> = records.iter().map(|r| r.offset.0).collect();
+    assert!(
+        offsets.iter().enumerate().all(|(i, o)| *o == i as i64),
+        "{topic}: offsets are not 0..{}",
+        records.len()
+    );
+}
+
+// ------------------------------------------------------------------ metrics
+
+/// A TCP port on loopback that nothing listens on (bound then released).
+pub fn free_tcp_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The Prometheus text of a broker's `--metrics` endpoint on `port`.
+pub fn scrape_metrics(port: u16) -> String {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect to /metrics");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).expect("read /metrics");
+    resp.split_once("\r\n\r\n")
+        .map_or(String::new(), |(_, body)| body.to_string())
+}
+
+/// The value of the sample `name{labels}` (labels as rendered, e.g.
+/// `api="fetch",le="0.5"`) in Prometheus text; 0 if absent.
+pub fn metric(text: &str, name: &str, labels: &str) -> f64 {
+    let prefix = format!("{name}{{{labels}}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .map_or(0.0, |v| v.trim().parse().unwrap())
+}
+
+// ------------------------------------------------------------------ group commits
+
+/// Committed offsets per (topic, partition).
+pub type Committed = std::collections::BTreeMap<(String, u32), i64>;
+
+/// Watches a consumer group's committed offsets for as long as it lives: a
+/// thread runs `rill group describe GROUP` (each run bounded) again and again,
+/// every 100 ms, and notes the first time a partition's committed offset is
+/// lower than one it saw before. [`finish`](Self::finish) stops it and fails
+/// the test on such a step back. A describe that fails (e.g. while the
+/// coordinator moves) is skipped.
+pub struct CommitWatcher {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<thread::JoinHandle<(Committed, Option<String>)>>,
+}
+
+impl CommitWatcher {
+    /// Starts watching `group` through `bootstrap`, trusting `home`'s CA.
+    pub fn start(home: &Path, bootstrap: &str, group: &str) -> CommitWatcher {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (home, bootstrap, group) =
+            (home.to_path_buf(), bootstrap.to_string(), group.to_string());
+        let stopped = stop.clone();
+        let thread = thread::spawn(move || {
+            let mut highest = Committed::new();
+            let mut went_back = None;
+            while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
+                let mut cmd = rill_command(&home);
+                cmd.env("RILL_BOOTSTRAP", &bootstrap)
+                    .args(["group", "describe", &group]);
+                let out = run_bounded(&mut cmd, b"", COMMAND_TIMEOUT);
+                let text = String::from_utf8_lossy(&out.stdout);
+                for (tp, c) in committed_offsets(&text, &group) {
+                    let h = highest.entry(tp.clone()).or_insert(c);
+                    if c < *h && went_back.is_none() {
+                        went_back = Some(format!(
+                            "committed offset of {}-{} went back from {h} to {c}:\n{text}",
+                            tp.0, tp.1
+                        ));
+                    }
+                    *h = c;
+                }
+                thread::sleep(Duration::from_millis(100));
+            }
+            (highest, went_back)
+        });
+        CommitWatcher {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stops watching; fails if a committed offset ever went back. Returns the
+    /// last committed offsets seen.
+    pub fn finish(mut self) -> Committed {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let (highest, went_back) = self.thread.take().unwrap().join().expect("the watcher ran");
+        if let Some(e) = went_back {
+            panic!("{e}");
+        }
+        highest
+    }
+}
+
+impl Drop for CommitWatcher {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// The committed offsets in `rill group describe GROUP` output: its table rows
+/// `GROUP TOPIC PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG MEMBER` (a partition
+/// without a commit shows `-` and is left out).
+pub fn committed_offsets(describe: &str, group: &str) -> Committed {
+    describe
+        .lines()
+        .filter_map(|line| {
+            let cols: Vec<&str> = line.split_whitespace().collect();
+            if cols.len() != 7 || cols[0] != group {
+                return None;
+            }
+            Some((
+                (cols[1].to_string(), cols[2].parse().ok()?),
+                cols[3].parse().ok()?,
+            ))
+        })
+        .collect()
+}

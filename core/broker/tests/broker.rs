@@ -468,24 +468,60 @@ async fn bad_requests_get_errors_on_their_stream_only() {
     broker.shutdown().await.unwrap();
 }
 
+/// The value of `name{api="<api>"}` in a Prometheus text rendering (0 if absent).
+fn api_metric(text: &str, name: &str, api: &str) -> u64 {
+    let prefix = format!("{name}{{api=\"{api}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .map_or(0, |v| v.trim().parse::<f64>().unwrap() as u64)
+}
+
+/// A fetch at the end of the log is held until data arrives, and answered then.
+/// Told by events, not time: the broker's own request metrics (a recorder local
+/// to this test) show the fetch taken and not yet answered before the record is
+/// produced, and it must come back with the record, as the only fetch, before
+/// its wait runs out (120 s asked, 60 s at most granted, the test bound is 30 s).
+/// A broker answering an empty fetch at once, or only at the end of its wait,
+/// fails.
 #[tokio::test]
 async fn fetch_long_poll_returns_when_data_arrives() {
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let metrics = recorder.handle();
+    // The broker registers its request metrics in `Broker::start`, on this thread
+    // (`#[tokio::test]` runs on one): they report here, apart from other tests'.
+    let _local = metrics::set_default_local_recorder(&recorder);
     let env = Env::new();
     let broker = env.start().await;
     let client = env.client(broker.local_addr()).await;
     client.create("t", 1, &[]).await;
 
-    let addr = broker.local_addr();
-    let producer_client = env.client(addr).await;
-    let producer = tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        producer_client.produce("t", 0, batch(&["late"], 5)).await
-    });
-    // max_wait far above the test bound: only the arriving data can end it.
-    let (f, records) = client.fetch("t", 0, 0, 120_000).await;
+    let fetcher = env.client(broker.local_addr()).await;
+    let fetch = tokio::spawn(async move { fetcher.fetch("t", 0, 0, 120_000).await });
+    // The broker counts a request when it takes it, its duration once answered.
+    tokio::time::timeout(STEP, async {
+        while api_metric(&metrics.render(), "rill_requests_total", "fetch") == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the broker never took the fetch");
+    let text = metrics.render();
+    assert!(
+        !fetch.is_finished()
+            && api_metric(&text, "rill_request_duration_seconds_count", "fetch") == 0,
+        "the broker answered the fetch at once instead of holding it:\n{text}"
+    );
+    let p = client.produce("t", 0, batch(&["late"], 5)).await;
+    assert_eq!(p.error, None);
+    // Within STEP (30 s): before the fetch's wait could have run out.
+    let (f, records) = fetch.await.expect("the fetch was answered with the data");
     assert_eq!(f.error, None);
     assert_eq!(values(&records), ["late"]);
-    assert_eq!(producer.await.unwrap().error, None);
+    assert_eq!(
+        api_metric(&metrics.render(), "rill_requests_total", "fetch"),
+        1,
+        "one fetch, held, carried the record"
+    );
     broker.shutdown().await.unwrap();
 }
 
@@ -881,8 +917,8 @@ async fn altered_retention_applies_to_the_live_log() {
     for i in 0..4 {
         client.produce("live", 0, batch(&["r"], 1_000 + i)).await;
     }
-    // Two retention checks (100 ms apart) pass without deleting anything.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Two retention checks pass without deleting anything.
+    two_retention_passes(&client, "marker").await;
     let start = client
         .list_offset("live", OffsetSpec::Earliest)
         .await
@@ -908,6 +944,43 @@ async fn altered_retention_applies_to_the_live_log() {
     }
     assert!(start > Offset(0), "the altered retention.ms never applied");
     broker.shutdown().await.unwrap();
+}
+
+/// Returns once the broker ran two whole retention passes after the call: a
+/// `marker` topic of one-batch segments (60 s retention) gets two 1970 batches
+/// in each of three rounds, and each round waits until its closed segment is
+/// deleted. Passes run one after another, each over every partition, so the
+/// passes that served the first two rounds both finished before the third.
+async fn two_retention_passes(client: &Client, marker: &str) {
+    client
+        .create(
+            marker,
+            1,
+            &[("segment.bytes", "100"), ("retention.ms", "60000")],
+        )
+        .await;
+    for round in 0..3 {
+        let mut last = Offset(0);
+        for i in 0..2 {
+            let p = client
+                .produce(marker, 0, batch(&["marker"], 1_000 + round * 10 + i))
+                .await;
+            assert_eq!(p.error, None);
+            last = p.base_offset;
+        }
+        tokio::time::timeout(STEP, async {
+            while client
+                .list_offset(marker, OffsetSpec::Earliest)
+                .await
+                .offset
+                < last
+            {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("retention never deleted {marker}'s segments (round {round})"));
+    }
 }
 
 /// A batch as an idempotent producer sends it: stamped with its id and sequence.

@@ -1,6 +1,8 @@
 //! Consumer groups end to end: rill-client's `GroupConsumer` and group admin
 //! against an embedded broker on loopback. Short sessions (1.5 s) and heartbeat
 //! intervals (100 ms) keep rebalances quick; every step is bounded by `STEP`.
+//! Members read each partition to its log end and what they got is counted:
+//! every record exactly once.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
@@ -9,7 +11,7 @@ use std::time::Duration;
 use rill_broker::{Broker, BrokerConfig, BrokerHandle};
 use rill_client::{
     Client, ClientConfig, ErrorCode, GroupConfig, GroupConsumer, GroupEvent, NewTopic, Offset,
-    OffsetReset, ProducerConfig, ProducerRecord, ResetSpec, TopicPartition,
+    OffsetReset, OffsetSpec, ProducerConfig, ProducerRecord, ResetSpec, TopicPartition,
 };
 
 const STEP: Duration = Duration::from_secs(60);
@@ -121,16 +123,52 @@ async fn poll_all(members: &mut [GroupConsumer], got: &mut Got) {
     }
 }
 
-/// Polls every member in turn until `want` records arrived in total (counting
-/// those in `got` already); returns the values each member got.
-async fn poll_until(members: &mut [GroupConsumer], want: usize, mut got: Got) -> Got {
-    step("poll until all records arrived", async {
-        while got.iter().map(Vec::len).sum::<usize>() < want {
+/// Polls every member in turn until the partitions of `topic` are read to the
+/// log end offsets ListOffsets reports at the call, each by the member that
+/// owns it; returns every value each member got (with those in `got` already),
+/// duplicates included: a count of what arrived sees one too many, where
+/// stopping at the expected number could not.
+async fn poll_to_end(
+    client: &Client,
+    topic: &str,
+    members: &mut [GroupConsumer],
+    mut got: Got,
+) -> Got {
+    let n = client.partition_count(topic).await.unwrap();
+    let tps: Vec<TopicPartition> = (0..n).map(|p| TopicPartition::new(topic, p)).collect();
+    let ends = client.list_offsets(&tps, OffsetSpec::Latest).await.unwrap();
+    step("poll to the end of every partition", async {
+        loop {
             poll_all(members, &mut got).await;
+            let at_end = |(tp, end): &(TopicPartition, Offset)| {
+                members.iter().any(|m| {
+                    m.assignment().contains(tp) && m.position(tp).is_some_and(|p| p >= *end)
+                })
+            };
+            if ends.iter().all(at_end) {
+                return;
+            }
         }
     })
     .await;
     got
+}
+
+/// Asserts `got` (all members) holds `v{from}`..`v{from+count}`, each once.
+fn assert_each_once(got: &Got, from: usize, count: usize, what: &str) {
+    let mut times: BTreeMap<&String, usize> = BTreeMap::new();
+    for v in got.iter().flatten() {
+        *times.entry(v).or_default() += 1;
+    }
+    let twice: Vec<_> = times.iter().filter(|(_, n)| **n > 1).take(5).collect();
+    assert!(
+        twice.is_empty(),
+        "{what}: delivered more than once: {twice:?}"
+    );
+    let want: Vec<String> = (from..from + count).map(|i| format!("v{i}")).collect();
+    let mut all: Vec<&String> = times.into_keys().collect();
+    all.sort_by_key(|v| v[1..].parse::<usize>().unwrap_or(usize::MAX));
+    assert_eq!(all, want.iter().collect::<Vec<_>>(), "{what}: every record");
 }
 
 /// Polls every member until each has `per_member` partitions; returns the
@@ -170,7 +208,8 @@ async fn queue_three_members_split_six_partitions_and_every_record_arrives_once(
     }
     assert_eq!(all.len(), 6, "the three assignments are disjoint");
 
-    let got = poll_until(&mut members, 120, early).await;
+    let got = poll_to_end(&client, "q", &mut members, early).await;
+    assert_each_once(&got, 0, 120, "workers");
     let mut seen = BTreeSet::new();
     for values in &got {
         for v in values {
@@ -249,7 +288,8 @@ async fn publish_subscribe_two_groups_each_get_every_record() {
                 .await
                 .unwrap(),
         ];
-        let got = poll_until(&mut members, 50, Got::new()).await;
+        let got = poll_to_end(&client, "news", &mut members, Got::new()).await;
+        assert_each_once(&got, 0, 50, group);
         let all: BTreeSet<&String> = got.iter().flatten().collect();
         assert_eq!(all.len(), 50, "group {group} got every record once");
         for m in members {
@@ -268,8 +308,9 @@ async fn revoked_partitions_can_be_committed_before_they_move() {
     let mut a = client.group_consumer(manual.clone()).await.unwrap();
     let early = settle(std::slice::from_mut(&mut a), 4).await;
     assert!(matches!(a.take_events().as_slice(), [GroupEvent::Assigned(tps)] if tps.len() == 4));
-    let got = poll_until(std::slice::from_mut(&mut a), 40, early).await;
+    let got = poll_to_end(&client, "r", std::slice::from_mut(&mut a), early).await;
     assert_eq!(got[0].len(), 40);
+    assert_each_once(&got, 0, 40, "hand");
 
     let mut b = client.group_consumer(manual).await.unwrap();
     // a learns of the revocation on a poll, which returns early with the event.
@@ -304,8 +345,9 @@ async fn committed_offsets_survive_a_broker_restart() {
         .group_consumer(group_config("durable", "d"))
         .await
         .unwrap();
-    let got = poll_until(std::slice::from_mut(&mut m), 30, Got::new()).await;
+    let got = poll_to_end(&client, "d", std::slice::from_mut(&mut m), Got::new()).await;
     assert_eq!(got[0].len(), 30);
+    assert_each_once(&got, 0, 30, "durable");
     m.close().await.unwrap();
     drop(client);
 
@@ -325,7 +367,8 @@ async fn committed_offsets_survive_a_broker_restart() {
         .group_consumer(group_config("durable", "d"))
         .await
         .unwrap();
-    let got = poll_until(std::slice::from_mut(&mut m), 10, Got::new()).await;
+    let got = poll_to_end(&client, "d", std::slice::from_mut(&mut m), Got::new()).await;
+    assert_each_once(&got, 30, 10, "durable after the restart");
     let mut values = got[0].clone();
     values.sort();
     let mut want: Vec<String> = (30..40).map(|i| format!("v{i}")).collect();

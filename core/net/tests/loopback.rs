@@ -1,6 +1,7 @@
 //! Loopback tests of rill-net: a real QUIC server and client on 127.0.0.1, with
 //! development CAs in temp directories (never the real ~/.rill). Every test is
-//! bounded by a timeout.
+//! bounded by a timeout. One test runs on ::1: a host without IPv6 loopback
+//! fails it, unless `RILL_TEST_SKIP=ipv6` (README.md; build.rs) marks it ignored.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::Path;
@@ -333,10 +334,18 @@ async fn a_name_the_certificate_does_not_carry_is_refused() {
 }
 
 #[tokio::test]
-async fn ipv6_loopback_works_when_the_host_has_it() {
-    if std::net::UdpSocket::bind("[::1]:0").is_err() {
-        eprintln!("no IPv6 loopback here; skipped");
-        return;
+#[cfg_attr(
+    rill_skip_ipv6,
+    ignore = "RILL_TEST_SKIP contains ipv6: the IPv6 loopback test was skipped on request"
+)]
+async fn ipv6_loopback_works() {
+    if let Err(e) = std::net::UdpSocket::bind("[::1]:0") {
+        panic!(
+            "this host has no IPv6 loopback (binding [::1]:0: {e}). Enable it \
+             (Linux: sysctl net.ipv6.conf.lo.disable_ipv6=0; Docker: --sysctl \
+             net.ipv6.conf.all.disable_ipv6=0), or skip this test on purpose with \
+             RILL_TEST_SKIP=ipv6 (README.md)."
+        );
     }
     tokio::time::timeout(TEST_TIMEOUT, async {
         let home = tempfile::tempdir().unwrap();
