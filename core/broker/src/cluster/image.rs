@@ -26,7 +26,17 @@ pub const MIN_INSYNC_REPLICAS_CONFIG: &str = "min.insync.replicas";
 pub const REPLICA_LAG_TIME_MAX_MS_CONFIG: &str = "replica.lag.time.max.ms";
 
 /// One broker as the quorum knows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    rkyv::Archive,
+    rkyv::Serialize,
+    rkyv::Deserialize,
+)]
 pub struct BrokerRecord {
     pub id: i32,
     pub addr: String,
@@ -36,12 +46,23 @@ pub struct BrokerRecord {
 }
 
 /// One partition's assignment and leadership.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    rkyv::Archive,
+    rkyv::Serialize,
+    rkyv::Deserialize,
+)]
 pub struct PartitionState {
     /// Assigned replicas; the first is the preferred leader.
     pub replicas: Vec<i32>,
     /// `None`: offline (no eligible leader).
     pub leader: Option<i32>,
+    #[rkyv(with = super::raft_format::LeaderEpochV1)]
     pub leader_epoch: LeaderEpoch,
     pub isr: Vec<i32>,
 }
@@ -65,7 +86,17 @@ impl PartitionState {
 }
 
 /// One topic in the image.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    rkyv::Archive,
+    rkyv::Serialize,
+    rkyv::Deserialize,
+)]
 pub struct TopicState {
     pub name: String,
     pub id: String,
@@ -83,7 +114,18 @@ impl TopicState {
 }
 
 /// Everything the quorum agrees on.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Default,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    rkyv::Archive,
+    rkyv::Serialize,
+    rkyv::Deserialize,
+)]
 pub struct MetadataImage {
     pub cluster_id: String,
     pub brokers: BTreeMap<i32, BrokerRecord>,
@@ -94,7 +136,17 @@ pub struct MetadataImage {
 }
 
 /// A change to the image, as committed to the quorum log.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    rkyv::Archive,
+    rkyv::Serialize,
+    rkyv::Deserialize,
+)]
 pub enum Command {
     /// The first command of a cluster: its id (kept if already set).
     SetClusterId {
@@ -134,6 +186,7 @@ pub enum Command {
         broker_id: i32,
         topic: String,
         partition: u32,
+        #[rkyv(with = super::raft_format::LeaderEpochV1)]
         leader_epoch: LeaderEpoch,
         new_isr: Vec<i32>,
     },
