@@ -959,4 +959,46 @@ mod tests {
         let (sm, _) = StateMachine::open(dir.path()).unwrap();
         assert_eq!(sm.inner.lock().image, image_with_topics(3));
     }
+
+    #[tokio::test]
+    async fn a_built_snapshot_reopens_and_a_json_one_from_a_leader_installs() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut sm, _rx) = StateMachine::open(dir.path()).unwrap();
+        let register = (1..=3).map(|id| Entry {
+            log_id: LogId::new(CommittedLeaderId::new(1, 0), id as u64 - 1),
+            payload: EntryPayload::Normal(Command::RegisterBroker {
+                id,
+                addr: format!("127.0.0.1:{}", 9000 + id),
+            }),
+        });
+        let mut entries: Vec<Entry<TypeConfig>> = register.collect();
+        entries.extend(varied_entries().into_iter().skip(1));
+        sm.apply(entries).await.unwrap();
+        let built = sm.build_snapshot().await.unwrap();
+        let image = sm.inner.lock().image.clone();
+        assert_eq!(image.topics["orders"].partitions.len(), 2);
+        // What a follower receives (the Raft RPC) is still the JSON image.
+        let sent: MetadataImage = serde_json::from_slice(built.snapshot.get_ref()).unwrap();
+        assert_eq!(sent, image);
+
+        let (mut reopened, rx) = StateMachine::open(dir.path()).unwrap();
+        assert_eq!(**rx.borrow(), image);
+        let (applied, membership) = reopened.applied_state().await.unwrap();
+        assert_eq!(applied, built.meta.last_log_id);
+        assert_eq!(membership, built.meta.last_membership);
+
+        // A follower installs the snapshot a leader sends, and keeps it as rkyv.
+        let other = tempfile::tempdir().unwrap();
+        let (mut follower, rx) = StateMachine::open(other.path()).unwrap();
+        follower
+            .install_snapshot(&built.meta, built.snapshot)
+            .await
+            .unwrap();
+        assert_eq!(**rx.borrow(), image);
+        let (_, rx) = StateMachine::open(other.path()).unwrap();
+        assert_eq!(**rx.borrow(), image);
+        assert!(other.path().join(SNAPSHOT_FILE).exists());
+        let current = reopened.get_current_snapshot().await.unwrap().unwrap();
+        assert_eq!(current.meta, built.meta);
+    }
 }
