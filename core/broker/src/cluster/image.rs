@@ -21,7 +21,17 @@ use std::collections::BTreeMap;
 pub use crate::topic_configs::UNCLEAN_ELECTION_CONFIG;
 
 /// One broker as the quorum knows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    rkyv::Archive,
+    rkyv::Serialize,
+    rkyv::Deserialize,
+)]
 pub struct BrokerRecord {
     pub id: i32,
     pub addr: String,
@@ -31,12 +41,23 @@ pub struct BrokerRecord {
 }
 
 /// One partition's assignment and leadership.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    rkyv::Archive,
+    rkyv::Serialize,
+    rkyv::Deserialize,
+)]
 pub struct PartitionState {
     /// Assigned replicas; the first is the preferred leader.
     pub replicas: Vec<i32>,
     /// `None`: offline (no eligible leader).
     pub leader: Option<i32>,
+    #[rkyv(with = super::raft_format::LeaderEpochV1)]
     pub leader_epoch: LeaderEpoch,
     pub isr: Vec<i32>,
 }
@@ -60,7 +81,17 @@ impl PartitionState {
 }
 
 /// One topic in the image.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    rkyv::Archive,
+    rkyv::Serialize,
+    rkyv::Deserialize,
+)]
 pub struct TopicState {
     pub name: String,
     pub id: String,
@@ -78,7 +109,18 @@ impl TopicState {
 }
 
 /// Everything the quorum agrees on.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Default,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    rkyv::Archive,
+    rkyv::Serialize,
+    rkyv::Deserialize,
+)]
 pub struct MetadataImage {
     pub cluster_id: String,
     pub brokers: BTreeMap<i32, BrokerRecord>,
@@ -89,7 +131,17 @@ pub struct MetadataImage {
 }
 
 /// A change to the image, as committed to the quorum log.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    rkyv::Archive,
+    rkyv::Serialize,
+    rkyv::Deserialize,
+)]
 pub enum Command {
     /// The first command of a cluster: its id (kept if already set).
     SetClusterId {
@@ -129,6 +181,7 @@ pub enum Command {
         broker_id: i32,
         topic: String,
         partition: u32,
+        #[rkyv(with = super::raft_format::LeaderEpochV1)]
         leader_epoch: LeaderEpoch,
         new_isr: Vec<i32>,
     },

@@ -21,6 +21,7 @@ pub mod api;
 pub mod image;
 pub mod peers;
 pub mod raft;
+pub mod raft_format;
 pub mod reconcile;
 pub mod replication;
 pub mod sessions;

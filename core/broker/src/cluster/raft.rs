@@ -2,12 +2,25 @@
 //! crash-safe log store and state machine under `<data>/__meta/raft/`, and the
 //! network that carries Raft RPCs as `RaftRpc` frames over our QUIC protocol.
 //!
-//! On disk:
-//! - `vote.json`, `committed.json`: replaced whole (temp, fsync, rename, fsync dir);
-//! - `log`: appended frames `[u32 len][u32 crc32c][json record]`, fsynced before
-//!   an append is acknowledged; a torn last frame (crash mid-append) is cut off at
-//!   recovery; truncation and purging rewrite the file crash-safely;
-//! - `snapshot.json`: the last snapshot (its meta and the image), replaced whole.
+//! On disk (format version 1; the layouts are in [`super::raft_format`]):
+//! - `log`: the header `"RRLG"` + u16 version 1 + u16 zero, then appended frames
+//!   `[u32 len][u32 crc32c][rkyv LogFrameV1]`, fsynced before an append is
+//!   acknowledged; a torn last frame (short, or a crc32c that does not match: a
+//!   crash mid-append) is cut off at recovery; a frame whose checksum matches but
+//!   that fails rkyv validation stops the open with an error naming the file and
+//!   offset. Truncation and purging rewrite the file crash-safely;
+//! - `snapshot.rkyv`: the last snapshot (its meta and the image): the header
+//!   `"RRSN"` + u16 version 1 + u16 zero + u32 crc32c + u32 length, then the rkyv
+//!   `SnapshotV1`; replaced whole (temp, fsync, rename, fsync dir), validated and
+//!   checksummed when read;
+//! - `vote.json`, `committed.json`: small, and kept JSON so a person can read
+//!   them; replaced whole.
+//!
+//! Before format version 1 the log frames were JSON (no header) and the snapshot
+//! was `snapshot.json`. Opening such a directory reads them and rewrites them in
+//! version 1 (the log in place; the new snapshot first, then the old one removed).
+//! A file of an unknown version is refused, never guessed at. The Raft RPCs
+//! between brokers (and the snapshot they carry) stay JSON.
 //!
 //! The state machine is the in-memory [`MetadataImage`], rebuilt at start from the
 //! snapshot plus the committed log entries after it (openraft re-applies them);
@@ -15,7 +28,8 @@
 
 use super::image::{Command, MetadataImage, Outcome};
 use super::peers::{PeerError, PeerLinks};
-use crate::metadata::write_atomic;
+use super::raft_format::{self, LogFileFormat, LogFrameV1, LogRecord, SnapshotV1, StoredSnapshot};
+use crate::metadata::{sync_dir, write_atomic};
 use openraft::error::{
     InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
 };
@@ -56,6 +70,10 @@ type StorageResult<T> = Result<T, StorageError<NodeId>>;
 
 /// Directory under `__meta` with the Raft files.
 pub const RAFT_DIR: &str = "raft";
+/// The snapshot file (format version 1).
+pub const SNAPSHOT_FILE: &str = "snapshot.rkyv";
+/// The snapshot file older versions wrote (JSON); read once and replaced.
+pub const LEGACY_SNAPSHOT_FILE: &str = "snapshot.json";
 /// Largest record in the Raft log file (a corrupt length beyond it ends recovery).
 pub const RAFT_RECORD_BYTES_MAX: u32 = 16 * 1024 * 1024;
 /// Longest a Raft RPC to a peer may take (beyond openraft's own deadline).
@@ -68,12 +86,6 @@ fn io_read(e: impl std::error::Error + 'static) -> StorageError<NodeId> {
     StorageIOError::read(&e).into()
 }
 
-#[derive(Debug, Serialize, Deserialize)]
-enum LogRecord {
-    Purged(LogId<NodeId>),
-    Entry(Entry<TypeConfig>),
-}
-
 #[derive(Debug)]
 struct LogInner {
     dir: PathBuf,
@@ -84,8 +96,9 @@ struct LogInner {
     entries: BTreeMap<u64, Entry<TypeConfig>>,
 }
 
-fn frame(record: &LogRecord) -> std::io::Result<Vec<u8>> {
-    let body = serde_json::to_vec(record).map_err(std::io::Error::other)?;
+/// One log frame: `[u32 len][u32 crc32c][rkyv body]`.
+fn frame(record: &LogFrameV1) -> std::io::Result<Vec<u8>> {
+    let body = raft_format::encode_log_frame(record)?;
     let mut out = Vec::with_capacity(body.len() + 8);
     out.extend_from_slice(&(body.len() as u32).to_le_bytes());
     out.extend_from_slice(&crc32c::crc32c(&body).to_le_bytes());
@@ -100,12 +113,12 @@ impl LogInner {
 
     /// Rewrites the whole log file (after truncate or purge), crash-safely.
     fn rewrite(&mut self) -> std::io::Result<()> {
-        let mut bytes = Vec::new();
-        if let Some(p) = self.last_purged {
-            bytes.extend(frame(&LogRecord::Purged(p))?);
+        let mut bytes = raft_format::log_header().to_vec();
+        if let Some(p) = &self.last_purged {
+            bytes.extend(frame(&LogFrameV1::purged(p))?);
         }
         for e in self.entries.values() {
-            bytes.extend(frame(&LogRecord::Entry(e.clone()))?);
+            bytes.extend(frame(&LogFrameV1::entry(e))?);
         }
         let path = self.log_path();
         write_atomic(&self.dir, &path, &bytes)?;
@@ -148,9 +161,13 @@ impl LogStore {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(e),
         }
+        let format = raft_format::log_file_format(&path, &bytes)?;
         let mut entries = BTreeMap::new();
         let mut last_purged = None;
-        let mut at = 0usize;
+        let mut at = match format {
+            LogFileFormat::Current => raft_format::LOG_HEADER_LEN,
+            LogFileFormat::Empty | LogFileFormat::LegacyJson => 0,
+        };
         while at + 8 <= bytes.len() {
             let len = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap());
             let crc = u32::from_le_bytes(bytes[at + 4..at + 8].try_into().unwrap());
@@ -162,14 +179,27 @@ impl LogStore {
             if crc32c::crc32c(body) != crc {
                 break;
             }
-            match serde_json::from_slice::<LogRecord>(body) {
-                Ok(LogRecord::Purged(p)) => last_purged = Some(p),
-                Ok(LogRecord::Entry(e)) => {
+            let record = match format {
+                // The checksum matched: bytes that fail validation are not a torn
+                // write but damage (or a bug), and cutting them would lose entries.
+                LogFileFormat::Current => raft_format::decode_log_frame(&path, at, body)?,
+                LogFileFormat::Empty | LogFileFormat::LegacyJson => {
+                    match raft_format::decode_legacy_log_frame(body) {
+                        Ok(r) => r,
+                        Err(_) => break,
+                    }
+                }
+            };
+            match record {
+                LogRecord::Purged(p) => last_purged = Some(p),
+                LogRecord::Entry(e) => {
                     entries.insert(e.log_id.index, e);
                 }
-                Err(_) => break,
             }
             at = end;
+        }
+        if format == LogFileFormat::LegacyJson {
+            tracing::info!(file = %path.display(), entries = entries.len(), "rewriting the JSON Raft log in format version {}", raft_format::FORMAT_VERSION);
         }
         if at < bytes.len() {
             tracing::warn!(file = %path.display(), valid_bytes = at, total = bytes.len(), "cutting a torn tail off the Raft log");
@@ -186,7 +216,7 @@ impl LogStore {
             last_purged,
             entries,
         };
-        if at < bytes.len() {
+        if at < bytes.len() || format != LogFileFormat::Current {
             inner.rewrite()?;
         }
         Ok(LogStore {
@@ -256,7 +286,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let mut bytes = Vec::new();
         let mut new = Vec::new();
         for e in entries {
-            bytes.extend(frame(&LogRecord::Entry(e.clone())).map_err(io_write)?);
+            bytes.extend(frame(&LogFrameV1::entry(&e)).map_err(io_write)?);
             new.push(e);
         }
         let written = inner
@@ -289,10 +319,44 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct StoredSnapshot {
-    meta: SnapshotMeta<NodeId, BasicNode>,
+/// Writes the snapshot file (crash-safely) and returns the snapshot as kept.
+fn write_snapshot(
+    dir: &Path,
+    meta: &SnapshotMeta<NodeId, BasicNode>,
     image: MetadataImage,
+) -> std::io::Result<StoredSnapshot> {
+    let snapshot = SnapshotV1::new(meta, image);
+    let bytes = raft_format::encode_snapshot(&snapshot)?;
+    write_atomic(dir, &dir.join(SNAPSHOT_FILE), &bytes)?;
+    Ok(StoredSnapshot {
+        meta: meta.clone(),
+        image: snapshot.image,
+    })
+}
+
+/// Reads the last snapshot: `snapshot.rkyv`, else a JSON-era `snapshot.json`
+/// (rewritten as `snapshot.rkyv`, then removed).
+fn read_snapshot(dir: &Path) -> std::io::Result<Option<StoredSnapshot>> {
+    let path = dir.join(SNAPSHOT_FILE);
+    let legacy = dir.join(LEGACY_SNAPSHOT_FILE);
+    if let Some(bytes) = raft_format::read_aligned(&path)? {
+        let snapshot = raft_format::decode_snapshot(&path, &bytes)?.into_stored();
+        if legacy.exists() {
+            // A migration that stopped between writing the new file and removing
+            // the old one.
+            std::fs::remove_file(&legacy)?;
+            sync_dir(dir)?;
+        }
+        return Ok(Some(snapshot));
+    }
+    let Some(old) = read_json::<StoredSnapshot>(&legacy)? else {
+        return Ok(None);
+    };
+    tracing::info!(file = %legacy.display(), "rewriting the JSON metadata snapshot as {SNAPSHOT_FILE}, format version {}", raft_format::FORMAT_VERSION);
+    let snapshot = write_snapshot(dir, &old.meta, old.image)?;
+    std::fs::remove_file(&legacy)?;
+    sync_dir(dir)?;
+    Ok(Some(snapshot))
 }
 
 #[derive(Debug)]
@@ -318,7 +382,7 @@ impl StateMachine {
         dir: &Path,
     ) -> std::io::Result<(StateMachine, watch::Receiver<Arc<MetadataImage>>)> {
         std::fs::create_dir_all(dir)?;
-        let snapshot: Option<StoredSnapshot> = read_json(&dir.join("snapshot.json"))?;
+        let snapshot = read_snapshot(dir)?;
         let (image, last_applied, membership) = match &snapshot {
             Some(s) => (
                 s.image.clone(),
@@ -353,16 +417,13 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
             Some(l) => format!("{}-{}", l.index, inner.snapshot_seq),
             None => format!("none-{}", inner.snapshot_seq),
         };
-        let stored = StoredSnapshot {
-            meta: SnapshotMeta {
-                last_log_id: inner.last_applied,
-                last_membership: inner.membership.clone(),
-                snapshot_id,
-            },
-            image: inner.image.clone(),
+        let meta = SnapshotMeta {
+            last_log_id: inner.last_applied,
+            last_membership: inner.membership.clone(),
+            snapshot_id,
         };
-        write_json(&inner.dir, "snapshot.json", &stored)
-            .map_err(|e| StorageIOError::write_snapshot(None, &e))?;
+        let stored = write_snapshot(&inner.dir, &meta, inner.image.clone())
+            .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
         let data = serde_json::to_vec(&stored.image).map_err(io_write)?;
         let meta = stored.meta.clone();
         inner.snapshot = Some(stored);
@@ -425,11 +486,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let image: MetadataImage = serde_json::from_slice(snapshot.get_ref())
             .map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), &e))?;
         let mut inner = self.inner.lock();
-        let stored = StoredSnapshot {
-            meta: meta.clone(),
-            image: image.clone(),
-        };
-        write_json(&inner.dir, "snapshot.json", &stored)
+        let stored = write_snapshot(&inner.dir, meta, image.clone())
             .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
         inner.last_applied = meta.last_log_id;
         inner.membership = meta.last_membership.clone();
@@ -577,7 +634,7 @@ mod tests {
     fn append_now(store: &LogStore, entries: Vec<Entry<TypeConfig>>) {
         let mut inner = store.inner.lock();
         for e in entries {
-            let b = frame(&LogRecord::Entry(e.clone())).unwrap();
+            let b = frame(&LogFrameV1::entry(&e)).unwrap();
             inner.file.write_all(&b).unwrap();
             inner.entries.insert(e.log_id.index, e);
         }
@@ -595,7 +652,7 @@ mod tests {
             .append(true)
             .open(dir.path().join("log"))
             .unwrap();
-        let torn = frame(&LogRecord::Entry(entry(1, 6))).unwrap();
+        let torn = frame(&LogFrameV1::entry(&entry(1, 6))).unwrap();
         f.write_all(&torn[..torn.len() / 2]).unwrap();
         drop(f);
         let store = LogStore::open(dir.path()).unwrap();
@@ -616,5 +673,332 @@ mod tests {
             vec![3, 4]
         );
         assert_eq!(inner.last_purged.map(|l| l.index), Some(2));
+    }
+
+    /// A frame as versions before format 1 wrote it: `[len][crc32c][json]`.
+    fn legacy_frame(record: &LogRecord) -> Vec<u8> {
+        let body = serde_json::to_vec(record).unwrap();
+        let mut out = (body.len() as u32).to_le_bytes().to_vec();
+        out.extend_from_slice(&crc32c::crc32c(&body).to_le_bytes());
+        out.extend_from_slice(&body);
+        out
+    }
+
+    fn membership_entry(index: u64) -> Entry<TypeConfig> {
+        let nodes: BTreeMap<NodeId, BasicNode> = (1..=4)
+            .map(|id| (id, BasicNode::new(format!("127.0.0.1:{}", 9000 + id))))
+            .collect();
+        // A joint config, and node 4 a learner.
+        let configs = vec![
+            [1, 2].into_iter().collect(),
+            [1, 2, 3].into_iter().collect(),
+        ];
+        Entry {
+            log_id: LogId::new(CommittedLeaderId::new(2, 1), index),
+            payload: EntryPayload::Membership(openraft::Membership::new(configs, nodes)),
+        }
+    }
+
+    /// Entries of every payload kind (and a command with every field type).
+    fn varied_entries() -> Vec<Entry<TypeConfig>> {
+        let blank = Entry {
+            log_id: LogId::new(CommittedLeaderId::new(2, 1), 3),
+            payload: EntryPayload::Blank,
+        };
+        let create = Entry {
+            log_id: LogId::new(CommittedLeaderId::new(2, 1), 5),
+            payload: EntryPayload::Normal(Command::CreateTopic {
+                name: "orders".into(),
+                id: "00ff".into(),
+                internal: false,
+                configs: [("retention.ms".to_string(), "1000".to_string())].into(),
+                assignment: vec![vec![1, 2, 3], vec![2, 3, 1]],
+            }),
+        };
+        let alter = Entry {
+            log_id: LogId::new(CommittedLeaderId::new(3, 2), 6),
+            payload: EntryPayload::Normal(Command::AlterIsr {
+                broker_id: 2,
+                topic: "orders".into(),
+                partition: 1,
+                leader_epoch: rill_proto::LeaderEpoch(7),
+                new_isr: vec![2, 3],
+            }),
+        };
+        let elect = Entry {
+            log_id: LogId::new(CommittedLeaderId::new(3, 2), 7),
+            payload: EntryPayload::Normal(Command::ElectPreferred {
+                topics: Some(vec!["orders".into()]),
+            }),
+        };
+        vec![
+            entry(1, 2),
+            blank,
+            membership_entry(4),
+            create,
+            alter,
+            elect,
+        ]
+    }
+
+    /// Entries compared by their serde form (openraft's `Entry` has no `PartialEq`).
+    fn json_of(entries: &BTreeMap<u64, Entry<TypeConfig>>) -> Vec<String> {
+        entries
+            .values()
+            .map(|e| serde_json::to_string(e).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn every_payload_kind_survives_an_rkyv_frame() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LogStore::open(dir.path()).unwrap();
+        append_now(&store, varied_entries());
+        let before = json_of(&store.inner.lock().entries);
+        drop(store);
+        let store = LogStore::open(dir.path()).unwrap();
+        assert_eq!(json_of(&store.inner.lock().entries), before);
+        assert_eq!(before.len(), 6);
+        let on_disk = std::fs::read(dir.path().join("log")).unwrap();
+        assert_eq!(on_disk[..8], raft_format::log_header());
+    }
+
+    #[test]
+    fn a_json_written_log_store_opens_and_is_rewritten_in_rkyv() {
+        let dir = tempfile::tempdir().unwrap();
+        // As the JSON-era store left it: a purge record, entries of every kind, the
+        // vote and the committed id.
+        let purged = LogId::new(CommittedLeaderId::new(1, 0), 1);
+        let mut bytes = legacy_frame(&LogRecord::Purged(purged));
+        for e in varied_entries() {
+            bytes.extend(legacy_frame(&LogRecord::Entry(e)));
+        }
+        // One frame spelled out as the JSON-era code wrote it, so the serde shape
+        // read here cannot drift with openraft unnoticed.
+        let literal = br#"{"Entry":{"log_id":{"leader_id":{"term":3,"node_id":2},"index":8},"payload":{"Normal":{"SetTopicConfigs":{"name":"orders","configs":{"cleanup.policy":"compact"}}}}}}"#;
+        bytes.extend((literal.len() as u32).to_le_bytes());
+        bytes.extend(crc32c::crc32c(literal).to_le_bytes());
+        bytes.extend_from_slice(literal);
+        std::fs::write(dir.path().join("log"), &bytes).unwrap();
+        std::fs::write(
+            dir.path().join("vote.json"),
+            serde_json::to_vec(&Vote::new(3, 2)).unwrap(),
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("committed.json"),
+            serde_json::to_vec(&Some(LogId::new(CommittedLeaderId::new(3, 2), 7))).unwrap(),
+        )
+        .unwrap();
+
+        let store = LogStore::open(dir.path()).unwrap();
+        let mut expected: BTreeMap<u64, Entry<TypeConfig>> = varied_entries()
+            .into_iter()
+            .map(|e| (e.log_id.index, e))
+            .collect();
+        expected.insert(
+            8,
+            Entry {
+                log_id: LogId::new(CommittedLeaderId::new(3, 2), 8),
+                payload: EntryPayload::Normal(Command::SetTopicConfigs {
+                    name: "orders".into(),
+                    configs: [("cleanup.policy".to_string(), "compact".to_string())].into(),
+                }),
+            },
+        );
+        {
+            let inner = store.inner.lock();
+            assert_eq!(json_of(&inner.entries), json_of(&expected));
+            assert_eq!(inner.last_purged, Some(purged));
+            assert_eq!(inner.vote, Some(Vote::new(3, 2)));
+            assert_eq!(inner.committed.map(|l| l.index), Some(7));
+        }
+        // Rewritten in format version 1 at open, and read back from it.
+        let on_disk = std::fs::read(dir.path().join("log")).unwrap();
+        assert_eq!(on_disk[..8], raft_format::log_header());
+        drop(store);
+        let store = LogStore::open(dir.path()).unwrap();
+        let inner = store.inner.lock();
+        assert_eq!(json_of(&inner.entries), json_of(&expected));
+        assert_eq!(inner.last_purged, Some(purged));
+    }
+
+    #[test]
+    fn a_frame_that_fails_validation_is_an_error_naming_file_and_offset() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LogStore::open(dir.path()).unwrap();
+        append_now(&store, vec![entry(1, 1)]);
+        drop(store);
+        let path = dir.path().join("log");
+        let good_len = std::fs::read(&path).unwrap().len();
+        // A frame whose checksum matches but whose body is no LogFrameV1: an enum
+        // tag out of range.
+        let body = [0xffu8; 16];
+        let mut f = OpenOptions::new().append(true).open(&path).unwrap();
+        f.write_all(&(body.len() as u32).to_le_bytes()).unwrap();
+        f.write_all(&crc32c::crc32c(&body).to_le_bytes()).unwrap();
+        f.write_all(&body).unwrap();
+        drop(f);
+        let err = LogStore::open(dir.path()).unwrap_err().to_string();
+        assert!(err.contains(&path.display().to_string()), "{err}");
+        assert!(err.contains(&format!("at byte {good_len}")), "{err}");
+        assert!(err.contains("fails validation"), "{err}");
+        // Nothing was cut: the file is as it was.
+        assert_eq!(std::fs::read(&path).unwrap().len(), good_len + 8 + 16);
+    }
+
+    #[test]
+    fn a_log_of_another_format_version_is_refused_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut header = raft_format::log_header();
+        header[4..6].copy_from_slice(&2u16.to_le_bytes());
+        std::fs::write(dir.path().join("log"), header).unwrap();
+        let err = LogStore::open(dir.path()).unwrap_err().to_string();
+        assert!(err.contains("format version 2"), "{err}");
+        assert!(err.contains("reads version 1"), "{err}");
+    }
+
+    fn image_with_topics(n: usize) -> MetadataImage {
+        let mut image = MetadataImage::default();
+        image.apply(&Command::SetClusterId {
+            cluster_id: "c1".into(),
+        });
+        for id in 1..=3 {
+            image.apply(&Command::RegisterBroker {
+                id,
+                addr: format!("127.0.0.1:{}", 9000 + id),
+            });
+        }
+        for t in 0..n {
+            image.apply(&Command::CreateTopic {
+                name: format!("t{t}"),
+                id: format!("{t:032x}"),
+                internal: t == 0,
+                configs: [("min.insync.replicas".to_string(), "2".to_string())].into(),
+                assignment: vec![vec![1, 2, 3], vec![2, 3, 1], vec![3, 1, 2]],
+            });
+        }
+        image.apply(&Command::FenceBroker { id: 3 });
+        image.apply(&Command::AllocateProducerId);
+        image
+    }
+
+    fn snapshot_meta() -> SnapshotMeta<NodeId, BasicNode> {
+        let m = membership_entry(4);
+        let EntryPayload::Membership(membership) = m.payload else {
+            unreachable!()
+        };
+        SnapshotMeta {
+            last_log_id: Some(LogId::new(CommittedLeaderId::new(3, 2), 40)),
+            last_membership: StoredMembership::new(Some(m.log_id), membership),
+            snapshot_id: "40-1".into(),
+        }
+    }
+
+    #[test]
+    fn a_json_snapshot_opens_and_is_replaced_by_an_rkyv_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let old = StoredSnapshot {
+            meta: snapshot_meta(),
+            image: image_with_topics(5),
+        };
+        std::fs::write(
+            dir.path().join(LEGACY_SNAPSHOT_FILE),
+            serde_json::to_vec(&old).unwrap(),
+        )
+        .unwrap();
+        for _ in 0..2 {
+            let (sm, rx) = StateMachine::open(dir.path()).unwrap();
+            let inner = sm.inner.lock();
+            assert_eq!(inner.image, old.image);
+            assert_eq!(**rx.borrow(), old.image);
+            assert_eq!(inner.last_applied, old.meta.last_log_id);
+            assert_eq!(inner.membership, old.meta.last_membership);
+            let kept = inner.snapshot.as_ref().unwrap();
+            assert_eq!(kept.meta, old.meta);
+            assert!(!dir.path().join(LEGACY_SNAPSHOT_FILE).exists());
+            let bytes = std::fs::read(dir.path().join(SNAPSHOT_FILE)).unwrap();
+            assert_eq!(bytes[..4], raft_format::SNAPSHOT_MAGIC);
+        }
+    }
+
+    #[test]
+    fn a_damaged_snapshot_is_an_error_not_a_panic() {
+        let dir = tempfile::tempdir().unwrap();
+        write_snapshot(dir.path(), &snapshot_meta(), image_with_topics(3)).unwrap();
+        let path = dir.path().join(SNAPSHOT_FILE);
+        let good = std::fs::read(&path).unwrap();
+        let open_err = |bytes: &[u8]| {
+            std::fs::write(&path, bytes).unwrap();
+            StateMachine::open(dir.path()).unwrap_err().to_string()
+        };
+        // A flipped bit in the body: the checksum.
+        let mut flipped = good.clone();
+        let at = flipped.len() - 40;
+        flipped[at] ^= 1;
+        let err = open_err(&flipped);
+        assert!(err.contains("crc32c does not match"), "{err}");
+        assert!(err.contains(&path.display().to_string()), "{err}");
+        // A checksum that matches bytes that are no snapshot: validation.
+        let mut garbage = good[..raft_format::SNAPSHOT_HEADER_LEN].to_vec();
+        let body = vec![0xffu8; good.len() - raft_format::SNAPSHOT_HEADER_LEN];
+        garbage[8..12].copy_from_slice(&crc32c::crc32c(&body).to_le_bytes());
+        garbage.extend_from_slice(&body);
+        let err = open_err(&garbage);
+        assert!(err.contains("fails validation"), "{err}");
+        assert!(err.contains("at byte 16"), "{err}");
+        // Cut short, and another version.
+        let err = open_err(&good[..good.len() - 1]);
+        assert!(err.contains("where the header says"), "{err}");
+        let mut newer = good.clone();
+        newer[4..6].copy_from_slice(&9u16.to_le_bytes());
+        let err = open_err(&newer);
+        assert!(err.contains("format version 9"), "{err}");
+        // And the good one still opens.
+        std::fs::write(&path, &good).unwrap();
+        let (sm, _) = StateMachine::open(dir.path()).unwrap();
+        assert_eq!(sm.inner.lock().image, image_with_topics(3));
+    }
+
+    #[tokio::test]
+    async fn a_built_snapshot_reopens_and_a_json_one_from_a_leader_installs() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut sm, _rx) = StateMachine::open(dir.path()).unwrap();
+        let register = (1..=3).map(|id| Entry {
+            log_id: LogId::new(CommittedLeaderId::new(1, 0), id as u64 - 1),
+            payload: EntryPayload::Normal(Command::RegisterBroker {
+                id,
+                addr: format!("127.0.0.1:{}", 9000 + id),
+            }),
+        });
+        let mut entries: Vec<Entry<TypeConfig>> = register.collect();
+        entries.extend(varied_entries().into_iter().skip(1));
+        sm.apply(entries).await.unwrap();
+        let built = sm.build_snapshot().await.unwrap();
+        let image = sm.inner.lock().image.clone();
+        assert_eq!(image.topics["orders"].partitions.len(), 2);
+        // What a follower receives (the Raft RPC) is still the JSON image.
+        let sent: MetadataImage = serde_json::from_slice(built.snapshot.get_ref()).unwrap();
+        assert_eq!(sent, image);
+
+        let (mut reopened, rx) = StateMachine::open(dir.path()).unwrap();
+        assert_eq!(**rx.borrow(), image);
+        let (applied, membership) = reopened.applied_state().await.unwrap();
+        assert_eq!(applied, built.meta.last_log_id);
+        assert_eq!(membership, built.meta.last_membership);
+
+        // A follower installs the snapshot a leader sends, and keeps it as rkyv.
+        let other = tempfile::tempdir().unwrap();
+        let (mut follower, rx) = StateMachine::open(other.path()).unwrap();
+        follower
+            .install_snapshot(&built.meta, built.snapshot)
+            .await
+            .unwrap();
+        assert_eq!(**rx.borrow(), image);
+        let (_, rx) = StateMachine::open(other.path()).unwrap();
+        assert_eq!(**rx.borrow(), image);
+        assert!(other.path().join(SNAPSHOT_FILE).exists());
+        let current = reopened.get_current_snapshot().await.unwrap().unwrap();
+        assert_eq!(current.meta, built.meta);
     }
 }
