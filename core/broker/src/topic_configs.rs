@@ -119,6 +119,18 @@ pub struct TopicDefaults {
     pub tiering_available: bool,
 }
 
+#[cfg(test)]
+impl TopicDefaults {
+    /// Kafka's defaults, no object store: what unit tests start from.
+    pub fn kafka() -> TopicDefaults {
+        TopicDefaults {
+            log: LogConfig::default(),
+            replica_lag_time_max_ms: 10_000,
+            tiering_available: false,
+        }
+    }
+}
+
 /// Replication settings of a topic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReplicationSettings {
@@ -289,11 +301,7 @@ mod tests {
     use super::*;
 
     fn defaults() -> TopicDefaults {
-        TopicDefaults {
-            log: LogConfig::default(),
-            replica_lag_time_max_ms: 10_000,
-            tiering_available: false,
-        }
+        TopicDefaults::kafka()
     }
 
     fn overrides(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {

@@ -120,14 +120,9 @@ pub fn validate_delete(name: &str, image: &MetadataImage) -> Result<(), ErrorInf
 mod tests {
     use super::*;
     use crate::cluster::image::BrokerRecord;
-    use rill_log::LogConfig;
 
     fn defaults() -> TopicDefaults {
-        TopicDefaults {
-            log: LogConfig::default(),
-            replica_lag_time_max_ms: 10_000,
-            tiering_available: false,
-        }
+        TopicDefaults::kafka()
     }
 
     /// An image with brokers 0..n (broker `fenced` fenced) and topic "t".
