@@ -202,7 +202,7 @@ impl Broker {
             let s = state.clone();
             let image = state.cluster.image();
             let failed = tokio::task::spawn_blocking(move || {
-                cluster::reconcile::apply_image(&s, &image, true)
+                cluster::reconcile::apply_image(&s, &image, None, true)
             })
             .await
             .map_err(|e| BrokerError::Task(e.to_string()))?;
