@@ -122,6 +122,23 @@ wait_for() { # description, timeout s, condition (evaluated at each poll)
     done
 }
 
+# One topic; retried (up to 5 times, 1 s apart) when the controller moved
+# during the request (NOT_CONTROLLER with no new controller yet); a retry that
+# finds the topic created counts as success. Retries are counted in the log.
+create_topic() {
+    local out
+    for _ in 1 2 3 4 5; do
+        if out=$("$RILL" topic create "$1" --partitions "$PARTITIONS" --replication-factor 3 \
+            --bootstrap "$BOOTSTRAP" 2>&1); then return 0; fi
+        [[ $out == *TOPIC_ALREADY_EXISTS* || $out == *"already exists"* ]] && return 0
+        echo "retrying $1: $out" >&2
+        sleep 1
+    done
+    echo "giving up on $1: $out" >&2
+    return 1
+}
+export -f create_topic
+
 echo "rill: $RILL; $TOPICS topics x $PARTITIONS partitions, RF 3, $PARALLEL parallel creates"
 echo "ulimit -n $(ulimit -n), -Hn $(ulimit -Hn); $(nproc) cores"
 rm -rf "$WORK"
@@ -137,8 +154,8 @@ resources before
 
 # --- create -------------------------------------------------------------------
 t0=$(now)
-seq 0 $((TOPICS - 1)) | xargs -P "$PARALLEL" -I{} "$RILL" topic create "scale-{}" \
-    --partitions "$PARTITIONS" --replication-factor 3 --bootstrap "$(addr 0)" >/dev/null
+export RILL PARTITIONS BOOTSTRAP="$(addr 0),$(addr 1),$(addr 2)"
+seq 0 $((TOPICS - 1)) | xargs -P "$PARALLEL" -I{} bash -c 'create_topic "scale-{}"' >/dev/null
 result create.cli_done_s "$(since "$t0")"
 for i in 0 1 2; do
     wait_for "broker $i to list every partition" 600 'test "$(complete_partitions "$i")" -ge "$TOTAL"'
@@ -163,7 +180,7 @@ t0=$(now)
 kill -TERM "${PIDS[$victim]}"
 wait "${PIDS[$victim]}" || true
 result restart.shutdown_s "$(since "$t0")"
-: >"$WORK/broker-$victim.log"
+mv "$WORK/broker-$victim.log" "$WORK/broker-$victim.log.1"
 t0=$(now)
 start_broker "$victim"
 wait_for "restarted broker to answer" 120 'test "$(alive_brokers "$victim")" -ge 1'
@@ -193,7 +210,7 @@ wait_for "new leaders for the killed broker's partitions" 120 'test "$(led_by "$
 result failover.partitions_moved_s "$(since "$t0")"
 
 # --- restart after SIGKILL --------------------------------------------------------
-: >"$WORK/broker-$ctl.log"
+mv "$WORK/broker-$ctl.log" "$WORK/broker-$ctl.log.2"
 t0=$(now)
 start_broker "$ctl"
 wait_for "killed broker to answer" 120 'test "$(alive_brokers "$ctl")" -ge 1'
