@@ -319,15 +319,8 @@ mod tests {
     fn alter_returns_the_new_overrides_or_names_the_bad_one() {
         let mut image = image(1, None);
         let set = |k: &str, v: &str| vec![(k.to_string(), v.to_string())];
-        let overrides = validate_alter(
-            "t",
-            &set("retention.ms", "100"),
-            &[],
-            &image,
-            &defaults(),
-            None,
-        )
-        .unwrap();
+        let overrides =
+            validate_alter("t", &set("retention.ms", "100"), &[], &image, &defaults()).unwrap();
         assert_eq!(
             overrides.get("retention.ms").map(String::as_str),
             Some("100")
@@ -336,15 +329,8 @@ mod tests {
             name: "t".into(),
             configs: overrides,
         });
-        let after = validate_alter(
-            "t",
-            &[],
-            &["retention.ms".into()],
-            &image,
-            &defaults(),
-            None,
-        )
-        .unwrap();
+        let after =
+            validate_alter("t", &[], &["retention.ms".into()], &image, &defaults()).unwrap();
         assert!(after.is_empty());
         let e =
             validate_alter("t", &[], &["retention.mss".into()], &image, &defaults()).unwrap_err();
