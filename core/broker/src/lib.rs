@@ -40,6 +40,7 @@ pub mod group;
 pub mod handlers;
 pub mod metadata;
 pub mod metrics;
+pub mod open_files;
 pub mod partition;
 pub mod replica;
 mod router;
@@ -91,6 +92,7 @@ impl Broker {
     /// background tasks. Must be called inside a Tokio runtime.
     pub async fn start(config: BrokerConfig) -> Result<BrokerHandle, BrokerError> {
         config.validate()?;
+        let open_files = open_files::raise();
         if let Some(addr) = config.metrics {
             // Before the partitions register their gauges.
             metrics::install(addr)?;
@@ -192,6 +194,7 @@ impl Broker {
             connections: AtomicUsize::new(0),
             tier: tier.clone(),
             groups: Arc::new(groups),
+            open_files,
             config,
         });
         // A single broker opens its partitions before it serves (a log that cannot
@@ -202,7 +205,7 @@ impl Broker {
             let s = state.clone();
             let image = state.cluster.image();
             let failed = tokio::task::spawn_blocking(move || {
-                cluster::reconcile::apply_image(&s, &image, true)
+                cluster::reconcile::apply_image(&s, &image, None, true)
             })
             .await
             .map_err(|e| BrokerError::Task(e.to_string()))?;

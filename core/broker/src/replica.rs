@@ -204,7 +204,10 @@ impl ReplicaState {
     /// The ISR the leader should ask the quorum for, or `None` to keep it:
     /// followers in the ISR that have not caught up within `lag_max` leave;
     /// replicas out of it whose log end reached the high watermark (and the
-    /// leader epoch's start, `epoch_start`) join. `became_leader_at` is when this
+    /// leader epoch's start, `epoch_start`) join if they caught up within
+    /// `lag_max` (a dead follower of an idle partition stays at the high
+    /// watermark: without that bound its leader asked, every check, for every
+    /// such partition, to take it back, and the controller refused each). `became_leader_at` is when this
     /// broker took the current epoch (a follower is not dropped for lag it
     /// could not make up yet).
     pub fn isr_change(
@@ -227,7 +230,9 @@ impl ReplicaState {
                 now.saturating_duration_since(since) <= lag_max
             } else {
                 f.is_some_and(|f| {
-                    f.log_end_offset >= self.high_watermark && f.log_end_offset >= epoch_start
+                    f.log_end_offset >= self.high_watermark
+                        && f.log_end_offset >= epoch_start
+                        && now.saturating_duration_since(f.caught_up_at) <= lag_max
                 })
             };
             if keep {
@@ -320,6 +325,10 @@ mod tests {
         assert_eq!(s.isr_change(Offset(0), t0, lag, at), Some(vec![0, 1, 2]));
         // ... but not before the leader's epoch start.
         assert_eq!(s.isr_change(Offset(12), t0, lag, at), None);
+        // ... and not once it has not caught up for longer than the lag (it
+        // stopped fetching: an idle partition's dead follower stays at the
+        // high watermark).
+        assert_eq!(s.isr_change(Offset(0), t0, lag, at + ms(1001)), None);
         // A follower never heard from in this epoch is given the lag from the
         // moment of the election.
         let s = leading(&[0, 1], &[0, 1], &[], 0);

@@ -34,4 +34,6 @@ pub struct BrokerState {
     pub tier: Option<Arc<crate::tier::Tier>>,
     /// The group coordinator.
     pub groups: Arc<GroupService>,
+    /// The open-file limit after start raised it (it bounds the partitions).
+    pub open_files: crate::open_files::OpenFileLimit,
 }

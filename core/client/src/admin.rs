@@ -169,6 +169,42 @@ impl Admin {
         })
     }
 
+    /// Every topic (internal ones included), sorted by name, each as
+    /// [`Admin::describe_topic`] shows it: one metadata request and one
+    /// DescribeConfigs request for all of them, however many topics there are.
+    pub async fn describe_topics(&self) -> Result<Vec<TopicDescription>, ClientError> {
+        let resp = self.client.metadata(None).await?;
+        let mut topics: Vec<_> = resp
+            .topics
+            .into_iter()
+            .filter(|t| t.error.is_none())
+            .collect();
+        topics.sort_by(|a, b| a.name.cmp(&b.name));
+        let req = DescribeConfigsRequest {
+            topics: topics.iter().map(|t| t.name.clone()).collect(),
+        };
+        let (configs, _) = self.client.call(None, &req, &[]).await?;
+        let mut configs: std::collections::HashMap<String, Vec<ConfigEntry>> = configs
+            .topics
+            .into_iter()
+            .filter(|t| t.error.is_none())
+            .map(|t| (t.name, t.configs))
+            .collect();
+        Ok(topics
+            .into_iter()
+            .map(|t| {
+                let mut partitions = t.partitions;
+                partitions.sort_by_key(|p| p.partition);
+                TopicDescription {
+                    configs: configs.remove(&t.name).unwrap_or_default(),
+                    name: t.name,
+                    replication_factor: partitions.first().map_or(0, |p| p.replicas.len()),
+                    partitions,
+                }
+            })
+            .collect())
+    }
+
     /// A topic's configs, defaults included (marked `is_default`).
     pub async fn describe_configs(&self, name: &str) -> Result<Vec<ConfigEntry>, ClientError> {
         let req = DescribeConfigsRequest {

@@ -2,7 +2,10 @@
 //!
 //! Both keep every entry in memory (a `Vec`, binary-searched) and append new entries
 //! to their file on `write_pending` (called on flush, roll and close); they are
-//! rebuildable from the segment, so they are not fsynced per write.
+//! rebuildable from the segment, so they are not fsynced per write. The file is
+//! open only while it is written or fsynced, never in between: a broker hosting
+//! ten thousand partitions would otherwise hold two idle descriptors for each of
+//! them beside the segment's own (reads never touch the file).
 //!
 //! On-disk format, version 0 (Kafka's layout, no file header), big-endian:
 //!
@@ -101,7 +104,9 @@ pub struct SparseIndex<E: IndexEntry> {
     entries: Vec<E>,
     /// Entries already in the file.
     written: usize,
-    file: Option<File>,
+    /// The file was written since it was loaded, released or renamed, so it
+    /// holds exactly `written` entries. (No handle is kept; see the module doc.)
+    file_current: bool,
 }
 
 // Debug shows the size, not every entry (a segment may hold millions).
@@ -126,7 +131,7 @@ impl<E: IndexEntry> SparseIndex<E> {
             path,
             entries: Vec::new(),
             written: 0,
-            file: None,
+            file_current: false,
         }
     }
 
@@ -185,7 +190,7 @@ impl<E: IndexEntry> SparseIndex<E> {
             path,
             entries,
             written,
-            file: None,
+            file_current: false,
         }))
     }
 
@@ -239,68 +244,83 @@ impl<E: IndexEntry> SparseIndex<E> {
         self.entries.truncate(keep);
         if self.written > keep {
             self.written = keep;
-            if let Some(f) = &self.file {
+            if self.file_current {
                 // Best effort: the index is rebuilt on open if this does not stick.
-                let _ = f.set_len((keep * E::SIZE) as u64);
+                let _ = self.open().and_then(|f| {
+                    f.set_len((keep * E::SIZE) as u64).map_err(io_context(|| {
+                        format!("truncating index {}", self.path.display())
+                    }))
+                });
             }
         }
     }
 
-    fn file(&mut self) -> Result<&File, LogError> {
-        if self.file.is_none() {
-            let f = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .open(&self.path)
-                .map_err(io_context(|| {
-                    format!("opening index {}", self.path.display())
-                }))?;
-            self.file = Some(f);
-        }
-        Ok(self.file.as_ref().expect("just opened"))
+    /// Opens (creating) the file; the handle is dropped by the caller.
+    fn open(&self) -> Result<File, LogError> {
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&self.path)
+            .map_err(io_context(|| {
+                format!("opening index {}", self.path.display())
+            }))
     }
 
-    /// Appends the entries not yet in the file.
+    /// Appends the entries not yet in the file (creating it), then closes it.
     pub fn write_pending(&mut self) -> Result<(), LogError> {
-        if self.written == self.entries.len() && self.file.is_some() {
+        if self.written == self.entries.len() && self.file_current {
             return Ok(());
         }
+        self.write_to_file()?;
+        Ok(())
+    }
+
+    /// Writes the pending entries into the open file and returns it.
+    fn write_to_file(&mut self) -> Result<File, LogError> {
         let mut buf = Vec::with_capacity((self.entries.len() - self.written) * E::SIZE);
         for e in &self.entries[self.written..] {
             e.encode(&mut buf);
         }
         let at = (self.written * E::SIZE) as u64;
-        let path = self.path.clone();
-        let f = self.file()?;
+        let f = self.open()?;
         f.set_len(at).map_err(io_context(|| {
-            format!("truncating index {}", path.display())
+            format!("truncating index {}", self.path.display())
         }))?;
-        f.write_all_at(&buf, at)
-            .map_err(io_context(|| format!("writing index {}", path.display())))?;
+        f.write_all_at(&buf, at).map_err(io_context(|| {
+            format!("writing index {}", self.path.display())
+        }))?;
         self.written = self.entries.len();
-        Ok(())
+        self.file_current = true;
+        Ok(f)
     }
 
-    /// Writes pending entries and fsyncs the file.
+    /// Writes pending entries and fsyncs the file, then closes it. With
+    /// nothing to write the file is only fsynced (a rewrite would dirty the
+    /// inode, and closing ten thousand logs would wait for as many journal
+    /// commits).
     pub fn sync(&mut self) -> Result<(), LogError> {
-        self.write_pending()?;
-        let path = self.path.clone();
-        self.file()?
-            .sync_data()
-            .map_err(io_context(|| format!("fsyncing index {}", path.display())))
+        let f = if self.written == self.entries.len() && self.file_current {
+            self.open()?
+        } else {
+            self.write_to_file()?
+        };
+        f.sync_data().map_err(io_context(|| {
+            format!("fsyncing index {}", self.path.display())
+        }))
     }
 
     /// Renames the file (used when a cleaned segment replaces the old one).
     pub fn set_path(&mut self, path: PathBuf) {
         self.path = path;
-        self.file = None;
+        self.file_current = false;
     }
 
-    /// Closes the file handle (a later write reopens it).
+    /// Forgets that the file is current: the next `write_pending` rewrites its
+    /// tail (and creates it if it went missing). No handle is held either way.
     pub fn release(&mut self) {
-        self.file = None;
+        self.file_current = false;
     }
 }
 
@@ -403,5 +423,40 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(back.entries().len(), 5);
+    }
+
+    /// Descriptors of this process open on `path` (Linux: /proc/self/fd).
+    fn open_fds_on(path: &Path) -> usize {
+        std::fs::read_dir("/proc/self/fd")
+            .unwrap()
+            .flatten()
+            .filter(|e| std::fs::read_link(e.path()).is_ok_and(|t| t == path))
+            .count()
+    }
+
+    #[test]
+    fn no_descriptor_is_held_between_writes() {
+        let d = tempfile::tempdir().unwrap();
+        let mut i = idx(d.path());
+        i.write_pending().unwrap();
+        let path = d.path().join("0.index").canonicalize().unwrap();
+        assert_eq!(open_fds_on(&path), 0, "write_pending keeps the file open");
+        i.push(OffsetEntry {
+            relative_offset: 100,
+            position: 10_000,
+        });
+        i.sync().unwrap();
+        assert_eq!(open_fds_on(&path), 0, "sync keeps the file open");
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 11 * 8);
+        // Released (as a sealed segment's indexes are): a later write reopens
+        // the file for the write only.
+        i.release();
+        i.push(OffsetEntry {
+            relative_offset: 110,
+            position: 11_000,
+        });
+        i.write_pending().unwrap();
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 12 * 8);
+        assert_eq!(open_fds_on(&path), 0);
     }
 }

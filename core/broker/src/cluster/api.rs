@@ -53,6 +53,7 @@ pub async fn create_topic(
         id.clone(),
         &state.cluster.image(),
         state.registry.defaults(),
+        state.open_files.partitions_max(),
     )?;
     if validate_only {
         return Ok(());

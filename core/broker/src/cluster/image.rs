@@ -185,12 +185,39 @@ pub enum Command {
         leader_epoch: LeaderEpoch,
         new_isr: Vec<i32>,
     },
+    /// Several `AlterIsr` of one leader in one entry, each applied (or
+    /// refused) alone: a broker back from a restart rejoins thousands of ISRs,
+    /// and one entry per partition cost a quorum append and an image each.
+    AlterIsrBatch {
+        broker_id: i32,
+        changes: Vec<IsrChange>,
+    },
     /// Moves leadership back to the preferred replica where it is in the ISR.
     ElectPreferred {
         topics: Option<Vec<String>>,
     },
     /// Hands out the next producer id.
     AllocateProducerId,
+}
+
+/// One partition's ISR change in an [`Command::AlterIsrBatch`].
+#[derive(
+    Debug,
+    Clone,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    rkyv::Archive,
+    rkyv::Serialize,
+    rkyv::Deserialize,
+)]
+pub struct IsrChange {
+    pub topic: String,
+    pub partition: u32,
+    #[rkyv(with = super::raft_format::LeaderEpochV1)]
+    pub leader_epoch: LeaderEpoch,
+    pub new_isr: Vec<i32>,
 }
 
 /// What applying a command did.
@@ -457,6 +484,33 @@ impl MetadataImage {
                 p.isr = isr;
                 Outcome::Done
             }
+            Command::AlterIsrBatch { broker_id, changes } => {
+                let mut refusals = 0;
+                let mut first = None;
+                for c in changes {
+                    let outcome = self.apply(&Command::AlterIsr {
+                        broker_id: *broker_id,
+                        topic: c.topic.clone(),
+                        partition: c.partition,
+                        leader_epoch: c.leader_epoch,
+                        new_isr: c.new_isr.clone(),
+                    });
+                    if let Outcome::Refused { code, message } = outcome {
+                        refusals += 1;
+                        first.get_or_insert((code, message));
+                    }
+                }
+                match first {
+                    None => Outcome::Done,
+                    Some((code, message)) => refused(
+                        code,
+                        format!(
+                            "{refusals} of {} ISR changes refused (the others applied); the first: {message}",
+                            changes.len()
+                        ),
+                    ),
+                }
+            }
             Command::ElectPreferred { topics } => {
                 let alive: Vec<i32> = self.live_brokers();
                 let mut moved = Vec::new();
@@ -596,6 +650,43 @@ mod tests {
         m.apply(&Command::FenceBroker { id: 0 });
         let p = &m.topics["u"].partitions[0];
         assert_eq!((p.leader, p.isr.clone()), (Some(1), vec![1]));
+    }
+
+    #[test]
+    fn an_isr_batch_applies_each_change_alone() {
+        let mut m = three();
+        create(&mut m, "t", 3, &[]);
+        create(&mut m, "u", 3, &[]);
+        let change = |topic: &str, epoch: i32, new_isr: Vec<i32>| IsrChange {
+            topic: topic.into(),
+            partition: 0,
+            leader_epoch: LeaderEpoch(epoch),
+            new_isr,
+        };
+        let leader_u = m.topics["u"].partitions[0].leader.unwrap();
+        let leader_t = m.topics["t"].partitions[0].leader.unwrap();
+        let out = m.apply(&Command::AlterIsrBatch {
+            broker_id: leader_t,
+            changes: vec![
+                change("t", 7, vec![leader_t]),
+                change("t", 0, vec![leader_t]),
+            ],
+        });
+        match out {
+            Outcome::Refused { code, message } => {
+                assert_eq!(code, ErrorCode::FencedLeaderEpoch);
+                assert!(message.starts_with("1 of 2"), "{message}");
+            }
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+        // The valid change applied; the other topic is untouched.
+        assert_eq!(m.topics["t"].partitions[0].isr, vec![leader_t]);
+        assert_eq!(m.topics["u"].partitions[0].isr.len(), 3);
+        let all_ok = m.apply(&Command::AlterIsrBatch {
+            broker_id: leader_u,
+            changes: vec![change("u", 0, vec![leader_u])],
+        });
+        assert_eq!(all_ok, Outcome::Done);
     }
 
     #[test]

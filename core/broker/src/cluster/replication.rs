@@ -11,6 +11,7 @@
 
 use crate::partition::Partition;
 use crate::state::BrokerState;
+use futures::StreamExt;
 use parking_lot::Mutex;
 use rill_proto::types::now_ms;
 use rill_proto::wire::*;
@@ -31,6 +32,8 @@ pub const REPLICA_RETRY_BACKOFF: Duration = Duration::from_millis(100);
 pub const TRUNCATIONS_IN_FLIGHT_MAX: usize = 64;
 /// How often a leader checks its partitions' ISR.
 pub const ISR_CHECK_INTERVAL: Duration = Duration::from_millis(200);
+/// Most ISR changes one quorum entry carries ([`super::image::Command::AlterIsrBatch`]).
+pub const ISR_CHANGES_PER_PROPOSAL_MAX: usize = 1024;
 
 /// The topic's replication settings (min.insync.replicas, replica.lag.time.max.ms,
 /// ...), as its committed configs give them; the broker's defaults for a topic
@@ -53,7 +56,9 @@ pub fn topic_replication_settings(
 }
 
 /// On a leader, every [`ISR_CHECK_INTERVAL`]: proposes ISR changes for the
-/// partitions it leads.
+/// partitions it leads, up to [`ISR_CHANGES_PER_PROPOSAL_MAX`] in one quorum
+/// entry (one entry per partition, a broker back from a restart waited for
+/// thousands of quorum appends in a row before it was in every ISR again).
 pub async fn isr_loop(state: Arc<BrokerState>) {
     let mut leading_since: BTreeMap<(String, u32, LeaderEpoch), Instant> = BTreeMap::new();
     let mut timer = tokio::time::interval(ISR_CHECK_INTERVAL);
@@ -65,6 +70,7 @@ pub async fn isr_loop(state: Arc<BrokerState>) {
         }
         let now = Instant::now();
         let mut live = BTreeMap::new();
+        let mut changes = Vec::new();
         for p in state.registry.partitions() {
             // One consistent view: the epoch, ISR, followers and watermark together.
             let replica = p.replica_state();
@@ -86,18 +92,32 @@ pub async fn isr_loop(state: Arc<BrokerState>) {
                 continue;
             };
             tracing::info!(partition = %format!("{}-{}", p.topic(), p.index()), old = ?replica.isr(), new = ?new_isr, "asking the controller to change the ISR");
-            let command = super::image::Command::AlterIsr {
-                broker_id: state.config.id,
+            changes.push(super::image::IsrChange {
                 topic: p.topic().to_string(),
                 partition: p.index(),
                 leader_epoch: replica.leader_epoch(),
                 new_isr,
-            };
-            if let Err(e) = state.cluster.propose(command).await {
-                tracing::debug!(error = %e, "ISR change not committed");
-            }
+            });
         }
         leading_since = live;
+        for chunk in changes.chunks(ISR_CHANGES_PER_PROPOSAL_MAX) {
+            let command = super::image::Command::AlterIsrBatch {
+                broker_id: state.config.id,
+                changes: chunk.to_vec(),
+            };
+            // Shutdown does not wait for the quorum (which may be gone already).
+            let result = tokio::select! {
+                _ = state.shutdown.cancelled() => return,
+                result = state.cluster.propose(command) => result,
+            };
+            match result {
+                Ok(super::image::Outcome::Refused { message, .. }) => {
+                    tracing::debug!(%message, "ISR changes refused")
+                }
+                Ok(_) => {}
+                Err(e) => tracing::debug!(error = %e, "ISR changes not committed"),
+            }
+        }
     }
 }
 
@@ -281,7 +301,6 @@ impl ReplicaFetcher {
         partitions: Vec<FetchEntry>,
         stop: &CancellationToken,
     ) {
-        use futures::StreamExt;
         let timeout = REPLICA_FETCH_WAIT + Duration::from_secs(2);
         let work = futures::stream::iter(partitions)
             .map(|(key, p, epoch)| async move {

@@ -22,11 +22,15 @@ fn unknown_topic(name: &str) -> ErrorInfo {
 
 /// Checks a new topic against the image and returns the command that creates
 /// it, with its replicas spread over the live brokers, under topic id `id`.
+/// `partitions_max`: the partitions the cluster may hold under this broker's
+/// open-file limit ([`crate::open_files`]; every broker keeps a log, with a file
+/// open, for every partition), `None` when unlimited.
 pub fn validate_create(
     spec: &TopicSpec,
     id: String,
     image: &MetadataImage,
     defaults: &TopicDefaults,
+    partitions_max: Option<u64>,
 ) -> Result<Command, ErrorInfo> {
     validate_topic_name(&spec.name, spec.internal)?;
     if spec.partitions == 0 || spec.partitions > PARTITIONS_PER_TOPIC_MAX {
@@ -51,6 +55,29 @@ pub fn validate_create(
         return Err(ErrorInfo::new(
             ErrorCode::TopicAlreadyExists,
             format!("topic {:?} already exists", spec.name),
+        ));
+    }
+    let held: u64 = image
+        .topics
+        .values()
+        .map(|t| t.partitions.len() as u64)
+        .sum();
+    if let Some(max) = partitions_max
+        && held + u64::from(spec.partitions) > max
+    {
+        return Err(ErrorInfo::new(
+            ErrorCode::PolicyViolation,
+            format!(
+                "topic {}: the cluster holds {held} partitions and {} more would pass the {max} \
+                 that the broker's open-file limit allows (RLIMIT_NOFILE {} less {} reserved; \
+                 every broker keeps a log with a file open for every partition): raise the \
+                 limit on every broker (ulimit -n, or LimitNOFILE= under systemd) or delete topics",
+                spec.name,
+                spec.partitions,
+                max * crate::open_files::DESCRIPTORS_PER_PARTITION
+                    + crate::open_files::DESCRIPTORS_RESERVED,
+                crate::open_files::DESCRIPTORS_RESERVED,
+            ),
         ));
     }
     let assignment = assign_replicas(
@@ -138,8 +165,14 @@ mod tests {
                 },
             );
         }
-        let create =
-            validate_create(&spec("t", 2, 1, &[]), "id-t".into(), &image, &defaults()).unwrap();
+        let create = validate_create(
+            &spec("t", 2, 1, &[]),
+            "id-t".into(),
+            &image,
+            &defaults(),
+            None,
+        )
+        .unwrap();
         image.apply(&create);
         image
     }
@@ -158,7 +191,32 @@ mod tests {
     }
 
     fn create_error(s: TopicSpec, image: &MetadataImage) -> ErrorInfo {
-        validate_create(&s, "id".into(), image, &defaults()).unwrap_err()
+        validate_create(&s, "id".into(), image, &defaults(), None).unwrap_err()
+    }
+
+    #[test]
+    fn create_past_the_open_file_limit_is_refused_naming_it() {
+        // The image holds topic "t" with 2 partitions.
+        let image = image(3, None);
+        let ok = validate_create(
+            &spec("u", 8, 3, &[]),
+            "id-u".into(),
+            &image,
+            &defaults(),
+            Some(10),
+        );
+        assert!(ok.is_ok(), "{ok:?}");
+        let e = validate_create(
+            &spec("u", 9, 3, &[]),
+            "id-u".into(),
+            &image,
+            &defaults(),
+            Some(10),
+        )
+        .unwrap_err();
+        assert_eq!(e.code, ErrorCode::PolicyViolation);
+        assert!(e.message.contains("RLIMIT_NOFILE"), "{}", e.message);
+        assert!(e.message.contains("holds 2 partitions"), "{}", e.message);
     }
 
     #[test]
@@ -174,6 +232,7 @@ mod tests {
             "id-u".into(),
             &image,
             &defaults(),
+            None,
         )
         .unwrap()
         else {
@@ -248,7 +307,7 @@ mod tests {
         // An internal topic may use the reserved prefix.
         let mut internal = spec("__consumer_offsets", 1, 2, &[]);
         internal.internal = true;
-        validate_create(&internal, "i".into(), &image, &defaults()).unwrap();
+        validate_create(&internal, "i".into(), &image, &defaults(), None).unwrap();
     }
 
     #[test]

@@ -25,8 +25,9 @@ pub enum TopicCommand {
     Create(CreateArgs),
     /// List topic names, one per line.
     List(ListArgs),
-    /// Describe a topic: partitions, leaders, replicas, non-default configs.
-    Describe(NameArgs),
+    /// Describe a topic: partitions, leaders, replicas, non-default configs
+    /// (every topic when no name is given, as Kafka's `--describe` without `--topic`).
+    Describe(DescribeArgs),
     /// Delete a topic and all its data.
     Delete(NameArgs),
     /// Set or remove per-topic configs.
@@ -60,6 +61,14 @@ pub struct ListArgs {
 pub struct NameArgs {
     /// Topic name.
     pub name: String,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct DescribeArgs {
+    /// Topic name; every topic, sorted by name, when left out.
+    pub name: Option<String>,
     #[command(flatten)]
     pub client: ClientArgs,
 }
@@ -107,7 +116,38 @@ pub async fn run(command: TopicCommand) -> anyhow::Result<()> {
             }
             print_out(&out)
         }
-        TopicCommand::Describe(args) => {
+        TopicCommand::Describe(DescribeArgs { name: None, client }) => {
+            let admin = client.connect().await?.admin();
+            let topics = admin
+                .describe_topics()
+                .await
+                .map_err(|e| client_error("cannot describe the topics", e))?;
+            let mut out = String::new();
+            for topic in topics {
+                let partitions: Vec<PartitionLine> = topic
+                    .partitions
+                    .iter()
+                    .map(|p| PartitionLine {
+                        partition: p.partition,
+                        leader: p.leader,
+                        replicas: p.replicas.clone(),
+                        isr: p.isr.clone(),
+                        storage: None,
+                    })
+                    .collect();
+                out.push_str(&format_describe(
+                    &topic.name,
+                    &partitions,
+                    &non_default(&topic.configs),
+                ));
+            }
+            print_out(&out)
+        }
+        TopicCommand::Describe(DescribeArgs {
+            name: Some(name),
+            client,
+        }) => {
+            let args = NameArgs { name, client };
             let admin = args.client.connect().await?.admin();
             let topic = admin
                 .describe_topic(&args.name)
@@ -139,13 +179,11 @@ pub async fn run(command: TopicCommand) -> anyhow::Result<()> {
                     }),
                 })
                 .collect();
-            let configs: Vec<(String, String)> = topic
-                .configs
-                .iter()
-                .filter(|c| !c.is_default)
-                .map(|c| (c.name.clone(), c.value.clone()))
-                .collect();
-            print_out(&format_describe(&topic.name, &partitions, &configs))
+            print_out(&format_describe(
+                &topic.name,
+                &partitions,
+                &non_default(&topic.configs),
+            ))
         }
         TopicCommand::Delete(args) => {
             let admin = args.client.connect().await?.admin();
@@ -191,6 +229,15 @@ pub fn parse_key_value(s: &str) -> Result<(String, String), String> {
         Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), v.to_string())),
         _ => Err(format!("expected KEY=VALUE, got {s:?}")),
     }
+}
+
+/// The configs `describe` lists: those that are not the broker's default.
+fn non_default(configs: &[rill_proto::wire::ConfigEntry]) -> Vec<(String, String)> {
+    configs
+        .iter()
+        .filter(|c| !c.is_default)
+        .map(|c| (c.name.clone(), c.value.clone()))
+        .collect()
 }
 
 /// One partition as `describe` shows it.
