@@ -328,7 +328,14 @@ mod tests {
         // ... and not once it has not caught up for longer than the lag (it
         // stopped fetching: an idle partition's dead follower stays at the
         // high watermark).
-        assert_eq!(s.isr_change(Offset(0), t0, lag, at + ms(1001)), None);
+        let later = at + ms(1001);
+        let s = leading(
+            &[0, 1, 2],
+            &[0, 1],
+            &[(1, f(10, later)), (2, f(10, at))],
+            10,
+        );
+        assert_eq!(s.isr_change(Offset(0), t0, lag, later), None);
         // A follower never heard from in this epoch is given the lag from the
         // moment of the election.
         let s = leading(&[0, 1], &[0, 1], &[], 0);
