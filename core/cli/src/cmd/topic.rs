@@ -127,13 +127,7 @@ pub async fn run(command: TopicCommand) -> anyhow::Result<()> {
                 let partitions: Vec<PartitionLine> = topic
                     .partitions
                     .iter()
-                    .map(|p| PartitionLine {
-                        partition: p.partition,
-                        leader: p.leader,
-                        replicas: p.replicas.clone(),
-                        isr: p.isr.clone(),
-                        storage: None,
-                    })
+                    .map(|p| PartitionLine::of(p, None))
                     .collect();
                 out.push_str(&format_describe(
                     &topic.name,
@@ -162,12 +156,8 @@ pub async fn run(command: TopicCommand) -> anyhow::Result<()> {
             let partitions: Vec<PartitionLine> = topic
                 .partitions
                 .iter()
-                .map(|p| PartitionLine {
-                    partition: p.partition,
-                    leader: p.leader,
-                    replicas: p.replicas.clone(),
-                    isr: p.isr.clone(),
-                    storage: storage.as_ref().and_then(|s| {
+                .map(|p| {
+                    let columns = storage.as_ref().and_then(|s| {
                         s.partitions
                             .iter()
                             .find(|sp| sp.partition == p.partition && sp.error.is_none())
@@ -176,7 +166,8 @@ pub async fn run(command: TopicCommand) -> anyhow::Result<()> {
                                 local_log_start_offset: sp.local_log_start_offset.0,
                                 remote_size_bytes: sp.remote_size_bytes,
                             })
-                    }),
+                    });
+                    PartitionLine::of(p, columns)
                 })
                 .collect();
             print_out(&format_describe(
@@ -249,6 +240,22 @@ pub struct PartitionLine {
     pub isr: Vec<i32>,
     /// Shown after Kafka's columns when the broker has tiered storage.
     pub storage: Option<StorageColumns>,
+}
+
+impl PartitionLine {
+    /// Kafka's columns from the partition's metadata, and the storage columns.
+    fn of(
+        p: &rill_proto::wire::PartitionMetadata,
+        storage: Option<StorageColumns>,
+    ) -> PartitionLine {
+        PartitionLine {
+            partition: p.partition,
+            leader: p.leader,
+            replicas: p.replicas.clone(),
+            isr: p.isr.clone(),
+            storage,
+        }
+    }
 }
 
 /// The tiered-storage columns of `describe`.
