@@ -148,6 +148,21 @@ fn retention_by_time_and_size_survives_reopen() {
 /// (offset, key, value) of every record appended, in order.
 type Appended = Vec<(i64, String, Option<String>)>;
 
+/// Every record of the log as (offset, key, value), keys and values as text.
+fn keys_and_values(log: &Log) -> Appended {
+    read_all(log)
+        .iter()
+        .map(|r| {
+            let s = |b: &bytes::Bytes| String::from_utf8(b.to_vec()).unwrap();
+            (
+                r.offset.0,
+                s(r.key.as_ref().unwrap()),
+                r.value.as_ref().map(s),
+            )
+        })
+        .collect()
+}
+
 /// The log's records must be exactly what compaction leaves of `appended` when
 /// every non-active segment was cleaned at the tombstone `horizon` (all records
 /// here carry the timestamp NOW): in the non-active segments, the last record of
@@ -166,17 +181,7 @@ fn check_exact(log: &Log, appended: &Appended, horizon: i64) {
         })
         .cloned()
         .collect();
-    let got: Appended = read_all(log)
-        .iter()
-        .map(|r| {
-            let s = |b: &bytes::Bytes| String::from_utf8(b.to_vec()).unwrap();
-            (
-                r.offset.0,
-                s(r.key.as_ref().unwrap()),
-                r.value.as_ref().map(s),
-            )
-        })
-        .collect();
+    let got = keys_and_values(log);
     assert_eq!(
         got, want,
         "records after compaction (active segment at {active})"
@@ -311,19 +316,6 @@ fn tombstone_grace_and_a_deleted_key_stays_deleted() {
     let append = |log: &mut Log, recs: &[(&str, Option<&str>, i64)], now: i64| {
         let mut b = keyed_batch(recs);
         log.append(&mut b, E1, now).unwrap();
-    };
-    let keys_and_values = |log: &Log| -> Vec<(i64, String, Option<String>)> {
-        read_all(log)
-            .iter()
-            .map(|r| {
-                let s = |b: &bytes::Bytes| String::from_utf8(b.to_vec()).unwrap();
-                (
-                    r.offset.0,
-                    s(r.key.as_ref().unwrap()),
-                    r.value.as_ref().map(s),
-                )
-            })
-            .collect()
     };
     let t = |off: i64, k: &str, v: Option<&str>| (off, k.to_string(), v.map(String::from));
     // Segment 0: the values, cleaned once (nothing to drop).
