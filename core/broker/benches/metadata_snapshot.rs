@@ -16,7 +16,7 @@ use openraft::{BasicNode, CommittedLeaderId, LogId, Membership, SnapshotMeta, St
 use rill_broker::cluster::image::{
     BrokerRecord, MetadataImage, PartitionState, TopicState, assign_replicas,
 };
-use rill_broker::cluster::raft_format::{self, SnapshotV1, StoredSnapshot};
+use rill_broker::cluster::raft_format::{self, Snapshot, StoredSnapshot};
 use rill_proto::LeaderEpoch;
 use std::collections::BTreeMap;
 use std::hint::black_box;
@@ -105,7 +105,7 @@ fn snapshot_benches(c: &mut Criterion) {
         image: image.clone(),
     };
     let json = serde_json::to_vec(&stored).unwrap();
-    let v1 = SnapshotV1::new(&stored.meta, image.clone());
+    let v1 = Snapshot::new(&stored.meta, image.clone());
     let rkyv_file = raft_format::encode_snapshot(&v1).unwrap();
     // Both decode back to the image they were made from.
     let from_json: StoredSnapshot = serde_json::from_slice(&json).unwrap();

@@ -37,6 +37,54 @@ pub struct TlsConfig {
     pub ca: Option<PathBuf>,
 }
 
+/// How clients prove who they are (`[auth]`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuthConfig {
+    /// `mode`: `"none"` (clients are anonymous and allowed everything but the
+    /// cluster-internal apis) or `"mtls"` (every client presents a certificate
+    /// chained to the CA; its common name is its principal; ACLs decide).
+    pub mode: AuthMode,
+    /// `super_users`: principals allowed everything (with `mode = "mtls"`).
+    pub super_users: Vec<String>,
+    /// `allow_anonymous`: let a broker with `mode = "none"` listen on a
+    /// non-loopback address (it refuses to start otherwise).
+    pub allow_anonymous: bool,
+}
+
+/// `[auth] mode`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AuthMode {
+    /// No client authentication.
+    #[default]
+    None,
+    /// Mutual TLS: client certificates required, principal = common name.
+    Mtls,
+}
+
+impl AuthMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            AuthMode::None => "none",
+            AuthMode::Mtls => "mtls",
+        }
+    }
+}
+
+impl std::str::FromStr for AuthMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<AuthMode, String> {
+        match s {
+            "none" => Ok(AuthMode::None),
+            "mtls" => Ok(AuthMode::Mtls),
+            other => Err(format!(
+                "unknown auth mode {other:?}: use \"none\" or \"mtls\""
+            )),
+        }
+    }
+}
+
 /// Tiered storage: the object store segments are uploaded to (`[object_store]`).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -79,6 +127,7 @@ impl Default for ObjectStoreConfig {
 /// | `advertised_addr` | listen address | `host:port` clients are told to use |
 /// | `data_dir` | `"./rill-data"` | where topic metadata and partition logs live |
 /// | `[tls]` `cert`, `key`, `ca` | none | see [`TlsConfig`] |
+/// | `[auth]` `mode`, `super_users`, `allow_anonymous` | `"none"` | see [`AuthConfig`] |
 /// | `rill_home` | `$RILL_HOME` or `~/.rill` | where the development CA lives |
 /// | `metrics` | none | `host:port` of a Prometheus endpoint (off when unset) |
 /// | `auto_create_topics` | false | produce/metadata to an unknown topic creates it |
@@ -112,6 +161,7 @@ pub struct BrokerConfig {
     pub advertised_addr: Option<String>,
     pub data_dir: PathBuf,
     pub tls: TlsConfig,
+    pub auth: AuthConfig,
     pub rill_home: Option<PathBuf>,
     pub metrics: Option<SocketAddr>,
     pub auto_create_topics: bool,
@@ -147,6 +197,7 @@ impl Default for BrokerConfig {
             advertised_addr: None,
             data_dir: PathBuf::from("./rill-data"),
             tls: TlsConfig::default(),
+            auth: AuthConfig::default(),
             rill_home: None,
             metrics: None,
             auto_create_topics: false,
@@ -296,6 +347,31 @@ impl BrokerConfig {
             return Err(bad(
                 "tls.ca",
                 "client certificate verification needs `cert` and `key` too".into(),
+            ));
+        }
+        for name in &self.auth.super_users {
+            if let Err(e) = rill_net::identity::check_principal_name(name) {
+                return Err(bad("auth.super_users", e.to_string()));
+            }
+        }
+        if self.auth.mode == AuthMode::Mtls && self.tls.cert.is_some() && self.tls.ca.is_none() {
+            return Err(bad(
+                "tls.ca",
+                "auth mode mtls with certificate files needs `ca`: the CA that signs client certificates".into(),
+            ));
+        }
+        if self.auth.mode == AuthMode::None
+            && !self.auth.allow_anonymous
+            && !self.listen.ip().is_loopback()
+        {
+            return Err(bad(
+                "listen",
+                format!(
+                    "{} is not a loopback address and auth mode is none: anyone who can reach it could \
+                     read, write and delete every topic; use --auth mtls (config [auth] mode = \"mtls\"), \
+                     or pass --allow-anonymous ([auth] allow_anonymous = true) to accept that",
+                    self.listen
+                ),
             ));
         }
         if let Some(os) = &self.object_store {

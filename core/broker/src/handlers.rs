@@ -19,6 +19,7 @@
 //!   and shutdown, produce's wait for in-flight budget by its `timeout_ms`
 //!   (capped at [`PRODUCE_BUDGET_WAIT_MAX`]).
 
+use crate::auth::{Caller, Resource};
 use crate::cluster::api as cluster_api;
 use crate::partition::{Partition, ReadPlan};
 use crate::router::Answer;
@@ -26,6 +27,7 @@ use crate::state::BrokerState;
 use crate::topics::TopicSpec;
 use bytes::{Bytes, BytesMut};
 use rill_proto::types::now_ms;
+use rill_proto::wire::AclOperation;
 use rill_proto::wire::*;
 use rill_proto::{Offset, TimestampMs};
 use std::future::Future;
@@ -113,8 +115,21 @@ fn partition_metadata(
 
 /// Metadata from the committed image: every broker answers the same topics,
 /// also before it opened their logs (after a restart, while it catches up).
-pub(crate) fn metadata(state: &BrokerState, req: MetadataRequest) -> MetadataResponse {
+/// Metadata: the brokers, and the topics `caller` may describe (a topic it
+/// names but may not describe is answered as TOPIC_AUTHORIZATION_FAILED).
+pub(crate) fn metadata(
+    state: &BrokerState,
+    caller: &Caller,
+    req: MetadataRequest,
+) -> MetadataResponse {
     let image = state.cluster.image();
+    let may_describe = |name: &str| {
+        state.auth.allowed(
+            &image,
+            &caller.principal,
+            Resource::Topic(AclOperation::Describe, name),
+        )
+    };
     let topic_metadata = |t: &crate::cluster::image::TopicState| {
         let local = state.registry.topic(&t.name).filter(|l| l.id == t.id);
         TopicMetadata {
@@ -132,10 +147,27 @@ pub(crate) fn metadata(state: &BrokerState, req: MetadataRequest) -> MetadataRes
         }
     };
     let topics = match req.topics {
-        None => image.topics.values().map(topic_metadata).collect(),
+        None => image
+            .topics
+            .values()
+            .filter(|t| may_describe(&t.name))
+            .map(topic_metadata)
+            .collect(),
         Some(names) => names
             .into_iter()
             .map(|name| match image.topics.get(&name) {
+                Some(_) if !may_describe(&name) => TopicMetadata {
+                    error: Some(ErrorInfo::new(
+                        ErrorCode::TopicAuthorizationFailed,
+                        format!(
+                            "{} may not describe topic {name:?} (metadata): no ACL rule allows it",
+                            caller.principal
+                        ),
+                    )),
+                    name,
+                    internal: false,
+                    partitions: Vec::new(),
+                },
                 Some(t) => topic_metadata(t),
                 None => TopicMetadata {
                     error: Some(ErrorInfo::new(
@@ -156,6 +188,23 @@ pub(crate) fn metadata(state: &BrokerState, req: MetadataRequest) -> MetadataRes
         brokers,
         topics,
     }
+}
+
+/// ListGroups: only the groups `caller` may describe.
+pub(crate) fn visible_groups(
+    state: &BrokerState,
+    caller: &Caller,
+    mut response: ListGroupsResponse,
+) -> ListGroupsResponse {
+    let image = state.cluster.image();
+    response.groups.retain(|g| {
+        state.auth.allowed(
+            &image,
+            &caller.principal,
+            Resource::Group(AclOperation::Describe, &g.group_id),
+        )
+    });
+    response
 }
 
 // ---------------------------------------------------------------- topics

@@ -33,6 +33,7 @@
 //! storage: uploads, manifests,
 //! remote reads).
 
+pub mod auth;
 pub mod cluster;
 pub mod config;
 pub mod error;
@@ -115,7 +116,8 @@ impl Broker {
         .map_err(|e| BrokerError::Task(e.to_string()))??;
         let registry = Arc::new(registry);
 
-        let tls = server_tls(&config);
+        let broker_tls = broker_tls(&config)?;
+        let tls = broker_tls.server.clone();
         let limits = TransportLimits {
             max_concurrent_bidi_streams: config.max_streams_per_connection,
             ..TransportLimits::default()
@@ -144,18 +146,23 @@ impl Broker {
         })?;
 
         let permits = config.max_inflight_produce_bytes.min(u32::MAX as usize) as u32;
-        let tls_mode = match &tls {
-            ServerTls::Files {
-                client_ca: Some(_), ..
-            } => "certificate files, client certificates required",
-            ServerTls::Files { .. } => "certificate files",
-            _ => "development CA",
+        let tls_mode = match (&config.tls.cert, &tls) {
+            (
+                Some(_),
+                ServerTls::Files {
+                    client_auth: rill_net::ClientAuth::Required(_),
+                    ..
+                },
+            ) => "certificate files, client certificates required",
+            (Some(_), _) => "certificate files",
+            (None, _) => "development CA",
         };
         let tracker = TaskTracker::new();
         let shutdown = CancellationToken::new();
         let advertised = config.advertised(local_addr);
         let cluster = match cluster::Cluster::start(
             &config,
+            &broker_tls.peer,
             advertised.clone(),
             local_topics,
             cluster_id.clone(),
@@ -195,6 +202,8 @@ impl Broker {
             tier: tier.clone(),
             groups: Arc::new(groups),
             open_files,
+            auth: crate::auth::Authorizer::new(&config.auth),
+            peer_tls: broker_tls.peer.clone(),
             config,
         });
         // A single broker opens its partitions before it serves (a log that cannot
@@ -239,6 +248,7 @@ impl Broker {
             advertised = %state.advertised,
             data_dir = %state.config.data_dir.display(),
             tls = tls_mode,
+            auth = state.config.auth.mode.name(),
             topics = state.registry.all().len(),
             "broker started"
         );
@@ -271,6 +281,12 @@ impl BrokerHandle {
     /// The cluster id (persisted in the data directory).
     pub fn cluster_id(&self) -> &str {
         &self.state.cluster_id
+    }
+
+    /// How to connect to this broker as itself (its broker certificate and
+    /// the CA it trusts): for the transform supervisor that runs beside it.
+    pub fn self_tls(&self) -> rill_net::ClientTls {
+        self.state.peer_tls.clone()
     }
 
     /// The data directory.
@@ -325,48 +341,88 @@ impl Drop for BrokerHandle {
     }
 }
 
-fn server_tls(config: &BrokerConfig) -> ServerTls {
-    match (&config.tls.cert, &config.tls.key) {
-        (Some(cert), Some(key)) => ServerTls::Files {
-            cert: cert.clone(),
-            key: key.clone(),
-            client_ca: config.tls.ca.clone(),
-        },
-        _ => {
-            let home = config.rill_home.clone().unwrap_or_else(rill_net::rill_home);
-            match &config.advertised_addr {
-                Some(addr) => {
-                    // The host part of host:port, for the certificate's names.
-                    let host = addr
-                        .rsplit_once(':')
-                        .map_or(addr.as_str(), |(h, _)| h)
-                        .trim_start_matches('[')
-                        .trim_end_matches(']')
-                        .to_string();
-                    ServerTls::DevWithNames {
-                        home,
-                        names: vec![host],
-                    }
-                }
-                None => ServerTls::Dev { home },
-            }
-        }
-    }
+/// Where a broker keeps the certificate the development CA issued it.
+pub const BROKER_CERT_DIR: &str = "tls";
+
+/// How this broker proves who it is: to clients and peers that connect to it
+/// (`server`), and to the peers it connects to (`peer`).
+#[derive(Debug, Clone)]
+pub(crate) struct BrokerTls {
+    pub server: ServerTls,
+    pub peer: rill_net::ClientTls,
 }
 
-/// Whom this broker trusts when it connects to its peers (and with which
-/// certificate it answers a peer that asks for one).
-pub(crate) fn client_tls(config: &BrokerConfig) -> rill_net::ClientTls {
-    match (&config.tls.ca, &config.tls.cert, &config.tls.key) {
-        (Some(ca), Some(cert), Some(key)) => rill_net::ClientTls::Mutual {
-            ca: ca.clone(),
+/// The broker's TLS: with `[tls] cert`/`key`, those files (and `ca`, which
+/// clients and peers must chain to); otherwise a certificate the development CA
+/// issues at every start, marked as broker `id`'s and written to
+/// `<data>/__meta/tls/broker.pem` (key 0600), which the broker presents both to
+/// its clients and, as a client certificate, to its peers. Clients may present
+/// certificates (required with `--auth mtls`); who they name is their principal.
+fn broker_tls(config: &BrokerConfig) -> Result<BrokerTls, BrokerError> {
+    use rill_net::{ClientAuth, ClientTls};
+    let mtls = config.auth.mode == crate::config::AuthMode::Mtls;
+    if let (Some(cert), Some(key)) = (&config.tls.cert, &config.tls.key) {
+        let client_auth = match &config.tls.ca {
+            Some(ca) => ClientAuth::Required(ca.clone()),
+            None => ClientAuth::None,
+        };
+        let peer = match &config.tls.ca {
+            Some(ca) => ClientTls::Mutual {
+                ca: ca.clone(),
+                cert: cert.clone(),
+                key: key.clone(),
+            },
+            None => ClientTls::Dev {
+                home: config.rill_home.clone().unwrap_or_else(rill_net::rill_home),
+            },
+        };
+        return Ok(BrokerTls {
+            server: ServerTls::Files {
+                cert: cert.clone(),
+                key: key.clone(),
+                client_auth,
+            },
+            peer,
+        });
+    }
+    let home = config.rill_home.clone().unwrap_or_else(rill_net::rill_home);
+    let mut names = Vec::new();
+    if let Some(addr) = &config.advertised_addr {
+        // The host part of host:port, for the certificate's names.
+        let host = addr
+            .rsplit_once(':')
+            .map_or(addr.as_str(), |(h, _)| h)
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_string();
+        names.push(host);
+    }
+    if !config.listen.ip().is_unspecified() {
+        names.push(config.listen.ip().to_string());
+    }
+    if let Some(host) = rill_net::tls::host_name() {
+        names.push(host);
+    }
+    let ca = rill_net::ensure_dev_ca(&home).map_err(BrokerError::Tls)?;
+    let (chain, key) = ca
+        .issue_broker_cert(config.id, &names)
+        .map_err(BrokerError::Tls)?;
+    let dir = config.data_dir.join(META_DIR).join(BROKER_CERT_DIR);
+    let (cert, key) =
+        rill_net::write_cert_files(&dir, "broker", &chain, &key).map_err(BrokerError::Tls)?;
+    let ca = ca.cert_path().to_path_buf();
+    Ok(BrokerTls {
+        server: ServerTls::Files {
             cert: cert.clone(),
             key: key.clone(),
+            client_auth: if mtls {
+                ClientAuth::Required(ca.clone())
+            } else {
+                ClientAuth::Optional(ca.clone())
+            },
         },
-        _ => rill_net::ClientTls::Dev {
-            home: config.rill_home.clone().unwrap_or_else(rill_net::rill_home),
-        },
-    }
+        peer: ClientTls::Mutual { ca, cert, key },
+    })
 }
 
 /// Reads the cluster id, creating it on first start.

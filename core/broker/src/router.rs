@@ -31,55 +31,14 @@ use crate::handlers;
 use crate::metrics::ApiMetrics;
 use crate::state::BrokerState;
 use bytes::Bytes;
+use rill_proto::wire::AclOperation;
 use rill_proto::wire::*;
 use std::future::Future;
-use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
 
-/// Who is calling: the identity of the connection a request came on.
-///
-/// Today every connection is anonymous (the broker does not map client
-/// certificates to identities yet); the security work adds the principal of a
-/// client certificate and of a peer broker here, and [`authorize`] decides
-/// with it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Principal {
-    /// A connection whose identity the broker does not know.
-    Anonymous,
-}
-
-/// The connection a request came on.
-#[derive(Debug, Clone)]
-pub struct Caller {
-    pub principal: Principal,
-    pub peer: SocketAddr,
-}
-
-/// What a request acts on, for [`authorize`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Resource<'a> {
-    /// The cluster as a whole (its metadata, the broker-to-broker apis).
-    Cluster,
-    Topic(&'a str),
-    Group(&'a str),
-}
-
-/// Whether `principal` may call `api` on `resources`: the one authorization
-/// check, made by the router for every request after it is decoded and before
-/// its handler runs. An `Err` is the whole request's answer.
-///
-/// Today it allows everything (every connection is [`Principal::Anonymous`]
-/// and there are no ACLs yet).
-pub fn authorize(
-    principal: &Principal,
-    api: ApiKey,
-    resources: &[Resource<'_>],
-) -> Result<(), ErrorInfo> {
-    let _ = (principal, api, resources);
-    Ok(())
-}
+pub use crate::auth::{Caller, Principal, Resource};
 
 /// What a handler answers, typed.
 #[derive(Debug)]
@@ -169,7 +128,7 @@ enum Payload {
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
 /// Decodes, authorizes and calls one api's handler, and encodes its answer.
-type Serve = dyn Fn(&Caller, &Arc<BrokerState>, &[u8], Bytes) -> BoxFuture<Result<Reply, ErrorInfo>>
+type Serve = dyn Fn(&Arc<Caller>, &Arc<BrokerState>, &[u8], Bytes) -> BoxFuture<Result<Reply, ErrorInfo>>
     + Send
     + Sync;
 
@@ -198,7 +157,7 @@ impl Table {
     where
         R: ApiRequest + Send + 'static,
         R::Response: Send + 'static,
-        F: Fn(Arc<BrokerState>, R, Bytes) -> Fut + Send + Sync + 'static,
+        F: Fn(Arc<BrokerState>, Arc<Caller>, R, Bytes) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<O, ErrorInfo>> + Send + 'static,
         O: Into<Answer<R::Response>>,
     {
@@ -207,7 +166,7 @@ impl Table {
             "{} is routed twice",
             R::KEY.name()
         );
-        let serve = move |caller: &Caller,
+        let serve = move |caller: &Arc<Caller>,
                           state: &Arc<BrokerState>,
                           meta: &[u8],
                           bytes: Bytes|
@@ -219,10 +178,15 @@ impl Table {
                     return Box::pin(std::future::ready(Err(e)));
                 }
             };
-            if let Err(e) = authorize(&caller.principal, R::KEY, &resources(&request)) {
+            let image = state.cluster.image();
+            if let Err(e) = state
+                .auth
+                .authorize(&image, caller, R::KEY, &resources(&request))
+            {
                 return Box::pin(std::future::ready(Err(e)));
             }
-            let answer = handler(state.clone(), request, bytes);
+            drop(image);
+            let answer = handler(state.clone(), caller.clone(), request, bytes);
             Box::pin(async move { Ok(answer.await?.into().encode()) })
         };
         self.routes.push(Route {
@@ -234,18 +198,29 @@ impl Table {
     }
 }
 
-fn cluster<R>(_: &R) -> Vec<Resource<'_>> {
-    vec![Resource::Cluster]
+/// No resources: allowed to every caller the broker accepted (ApiVersions,
+/// InitProducerId), answered for what the caller may see (Metadata,
+/// ListGroups), or checked by the broker-only rule (the internal apis).
+fn none<R>(_: &R) -> Vec<Resource<'_>> {
+    Vec::new()
 }
 
-fn topics<'a>(names: impl IntoIterator<Item = &'a String>) -> Vec<Resource<'a>> {
-    let mut out: Vec<Resource<'a>> = names.into_iter().map(|n| Resource::Topic(n)).collect();
+fn cluster_alter<R>(_: &R) -> Vec<Resource<'_>> {
+    vec![Resource::Cluster(AclOperation::Alter)]
+}
+
+fn cluster_describe<R>(_: &R) -> Vec<Resource<'_>> {
+    vec![Resource::Cluster(AclOperation::Describe)]
+}
+
+fn topics<'a>(op: AclOperation, names: impl IntoIterator<Item = &'a String>) -> Vec<Resource<'a>> {
+    let mut out: Vec<Resource<'a>> = names.into_iter().map(|n| Resource::Topic(op, n)).collect();
     out.dedup();
     out
 }
 
-fn groups<'a>(ids: impl IntoIterator<Item = &'a String>) -> Vec<Resource<'a>> {
-    ids.into_iter().map(|g| Resource::Group(g)).collect()
+fn groups<'a>(op: AclOperation, ids: impl IntoIterator<Item = &'a String>) -> Vec<Resource<'a>> {
+    ids.into_iter().map(|g| Resource::Group(op, g)).collect()
 }
 
 /// The table of every api: its request type, whether it carries a payload, the
@@ -253,124 +228,153 @@ fn groups<'a>(ids: impl IntoIterator<Item = &'a String>) -> Vec<Resource<'a>> {
 fn table() -> Table {
     use crate::cluster::api as cluster_api;
     use crate::group::service as group;
+    use AclOperation::*;
     use Payload::None as Meta;
     let mut t = Table::default();
 
-    t.add::<ApiVersionsRequest, _, _, _>(Meta, cluster, |s, _, _| async move {
+    t.add::<ApiVersionsRequest, _, _, _>(Meta, none, |s, _, _, _| async move {
         Ok(handlers::api_versions(&s))
     });
-    t.add::<MetadataRequest, _, _, _>(
-        Meta,
-        |r| match &r.topics {
-            Some(names) => topics(names),
-            None => vec![Resource::Cluster],
-        },
-        |s, r, _| async move { Ok(handlers::metadata(&s, r)) },
-    );
+    t.add::<MetadataRequest, _, _, _>(Meta, none, |s, c, r, _| async move {
+        Ok(handlers::metadata(&s, &c, r))
+    });
     t.add::<CreateTopicsRequest, _, _, _>(
         Meta,
-        |r| topics(r.topics.iter().map(|t| &t.name)),
-        |s, r, _| async move { handlers::create_topics(&s, r).await },
+        |r| topics(Create, r.topics.iter().map(|t| &t.name)),
+        |s, _, r, _| async move { handlers::create_topics(&s, r).await },
     );
     t.add::<DeleteTopicsRequest, _, _, _>(
         Meta,
-        |r| topics(&r.names),
-        |s, r, _| async move { handlers::delete_topics(&s, r).await },
+        |r| topics(Delete, &r.names),
+        |s, _, r, _| async move { handlers::delete_topics(&s, r).await },
     );
     t.add::<DescribeConfigsRequest, _, _, _>(
         Meta,
-        |r| topics(&r.topics),
-        |s, r, _| async move { Ok(handlers::describe_configs(&s, r)) },
+        |r| topics(Describe, &r.topics),
+        |s, _, r, _| async move { Ok(handlers::describe_configs(&s, r)) },
     );
     t.add::<AlterConfigsRequest, _, _, _>(
         Meta,
-        |r| vec![Resource::Topic(&r.topic)],
-        |s, r, _| async move { handlers::alter_configs(&s, r).await },
+        |r| vec![Resource::Topic(Alter, &r.topic)],
+        |s, _, r, _| async move { handlers::alter_configs(&s, r).await },
     );
     t.add::<ProduceRequest, _, _, _>(
         Payload::Batches,
-        |r| topics(r.partitions.iter().map(|p| &p.topic)),
-        |s, r, batches| async move { handlers::produce(&s, r, batches).await },
+        |r| topics(Write, r.partitions.iter().map(|p| &p.topic)),
+        |s, _, r, batches| async move { handlers::produce(&s, r, batches).await },
     );
     t.add::<FetchRequest, _, _, _>(
         Meta,
-        |r| topics(r.partitions.iter().map(|p| &p.topic)),
-        |s, r, _| async move { handlers::fetch(&s, r).await },
+        |r| match r.replica_id {
+            Some(broker) => r
+                .partitions
+                .iter()
+                .map(|p| Resource::Replica {
+                    broker,
+                    topic: &p.topic,
+                    partition: p.partition,
+                })
+                .collect(),
+            None => topics(Read, r.partitions.iter().map(|p| &p.topic)),
+        },
+        |s, _, r, _| async move { handlers::fetch(&s, r).await },
     );
     t.add::<ListOffsetsRequest, _, _, _>(
         Meta,
-        |r| topics(r.partitions.iter().map(|p| &p.topic)),
-        |s, r, _| async move { Ok(handlers::list_offsets(&s, r).await) },
+        |r| topics(Describe, r.partitions.iter().map(|p| &p.topic)),
+        |s, _, r, _| async move { Ok(handlers::list_offsets(&s, r).await) },
     );
     t.add::<DescribeStorageRequest, _, _, _>(
         Meta,
-        |r| topics(&r.topics),
-        |s, r, _| async move { Ok(handlers::describe_storage(&s, r)) },
+        |r| topics(Describe, &r.topics),
+        |s, _, r, _| async move { Ok(handlers::describe_storage(&s, r)) },
     );
-    t.add::<InitProducerIdRequest, _, _, _>(Meta, cluster, |s, _, _| async move {
+    t.add::<InitProducerIdRequest, _, _, _>(Meta, none, |s, _, _, _| async move {
         cluster_api::init_producer_id(&s).await
     });
 
     // Consumer groups.
     t.add::<FindCoordinatorRequest, _, _, _>(
         Meta,
-        |r| vec![Resource::Group(&r.group_id)],
-        |s, r, _| async move { Ok(group::find_coordinator_api(&s, r).await) },
+        |r| vec![Resource::Group(Describe, &r.group_id)],
+        |s, _, r, _| async move { Ok(group::find_coordinator_api(&s, r).await) },
     );
     t.add::<ConsumerGroupHeartbeatRequest, _, _, _>(
         Meta,
-        |r| vec![Resource::Group(&r.group_id)],
-        |s, r, _| async move { Ok(group::heartbeat(&s, r).await) },
+        |r| vec![Resource::Group(Read, &r.group_id)],
+        |s, _, r, _| async move { Ok(group::heartbeat(&s, r).await) },
     );
     t.add::<OffsetCommitRequest, _, _, _>(
         Meta,
         |r| {
-            let mut out = vec![Resource::Group(&r.group_id)];
-            out.extend(topics(r.partitions.iter().map(|p| &p.topic)));
+            let mut out = vec![Resource::Group(Read, &r.group_id)];
+            out.extend(topics(Read, r.partitions.iter().map(|p| &p.topic)));
             out
         },
-        |s, r, _| async move { Ok(group::offset_commit(&s, r).await) },
+        |s, _, r, _| async move { Ok(group::offset_commit(&s, r).await) },
     );
     t.add::<OffsetFetchRequest, _, _, _>(
         Meta,
-        |r| vec![Resource::Group(&r.group_id)],
-        |s, r, _| async move { Ok(group::offset_fetch(&s, r).await) },
+        |r| vec![Resource::Group(Describe, &r.group_id)],
+        |s, _, r, _| async move { Ok(group::offset_fetch(&s, r).await) },
     );
-    t.add::<ListGroupsRequest, _, _, _>(Meta, cluster, |s, r, _| async move {
-        Ok(group::list_groups(&s, r).await)
+    t.add::<ListGroupsRequest, _, _, _>(Meta, none, |s, c, r, _| async move {
+        Ok(handlers::visible_groups(
+            &s,
+            &c,
+            group::list_groups(&s, r).await,
+        ))
     });
     t.add::<DescribeGroupsRequest, _, _, _>(
         Meta,
-        |r| groups(&r.group_ids),
-        |s, r, _| async move { Ok(group::describe_groups(&s, r).await) },
+        |r| groups(Describe, &r.group_ids),
+        |s, _, r, _| async move { Ok(group::describe_groups(&s, r).await) },
     );
     t.add::<DeleteGroupsRequest, _, _, _>(
         Meta,
-        |r| groups(&r.group_ids),
-        |s, r, _| async move { Ok(group::delete_groups(&s, r).await) },
+        |r| groups(Delete, &r.group_ids),
+        |s, _, r, _| async move { Ok(group::delete_groups(&s, r).await) },
     );
 
-    // Between brokers: the metadata quorum and replication.
-    t.add::<RaftRpcRequest, _, _, _>(Meta, cluster, |s, r, _| async move {
+    // Between brokers: the metadata quorum and replication (broker principals
+    // only, whatever the auth mode: see `auth::broker_only`).
+    t.add::<RaftRpcRequest, _, _, _>(Meta, none, |s, _, r, _| async move {
         s.cluster.handle_raft_rpc(r).await
     });
-    t.add::<JoinClusterRequest, _, _, _>(Meta, cluster, |s, r, _| async move {
+    t.add::<JoinClusterRequest, _, _, _>(Meta, none, |s, _, r, _| async move {
         s.cluster.handle_join(r).await
     });
-    t.add::<BrokerHeartbeatRequest, _, _, _>(Meta, cluster, |s, r, _| async move {
+    t.add::<BrokerHeartbeatRequest, _, _, _>(Meta, none, |s, _, r, _| async move {
         s.cluster.handle_heartbeat(r)
     });
-    t.add::<MetadataWriteRequest, _, _, _>(Meta, cluster, |s, r, _| async move {
+    t.add::<MetadataWriteRequest, _, _, _>(Meta, none, |s, _, r, _| async move {
         s.cluster.handle_metadata_write(r).await
     });
-    t.add::<OffsetForLeaderEpochRequest, _, _, _>(Meta, cluster, |s, r, _| async move {
+    t.add::<OffsetForLeaderEpochRequest, _, _, _>(Meta, none, |s, _, r, _| async move {
         cluster_api::offset_for_leader_epoch(&s, r)
     });
-    t.add::<AlterPartitionRequest, _, _, _>(Meta, cluster, |s, r, _| async move {
+    t.add::<AlterPartitionRequest, _, _, _>(Meta, none, |s, _, r, _| async move {
         cluster_api::alter_partition(&s, r).await
     });
-    t.add::<ElectLeadersRequest, _, _, _>(Meta, cluster, |s, r, _| async move {
+    t.add::<ElectLeadersRequest, _, _, _>(Meta, cluster_alter, |s, _, r, _| async move {
         cluster_api::elect_leaders(&s, r).await
+    });
+
+    // Access control, kept in the metadata quorum.
+    t.add::<CreateAclsRequest, _, _, _>(Meta, cluster_alter, |s, _, r, _| async move {
+        cluster_api::create_acls(&s, r).await
+    });
+    t.add::<DescribeAclsRequest, _, _, _>(Meta, cluster_describe, |s, _, r, _| async move {
+        Ok(cluster_api::describe_acls(&s, r))
+    });
+    t.add::<DeleteAclsRequest, _, _, _>(Meta, cluster_alter, |s, _, r, _| async move {
+        cluster_api::delete_acls(&s, r).await
+    });
+    t.add::<AlterQuotasRequest, _, _, _>(Meta, cluster_alter, |s, _, r, _| async move {
+        cluster_api::alter_quotas(&s, r).await
+    });
+    t.add::<DescribeQuotasRequest, _, _, _>(Meta, cluster_describe, |s, _, r, _| async move {
+        Ok(cluster_api::describe_quotas(&s, r))
     });
     t
 }
@@ -421,7 +425,7 @@ impl Router {
     /// `caller`; `started` is when the transport began reading it.
     pub async fn route(
         &self,
-        caller: &Caller,
+        caller: &Arc<Caller>,
         key: u16,
         version: u16,
         meta: Bytes,

@@ -88,10 +88,9 @@ async fn serve_connection(
         return;
     }
     tracing::debug!(%peer, "connection open");
-    // Every connection is anonymous until the broker maps certificates to
-    // principals (the security work).
+    // Who the peer is: the certificate it presented, verified in the handshake.
     let caller = Arc::new(Caller {
-        principal: Principal::Anonymous,
+        principal: Principal::of(rill_net::peer_identity(&conn)),
         peer,
     });
     loop {
@@ -249,7 +248,7 @@ async fn write_reply(
 async fn serve_stream(
     state: Arc<BrokerState>,
     router: &Router,
-    caller: &Caller,
+    caller: &Arc<Caller>,
     mut send: quinn::SendStream,
     mut recv: quinn::RecvStream,
 ) {

@@ -36,4 +36,9 @@ pub struct BrokerState {
     pub groups: Arc<GroupService>,
     /// The open-file limit after start raised it (it bounds the partitions).
     pub open_files: crate::open_files::OpenFileLimit,
+    /// The auth mode and super users: the checks the router makes.
+    pub auth: crate::auth::Authorizer,
+    /// How this broker connects to its peers (and to itself, for the transform
+    /// supervisor): the CA it trusts and its broker certificate.
+    pub peer_tls: rill_net::ClientTls,
 }

@@ -1,4 +1,5 @@
-//! The options every client command shares (`--bootstrap`, `--tls-ca`) and how
+//! The options every client command shares (`--bootstrap`, `--tls-ca`,
+//! `--tls-cert`, `--tls-key`) and how
 //! they become a connected `rill_client::Client`.
 //!
 //! Connection failures are rewritten into the CLI's guidance: an absent broker
@@ -25,6 +26,13 @@ pub struct ClientArgs {
     /// The CA certificate (PEM) to trust; default: the development CA in $RILL_HOME (~/.rill).
     #[arg(long, env = "RILL_TLS_CA", value_name = "FILE")]
     pub tls_ca: Option<PathBuf>,
+    /// This client's certificate (PEM), for a broker with --auth mtls; its common
+    /// name is the principal (issue one with `rill cert issue --principal NAME`).
+    #[arg(long, env = "RILL_TLS_CERT", value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of --tls-cert.
+    #[arg(long, env = "RILL_TLS_KEY", value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
 }
 
 /// Bound on reaching the bootstrap broker. Over UDP an absent broker is silence,
@@ -37,6 +45,13 @@ impl ClientArgs {
         let mut config = ClientConfig::new(self.bootstrap.clone());
         if let Some(ca) = &self.tls_ca {
             config.tls = ClientTls::CaFile(ca.clone());
+        }
+        if let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) {
+            config.tls = ClientTls::Mutual {
+                ca: config.tls.ca_path(),
+                cert: cert.clone(),
+                key: key.clone(),
+            };
         }
         config.client_id = format!("rill-cli/{}", env!("CARGO_PKG_VERSION"));
         config.connect_timeout = CONNECT_TIMEOUT;

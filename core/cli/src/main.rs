@@ -54,6 +54,22 @@ enum Command {
     /// Write, build, deploy and operate WebAssembly transforms.
     #[command(subcommand)]
     Transform(cmd::transform::TransformCommand),
+    /// Allow principals operations on topics, groups, transforms and the
+    /// cluster (enforced with `rill broker --auth mtls`).
+    #[command(subcommand)]
+    Acl(cmd::acl::AclCommand),
+    /// Set and list per-principal produce and fetch byte rates.
+    #[command(subcommand)]
+    Quota(cmd::acl::QuotaCommand),
+    /// Issue certificates from the development CA.
+    #[command(subcommand)]
+    Cert(CertCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum CertCommand {
+    /// Issue a client certificate for a principal (or a broker's certificate).
+    Issue(cmd::cert::IssueArgs),
 }
 
 impl Command {
@@ -92,6 +108,9 @@ fn main() -> ExitCode {
             Command::Cluster(c) => cmd::cluster::run(c).await,
             Command::Bench(c) => cmd::bench::run(c).await,
             Command::Transform(c) => cmd::transform::run(c).await,
+            Command::Acl(c) => cmd::acl::run(c).await,
+            Command::Quota(c) => cmd::acl::run_quota(c).await,
+            Command::Cert(CertCommand::Issue(args)) => cmd::cert::run(args),
         }
     });
     // Do not wait for stray background tasks (e.g. a client's connection driver)

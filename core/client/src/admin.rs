@@ -7,9 +7,10 @@
 use std::time::Instant;
 
 use rill_proto::wire::{
-    AlterConfigsRequest, BrokerInfo, ConfigEntry, CreateTopicsRequest, DeleteTopicsRequest,
-    DescribeConfigsRequest, DescribeStorageRequest, DescribeStorageResponse, ErrorCode, NewTopic,
-    PartitionMetadata, TopicResult,
+    AclRule, AlterConfigsRequest, AlterQuotasRequest, BrokerInfo, ConfigEntry, CreateAclsRequest,
+    CreateTopicsRequest, DeleteAclsRequest, DeleteTopicsRequest, DescribeAclsRequest,
+    DescribeConfigsRequest, DescribeQuotasRequest, DescribeStorageRequest, DescribeStorageResponse,
+    ErrorCode, NewTopic, PartitionMetadata, Quota, TopicResult,
 };
 
 use crate::client::Client;
@@ -273,6 +274,59 @@ impl Admin {
                 e,
             )),
         }
+    }
+
+    /// Adds ACL allow rules (kept by the cluster's metadata quorum; needs alter
+    /// on the cluster). Returns how many were new.
+    pub async fn create_acls(&self, rules: Vec<AclRule>) -> Result<u32, ClientError> {
+        let (resp, _) = self
+            .client
+            .call(self.controller(), &CreateAclsRequest { rules }, &[])
+            .await?;
+        Ok(resp.created)
+    }
+
+    /// Removes ACL allow rules; returns how many were there.
+    pub async fn delete_acls(&self, rules: Vec<AclRule>) -> Result<u32, ClientError> {
+        let (resp, _) = self
+            .client
+            .call(self.controller(), &DeleteAclsRequest { rules }, &[])
+            .await?;
+        Ok(resp.deleted)
+    }
+
+    /// The ACL rules (of one principal, or all; needs describe on the cluster).
+    pub async fn describe_acls(
+        &self,
+        principal: Option<&str>,
+    ) -> Result<Vec<AclRule>, ClientError> {
+        let req = DescribeAclsRequest {
+            principal: principal.map(str::to_string),
+        };
+        let (resp, _) = self.client.call(None, &req, &[]).await?;
+        Ok(resp.rules)
+    }
+
+    /// Sets a principal's byte-rate quotas (both `None` removes them).
+    pub async fn set_quota(&self, principal: &str, quota: Quota) -> Result<(), ClientError> {
+        let req = AlterQuotasRequest {
+            principal: principal.to_string(),
+            quota,
+        };
+        self.client.call(self.controller(), &req, &[]).await?;
+        Ok(())
+    }
+
+    /// The quotas set (of one principal, or all).
+    pub async fn describe_quotas(
+        &self,
+        principal: Option<&str>,
+    ) -> Result<Vec<(String, Quota)>, ClientError> {
+        let req = DescribeQuotasRequest {
+            principal: principal.map(str::to_string),
+        };
+        let (resp, _) = self.client.call(None, &req, &[]).await?;
+        Ok(resp.quotas)
     }
 
     /// The cluster id, the controller and the brokers (sorted by id).

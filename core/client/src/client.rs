@@ -188,6 +188,7 @@ impl Client {
             ClientError::Net(
                 e @ (NetError::TlsHandshake { .. }
                 | NetError::NoDevCa { .. }
+                | NetError::ClientCertRefused { .. }
                 | NetError::Pem { .. }),
             ) => ClientError::Net(e),
             other => ClientError::NoBroker {

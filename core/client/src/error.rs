@@ -117,6 +117,8 @@ impl ClientError {
     pub fn is_retriable(&self) -> bool {
         match self {
             ClientError::Broker { error, .. } => error.code.is_retriable(),
+            // A refused certificate stays refused.
+            ClientError::Net(rill_net::NetError::ClientCertRefused { .. }) => false,
             ClientError::Net(_) | ClientError::Timeout { .. } => true,
             ClientError::Shared(inner) => inner.is_retriable(),
             ClientError::Failed { source, .. } => source.is_retriable(),

@@ -151,19 +151,63 @@ impl DevCa {
                 all.push(name.clone());
             }
         }
-        self.issue(&all, "Rill broker", ExtendedKeyUsagePurpose::ServerAuth)
+        self.issue(
+            &all,
+            "Rill broker",
+            &[ExtendedKeyUsagePurpose::ServerAuth],
+            None,
+        )
     }
 
-    /// Issues a client certificate for `name` (for brokers that require client
-    /// certificates, see `ServerTls::Files::client_ca`).
+    /// Issues a client certificate whose principal is `name` (its common name;
+    /// see [`crate::identity`]). `name` must be a valid principal name
+    /// ([`crate::identity::check_principal_name`]).
     pub fn issue_client_cert(
         &self,
         name: &str,
     ) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), NetError> {
+        crate::identity::check_principal_name(name)?;
+        // A DNS-shaped name is also put in the subject alternative names, as
+        // before; other principal names ("alice@example") live in the CN only.
+        let names = match san(name) {
+            Ok(SanType::DnsName(_)) => vec![name.to_string()],
+            _ => Vec::new(),
+        };
+        self.issue(&names, name, &[ExtendedKeyUsagePurpose::ClientAuth], None)
+    }
+
+    /// Issues broker `id`'s certificate: valid as a server for `localhost`,
+    /// `127.0.0.1`, `::1` and `names`, and as a client, carrying the broker mark
+    /// ([`crate::identity::broker_uri`]) that makes its holder the broker
+    /// principal `id` to every broker that trusts this CA.
+    pub fn issue_broker_cert(
+        &self,
+        id: i32,
+        names: &[String],
+    ) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), NetError> {
+        let mut all: Vec<String> = DEV_CERT_DEFAULT_NAMES
+            .iter()
+            .map(|n| n.to_string())
+            .collect();
+        for name in names {
+            if !all.contains(name) {
+                all.push(name.clone());
+            }
+        }
+        let uri = crate::identity::broker_uri(id);
+        let uri = SanType::URI(
+            uri.clone()
+                .try_into()
+                .map_err(|_| NetError::InvalidCertName { name: uri })?,
+        );
         self.issue(
-            &[name.to_string()],
-            name,
-            ExtendedKeyUsagePurpose::ClientAuth,
+            &all,
+            &format!("broker-{id}"),
+            &[
+                ExtendedKeyUsagePurpose::ServerAuth,
+                ExtendedKeyUsagePurpose::ClientAuth,
+            ],
+            Some(uri),
         )
     }
 
@@ -171,7 +215,8 @@ impl DevCa {
         &self,
         names: &[String],
         common_name: &str,
-        usage: ExtendedKeyUsagePurpose,
+        usages: &[ExtendedKeyUsagePurpose],
+        extra_san: Option<SanType>,
     ) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), NetError> {
         if names.len() > CERT_NAMES_MAX {
             return Err(NetError::InvalidCertName {
@@ -187,9 +232,10 @@ impl DevCa {
             .distinguished_name
             .push(DnType::OrganizationName, "Rill");
         params.subject_alt_names = names.iter().map(|n| san(n)).collect::<Result<_, _>>()?;
+        params.subject_alt_names.extend(extra_san);
         params.is_ca = IsCa::ExplicitNoCa;
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-        params.extended_key_usages = vec![usage];
+        params.extended_key_usages = usages.to_vec();
         params.use_authority_key_identifier_extension = true;
 
         let key = KeyPair::generate().map_err(|source| NetError::CertGen {
@@ -314,6 +360,33 @@ fn lock_exclusive(path: &Path) -> Result<File, NetError> {
             Err(TryLockError::Error(e)) => return Err(NetError::io("lock", path, e)),
         }
     }
+}
+
+/// Writes an issued certificate chain and its key as PEM files `dir/NAME.pem`
+/// and `dir/NAME-key.pem` (mode 0600; `dir` is created, mode 0700), each
+/// replaced whole. Returns the two paths.
+pub fn write_cert_files(
+    dir: &Path,
+    name: &str,
+    chain: &[CertificateDer<'_>],
+    key: &PrivateKeyDer<'_>,
+) -> Result<(PathBuf, PathBuf), NetError> {
+    create_home(dir)?;
+    let cert_path = dir.join(format!("{name}.pem"));
+    let key_path = dir.join(format!("{name}-key.pem"));
+    let certs: Vec<pem::Pem> = chain
+        .iter()
+        .map(|c| pem::Pem::new("CERTIFICATE", c.as_ref().to_vec()))
+        .collect();
+    let label = match key {
+        PrivateKeyDer::Pkcs1(_) => "RSA PRIVATE KEY",
+        PrivateKeyDer::Sec1(_) => "EC PRIVATE KEY",
+        _ => "PRIVATE KEY",
+    };
+    let key_pem = pem::Pem::new(label, key.secret_der().to_vec());
+    write_atomic(&key_path, pem::encode(&key_pem).as_bytes(), 0o600)?;
+    write_atomic(&cert_path, pem::encode_many(&certs).as_bytes(), 0o644)?;
+    Ok((cert_path, key_path))
 }
 
 /// Writes `contents` to `path` so that a crash leaves either the old file or the

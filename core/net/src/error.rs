@@ -60,6 +60,13 @@ pub enum NetError {
     #[error("{name:?} is not a valid DNS name or IP address for the broker certificate")]
     InvalidCertName { name: String },
 
+    /// A principal name that is empty, too long or has characters other than
+    /// letters, digits, `.`, `_`, `-` and `@`.
+    #[error(
+        "{name:?} is not a valid principal name: use 1 to 64 characters of A-Z, a-z, 0-9, '.', '_', '-' and '@'"
+    )]
+    InvalidPrincipalName { name: String },
+
     /// rustls refused the configuration (bad key, unusable certificate, ...).
     #[error("invalid TLS configuration: {0}")]
     Tls(#[from] rustls::Error),
@@ -108,6 +115,11 @@ pub enum NetError {
         #[source]
         source: quinn::ConnectionError,
     },
+
+    /// The broker closed the connection with a TLS alert about this client's
+    /// certificate: none given where one is required, or one it does not trust.
+    #[error("the broker refused this client's certificate ({alert}): {hint}")]
+    ClientCertRefused { alert: String, hint: &'static str },
 
     /// An established connection failed (closed by the peer, timed out, reset).
     #[error("connection lost: {0}")]
@@ -158,6 +170,50 @@ pub enum NetError {
 }
 
 impl NetError {
+    /// The same error, as [`NetError::ClientCertRefused`] when the connection
+    /// was closed by a TLS alert about the client's certificate. (In TLS 1.3 the
+    /// server checks the client's certificate after the client considers the
+    /// handshake done, so the refusal arrives on the first request.)
+    pub fn refine(self) -> NetError {
+        let conn = match &self {
+            NetError::Connection(c)
+            | NetError::Handshake { source: c, .. }
+            | NetError::Read(quinn::ReadError::ConnectionLost(c))
+            | NetError::Write(quinn::WriteError::ConnectionLost(c)) => c,
+            _ => return self,
+        };
+        let quinn::ConnectionError::ConnectionClosed(close) = conn else {
+            return self;
+        };
+        let code = u64::from(close.error_code);
+        if !(0x100..0x200).contains(&code) {
+            return self;
+        }
+        // TLS alert numbers (RFC 8446, 6.2).
+        let (alert, hint) = match code - 0x100 {
+            116 => (
+                "certificate_required",
+                "this broker requires client certificates (--auth mtls): pass --tls-cert FILE --tls-key FILE \
+                 (issue them with `rill cert issue --principal NAME`)",
+            ),
+            42 | 43 | 44 | 45 | 46 | 48 => (
+                "bad or untrusted certificate",
+                "the certificate given with --tls-cert is not signed by the CA the broker trusts, \
+                 has expired, or is not a client certificate",
+            ),
+            _ => return self,
+        };
+        let reason = String::from_utf8_lossy(&close.reason);
+        NetError::ClientCertRefused {
+            alert: if reason.is_empty() {
+                alert.to_string()
+            } else {
+                format!("{alert}: {reason}")
+            },
+            hint,
+        }
+    }
+
     pub(crate) fn io(
         action: &'static str,
         path: impl Into<PathBuf>,

@@ -16,26 +16,29 @@
 //! bounded before anything is allocated for it; every error names the address or
 //! file at fault and what to do.
 //!
-//! Modules: [`dev_ca`] (development CA files), [`tls`] (rustls configs),
+//! Modules: [`dev_ca`] (development CA files), [`identity`] (who a verified
+//! certificate names), [`tls`] (rustls configs),
 //! [`endpoint`] (UDP socket, quinn tuning, connecting), [`stream`] (frames).
 
 pub mod dev_ca;
 pub mod endpoint;
 pub mod error;
+pub mod identity;
 pub mod stream;
 pub mod tls;
 
-pub use dev_ca::{DevCa, dev_ca_cert_path, ensure_dev_ca, rill_home};
+pub use dev_ca::{DevCa, dev_ca_cert_path, ensure_dev_ca, rill_home, write_cert_files};
 pub use endpoint::{
     CONNECT_TIMEOUT, TransportLimits, client_config, client_endpoint, client_endpoint_for, connect,
     connect_named, server_endpoint,
 };
 pub use error::NetError;
+pub use identity::{PeerIdentity, identity_of, peer_identity};
 pub use stream::{
     Frame, STREAM_CANCELLED, STREAM_FRAME_REFUSED, call, call_timeout, parse_frame_header,
     read_frame, read_frame_body, read_frame_header_bytes, write_frame,
 };
-pub use tls::{ALPN, ClientTls, ServerTls};
+pub use tls::{ALPN, ClientAuth, ClientTls, ServerTls};
 
 /// Re-exported so users name the same quinn (and its rustls) as rill-net.
 pub use quinn;

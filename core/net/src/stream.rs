@@ -182,7 +182,7 @@ pub async fn call(
     payload: &[Bytes],
     max_response_bytes: u32,
 ) -> Result<Frame, NetError> {
-    let (mut send, mut recv) = conn.open_bi().await?;
+    let (mut send, mut recv) = conn.open_bi().await.map_err(|e| NetError::from(e).refine())?;
     exchange(
         &mut send,
         &mut recv,
@@ -193,6 +193,7 @@ pub async fn call(
         max_response_bytes,
     )
     .await
+    .map_err(NetError::refine)
 }
 
 /// [`call`], bounded by `timeout` (opening the stream included). On timeout the
@@ -214,7 +215,8 @@ pub async fn call_timeout(
     };
     let (mut send, mut recv) = tokio::time::timeout_at(deadline, conn.open_bi())
         .await
-        .map_err(|_| timed_out())??;
+        .map_err(|_| timed_out())?
+        .map_err(|e| NetError::from(e).refine())?;
     let exchanged = tokio::time::timeout_at(
         deadline,
         exchange(
@@ -229,7 +231,7 @@ pub async fn call_timeout(
     )
     .await;
     match exchanged {
-        Ok(result) => result,
+        Ok(result) => result.map_err(NetError::refine),
         Err(_) => {
             let _ = send.reset(STREAM_CANCELLED);
             let _ = recv.stop(STREAM_CANCELLED);

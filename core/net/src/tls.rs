@@ -40,13 +40,25 @@ pub enum ServerTls {
     /// As `Dev`, and also valid for `names` (DNS names or IP addresses), e.g. the
     /// address the broker advertises to other machines.
     DevWithNames { home: PathBuf, names: Vec<String> },
-    /// A certificate chain and key from PEM files. With `client_ca`, clients must
-    /// present a certificate signed by one of the CAs in that file.
+    /// A certificate chain and key from PEM files, and whether clients present
+    /// certificates ([`ClientAuth`]).
     Files {
         cert: PathBuf,
         key: PathBuf,
-        client_ca: Option<PathBuf>,
+        client_auth: ClientAuth,
     },
+}
+
+/// Whether a broker asks its clients for certificates.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClientAuth {
+    /// No client certificates.
+    None,
+    /// A client may present a certificate signed by a CA in this file (a broker
+    /// does, to be known as one); one that presents none is anonymous.
+    Optional(PathBuf),
+    /// Every client must present a certificate signed by a CA in this file.
+    Required(PathBuf),
 }
 
 /// Whom a client (or a replicating broker) trusts, and how it identifies itself.
@@ -82,35 +94,40 @@ impl ServerTls {
         &self,
         listen_ip: Option<IpAddr>,
     ) -> Result<rustls::ServerConfig, NetError> {
-        let (chain, key, client_ca) = match self {
+        let (chain, key, client_auth) = match self {
             ServerTls::Dev { home } => {
                 let (chain, key) = dev_server_cert(home, &[], listen_ip)?;
-                (chain, key, None)
+                (chain, key, &ClientAuth::None)
             }
             ServerTls::DevWithNames { home, names } => {
                 let (chain, key) = dev_server_cert(home, names, listen_ip)?;
-                (chain, key, None)
+                (chain, key, &ClientAuth::None)
             }
             ServerTls::Files {
                 cert,
                 key,
-                client_ca,
+                client_auth,
             } => (
                 load_certs(cert, "the broker certificate")?,
                 load_key(key)?,
-                client_ca.as_deref(),
+                client_auth,
             ),
         };
         let builder = rustls::ServerConfig::builder_with_provider(crypto_provider())
             .with_protocol_versions(&[&rustls::version::TLS13])?;
-        let builder = match client_ca {
-            None => builder.with_no_client_auth(),
-            Some(path) => {
+        let builder = match client_auth {
+            ClientAuth::None => builder.with_no_client_auth(),
+            ClientAuth::Optional(path) | ClientAuth::Required(path) => {
                 let roots = load_roots(path)?;
                 let verifier =
-                    WebPkiClientVerifier::builder_with_provider(Arc::new(roots), crypto_provider())
-                        .build()
-                        .map_err(|e| NetError::pem("client CA certificates", path, e))?;
+                    WebPkiClientVerifier::builder_with_provider(Arc::new(roots), crypto_provider());
+                let verifier = match client_auth {
+                    ClientAuth::Optional(_) => verifier.allow_unauthenticated(),
+                    _ => verifier,
+                };
+                let verifier = verifier
+                    .build()
+                    .map_err(|e| NetError::pem("client CA certificates", path, e))?;
                 builder.with_client_cert_verifier(verifier)
             }
         };
@@ -179,7 +196,7 @@ fn dev_server_cert(
 }
 
 /// This machine's host name, if it is a plausible DNS name.
-fn host_name() -> Option<String> {
+pub fn host_name() -> Option<String> {
     let name = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .or_else(|_| std::fs::read_to_string("/etc/hostname"))
         .ok()?;
@@ -374,7 +391,7 @@ mod tests {
         let err = ServerTls::Files {
             cert: bogus.clone(),
             key: bogus.clone(),
-            client_ca: None,
+            client_auth: ClientAuth::None,
         }
         .rustls_config()
         .unwrap_err();

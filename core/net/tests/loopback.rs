@@ -433,7 +433,7 @@ async fn certificate_files_and_client_certificates_work() {
         let server_tls = ServerTls::Files {
             cert: cert_path,
             key: key_path,
-            client_ca: Some(ca_path.clone()),
+            client_auth: rill_net::ClientAuth::Required(ca_path.clone()),
         };
         let server = start_echo_server(&server_tls, 1 << 20);
         let addr = server.local_addr().unwrap();

@@ -228,7 +228,9 @@ pub async fn elect_leaders(
         .await?
     {
         Outcome::Moved(moved) => Ok(ElectLeadersResponse { moved }),
-        Outcome::Done | Outcome::ProducerId(_) => Ok(ElectLeadersResponse { moved: Vec::new() }),
+        Outcome::Done | Outcome::ProducerId(_) | Outcome::Count(_) => {
+            Ok(ElectLeadersResponse { moved: Vec::new() })
+        }
         Outcome::Refused { code, message } => Err(ErrorInfo::new(code, message)),
     }
 }
@@ -315,5 +317,114 @@ pub async fn wait_replicated(
                 return Err(ErrorInfo::new(ErrorCode::BrokerNotAvailable, "the broker is shutting down"));
             }
         }
+    }
+}
+
+/// The outcome of an access-control command: how many rules it changed.
+fn counted(outcome: Outcome) -> Result<u32, ErrorInfo> {
+    match outcome {
+        Outcome::Count(n) => Ok(n),
+        Outcome::Done | Outcome::Moved(_) | Outcome::ProducerId(_) => Ok(0),
+        Outcome::Refused { code, message } => Err(ErrorInfo::new(code, message)),
+    }
+}
+
+/// Checks rules before they are proposed (the state machine checks again).
+fn check_rules(rules: &[AclRule]) -> Result<(), ErrorInfo> {
+    if rules.is_empty() {
+        return Err(ErrorInfo::new(
+            ErrorCode::InvalidRequest,
+            "no ACL rules given",
+        ));
+    }
+    if rules.len() > ACL_RULES_PER_REQUEST_MAX {
+        return Err(ErrorInfo::new(
+            ErrorCode::InvalidRequest,
+            format!(
+                "{} ACL rules in one request; at most {ACL_RULES_PER_REQUEST_MAX}",
+                rules.len()
+            ),
+        ));
+    }
+    crate::cluster::image::check_acl_rules(rules)
+        .map_err(|m| ErrorInfo::new(ErrorCode::InvalidRequest, m))
+}
+
+/// Most rules one CreateAcls or DeleteAcls request may carry.
+pub const ACL_RULES_PER_REQUEST_MAX: usize = 1000;
+
+/// CreateAcls: adds allow rules through the quorum.
+pub async fn create_acls(
+    state: &BrokerState,
+    req: CreateAclsRequest,
+) -> Result<CreateAclsResponse, ErrorInfo> {
+    check_rules(&req.rules)?;
+    ready(state).await?;
+    let created = counted(
+        state
+            .cluster
+            .propose(Command::CreateAcls { rules: req.rules })
+            .await?,
+    )?;
+    Ok(CreateAclsResponse { created })
+}
+
+/// DeleteAcls: removes allow rules through the quorum.
+pub async fn delete_acls(
+    state: &BrokerState,
+    req: DeleteAclsRequest,
+) -> Result<DeleteAclsResponse, ErrorInfo> {
+    check_rules(&req.rules)?;
+    ready(state).await?;
+    let deleted = counted(
+        state
+            .cluster
+            .propose(Command::DeleteAcls { rules: req.rules })
+            .await?,
+    )?;
+    Ok(DeleteAclsResponse { deleted })
+}
+
+/// DescribeAcls: the rules this broker's image holds (of one principal, or all).
+pub fn describe_acls(state: &BrokerState, req: DescribeAclsRequest) -> DescribeAclsResponse {
+    let image = state.cluster.image();
+    DescribeAclsResponse {
+        rules: image
+            .acls
+            .iter()
+            .filter(|r| req.principal.as_ref().is_none_or(|p| *p == r.principal))
+            .cloned()
+            .collect(),
+    }
+}
+
+/// AlterQuotas: sets a principal's byte-rate quotas through the quorum.
+pub async fn alter_quotas(
+    state: &BrokerState,
+    req: AlterQuotasRequest,
+) -> Result<AlterQuotasResponse, ErrorInfo> {
+    ready(state).await?;
+    counted(
+        state
+            .cluster
+            .propose(Command::SetQuota {
+                principal: req.principal,
+                quota: req.quota,
+            })
+            .await?,
+    )?;
+    Ok(AlterQuotasResponse {})
+}
+
+/// DescribeQuotas: the quotas this broker's image holds.
+pub fn describe_quotas(state: &BrokerState, req: DescribeQuotasRequest) -> DescribeQuotasResponse {
+    let image = state.cluster.image();
+    DescribeQuotasResponse {
+        quotas: image
+            .quotas
+            .iter()
+            .filter(|(p, _)| req.principal.as_ref().is_none_or(|want| want == *p))
+            .map(|(p, q)| (p.clone(), q.clone()))
+            .collect(),
     }
 }

@@ -15,6 +15,7 @@
 
 use rill_proto::LeaderEpoch;
 use rill_proto::wire::ErrorCode;
+use rill_proto::wire::{AclResource, AclRule, Quota};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -128,6 +129,13 @@ pub struct MetadataImage {
     /// The next idempotent-producer id to hand out (older snapshots lack it).
     #[serde(default)]
     pub next_producer_id: i64,
+    /// The ACL allow rules every broker enforces (with `--auth mtls`), sorted,
+    /// each once.
+    #[serde(default)]
+    pub acls: Vec<AclRule>,
+    /// Byte-rate quotas by principal.
+    #[serde(default)]
+    pub quotas: BTreeMap<String, Quota>,
 }
 
 /// A change to the image, as committed to the quorum log.
@@ -198,6 +206,19 @@ pub enum Command {
     },
     /// Hands out the next producer id.
     AllocateProducerId,
+    /// Adds ACL allow rules (those present already are kept once).
+    CreateAcls {
+        rules: Vec<AclRule>,
+    },
+    /// Removes ACL allow rules.
+    DeleteAcls {
+        rules: Vec<AclRule>,
+    },
+    /// Sets (or, with both rates `None`, removes) a principal's quotas.
+    SetQuota {
+        principal: String,
+        quota: Quota,
+    },
 }
 
 /// One partition's ISR change in an [`Command::AlterIsrBatch`].
@@ -227,10 +248,38 @@ pub enum Outcome {
     /// Partitions whose leader changed (`topic-partition`).
     Moved(Vec<String>),
     ProducerId(i64),
+    /// How many rules a command added or removed.
+    Count(u32),
     Refused {
         code: ErrorCode,
         message: String,
     },
+}
+
+/// Most ACL rules the cluster holds.
+pub const ACL_RULES_MAX: usize = 100_000;
+
+/// Checks rules before they are stored: a principal name (or `*`), and a
+/// resource name that could name a topic, group or transform.
+pub fn check_acl_rules(rules: &[AclRule]) -> Result<(), String> {
+    for r in rules {
+        if r.principal != "*" {
+            rill_net::identity::check_principal_name(&r.principal).map_err(|e| e.to_string())?;
+        }
+        let name = match &r.resource {
+            AclResource::Topic(n)
+            | AclResource::TopicPrefix(n)
+            | AclResource::Group(n)
+            | AclResource::Transform(n) => n,
+            AclResource::Cluster => continue,
+        };
+        if name.is_empty() || name.len() > 249 || name.chars().any(char::is_control) {
+            return Err(format!(
+                "the resource name {name:?} of rule \"{r}\" must be 1 to 249 characters without control characters"
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn refused(code: ErrorCode, message: String) -> Outcome {
@@ -293,6 +342,58 @@ impl MetadataImage {
 
     fn apply_inner(&mut self, command: &Command) -> Outcome {
         match command {
+            Command::CreateAcls { rules } => {
+                if let Err(message) = check_acl_rules(rules) {
+                    return refused(ErrorCode::InvalidRequest, message);
+                }
+                if self.acls.len() + rules.len() > ACL_RULES_MAX {
+                    return refused(
+                        ErrorCode::PolicyViolation,
+                        format!(
+                            "the cluster holds {} ACL rules; adding {} would pass the limit of {ACL_RULES_MAX}",
+                            self.acls.len(),
+                            rules.len()
+                        ),
+                    );
+                }
+                let mut created = 0;
+                for r in rules {
+                    if let Err(at) = self.acls.binary_search(r) {
+                        self.acls.insert(at, r.clone());
+                        created += 1;
+                    }
+                }
+                Outcome::Count(created)
+            }
+            Command::DeleteAcls { rules } => {
+                let mut deleted = 0;
+                for r in rules {
+                    if let Ok(at) = self.acls.binary_search(r) {
+                        self.acls.remove(at);
+                        deleted += 1;
+                    }
+                }
+                Outcome::Count(deleted)
+            }
+            Command::SetQuota { principal, quota } => {
+                if let Err(e) = rill_net::identity::check_principal_name(principal) {
+                    return refused(ErrorCode::InvalidRequest, e.to_string());
+                }
+                if quota.produce_bytes_per_s == Some(0) || quota.fetch_bytes_per_s == Some(0) {
+                    return refused(
+                        ErrorCode::InvalidRequest,
+                        format!(
+                            "a quota of 0 bytes/s for {principal:?} would stop it for good; remove the quota or give a rate >= 1"
+                        ),
+                    );
+                }
+                if quota.produce_bytes_per_s.is_none() && quota.fetch_bytes_per_s.is_none() {
+                    self.quotas.remove(principal);
+                } else {
+                    self.quotas.insert(principal.clone(), quota.clone());
+                }
+                Outcome::Done
+            }
             Command::AllocateProducerId => {
                 let id = self.next_producer_id;
                 self.next_producer_id += 1;

@@ -22,6 +22,7 @@ pub mod image;
 pub mod peers;
 pub mod raft;
 pub mod raft_format;
+pub mod raft_format_v1;
 pub mod reconcile;
 pub mod replication;
 pub mod sessions;
@@ -102,6 +103,7 @@ impl Cluster {
     /// the cluster in the background (tasks in `tracker`, stopped by `shutdown`).
     pub async fn start(
         config: &BrokerConfig,
+        tls: &rill_net::ClientTls,
         addr: String,
         local_topics: Vec<TopicRecord>,
         cluster_id: String,
@@ -123,8 +125,7 @@ impl Cluster {
         let log = LogStore::open(&dir).map_err(data_err("open the metadata quorum log"))?;
         let (sm, image) =
             StateMachine::open(&dir).map_err(data_err("open the metadata snapshot"))?;
-        let tls = crate::client_tls(config);
-        let links = PeerLinks::new(&tls).map_err(BrokerError::Tls)?;
+        let links = PeerLinks::new(tls).map_err(BrokerError::Tls)?;
         let raft_config = openraft::Config {
             cluster_name: "rill".into(),
             heartbeat_interval: 100,

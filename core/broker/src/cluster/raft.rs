@@ -4,14 +4,14 @@
 //!
 //! On disk (format version 1; the layouts are in [`super::raft_format`]):
 //! - `log`: the header `"RRLG"` + u16 version 1 + u16 zero, then appended frames
-//!   `[u32 len][u32 crc32c][rkyv LogFrameV1]`, fsynced before an append is
+//!   `[u32 len][u32 crc32c][rkyv LogFrame]`, fsynced before an append is
 //!   acknowledged; a torn last frame (short, or a crc32c that does not match: a
 //!   crash mid-append) is cut off at recovery; a frame whose checksum matches but
 //!   that fails rkyv validation stops the open with an error naming the file and
 //!   offset. Truncation and purging rewrite the file crash-safely;
 //! - `snapshot.rkyv`: the last snapshot (its meta and the image): the header
 //!   `"RRSN"` + u16 version 1 + u16 zero + u32 crc32c + u32 length, then the rkyv
-//!   `SnapshotV1`; replaced whole (temp, fsync, rename, fsync dir), validated and
+//!   `Snapshot`; replaced whole (temp, fsync, rename, fsync dir), validated and
 //!   checksummed when read;
 //! - `vote.json`, `committed.json`: small, and kept JSON so a person can read
 //!   them; replaced whole.
@@ -28,7 +28,7 @@
 
 use super::image::{Command, MetadataImage, Outcome};
 use super::peers::{PeerError, PeerLinks};
-use super::raft_format::{self, LogFileFormat, LogFrameV1, LogRecord, SnapshotV1, StoredSnapshot};
+use super::raft_format::{self, LogFileFormat, LogFrame, LogRecord, StoredSnapshot};
 use crate::metadata::{sync_dir, write_atomic};
 use openraft::error::{
     InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
@@ -97,7 +97,7 @@ struct LogInner {
 }
 
 /// One log frame: `[u32 len][u32 crc32c][rkyv body]`.
-fn frame(record: &LogFrameV1) -> std::io::Result<Vec<u8>> {
+fn frame(record: &LogFrame) -> std::io::Result<Vec<u8>> {
     let body = raft_format::encode_log_frame(record)?;
     let mut out = Vec::with_capacity(body.len() + 8);
     out.extend_from_slice(&(body.len() as u32).to_le_bytes());
@@ -115,10 +115,10 @@ impl LogInner {
     fn rewrite(&mut self) -> std::io::Result<()> {
         let mut bytes = raft_format::log_header().to_vec();
         if let Some(p) = &self.last_purged {
-            bytes.extend(frame(&LogFrameV1::purged(p))?);
+            bytes.extend(frame(&LogFrame::purged(p))?);
         }
         for e in self.entries.values() {
-            bytes.extend(frame(&LogFrameV1::entry(e))?);
+            bytes.extend(frame(&LogFrame::entry(e))?);
         }
         let path = self.log_path();
         write_atomic(&self.dir, &path, &bytes)?;
@@ -165,7 +165,7 @@ impl LogStore {
         let mut entries = BTreeMap::new();
         let mut last_purged = None;
         let mut at = match format {
-            LogFileFormat::Current => raft_format::LOG_HEADER_LEN,
+            LogFileFormat::Current | LogFileFormat::V1 => raft_format::LOG_HEADER_LEN,
             LogFileFormat::Empty | LogFileFormat::LegacyJson => 0,
         };
         while at + 8 <= bytes.len() {
@@ -182,7 +182,9 @@ impl LogStore {
             let record = match format {
                 // The checksum matched: bytes that fail validation are not a torn
                 // write but damage (or a bug), and cutting them would lose entries.
-                LogFileFormat::Current => raft_format::decode_log_frame(&path, at, body)?,
+                LogFileFormat::Current | LogFileFormat::V1 => {
+                    raft_format::decode_log_frame(&path, format, at, body)?
+                }
                 LogFileFormat::Empty | LogFileFormat::LegacyJson => {
                     match raft_format::decode_legacy_log_frame(body) {
                         Ok(r) => r,
@@ -198,8 +200,8 @@ impl LogStore {
             }
             at = end;
         }
-        if format == LogFileFormat::LegacyJson {
-            tracing::info!(file = %path.display(), entries = entries.len(), "rewriting the JSON Raft log in format version {}", raft_format::FORMAT_VERSION);
+        if matches!(format, LogFileFormat::LegacyJson | LogFileFormat::V1) {
+            tracing::info!(file = %path.display(), entries = entries.len(), from = ?format, "rewriting the Raft log in format version {}", raft_format::FORMAT_VERSION);
         }
         if at < bytes.len() {
             tracing::warn!(file = %path.display(), valid_bytes = at, total = bytes.len(), "cutting a torn tail off the Raft log");
@@ -286,7 +288,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let mut bytes = Vec::new();
         let mut new = Vec::new();
         for e in entries {
-            bytes.extend(frame(&LogFrameV1::entry(&e)).map_err(io_write)?);
+            bytes.extend(frame(&LogFrame::entry(&e)).map_err(io_write)?);
             new.push(e);
         }
         let written = inner
@@ -325,7 +327,7 @@ fn write_snapshot(
     meta: &SnapshotMeta<NodeId, BasicNode>,
     image: MetadataImage,
 ) -> std::io::Result<StoredSnapshot> {
-    let snapshot = SnapshotV1::new(meta, image);
+    let snapshot = raft_format::Snapshot::new(meta, image);
     let bytes = raft_format::encode_snapshot(&snapshot)?;
     write_atomic(dir, &dir.join(SNAPSHOT_FILE), &bytes)?;
     Ok(StoredSnapshot {
@@ -634,7 +636,7 @@ mod tests {
     fn append_now(store: &LogStore, entries: Vec<Entry<TypeConfig>>) {
         let mut inner = store.inner.lock();
         for e in entries {
-            let b = frame(&LogFrameV1::entry(&e)).unwrap();
+            let b = frame(&LogFrame::entry(&e)).unwrap();
             inner.file.write_all(&b).unwrap();
             inner.entries.insert(e.log_id.index, e);
         }
@@ -652,7 +654,7 @@ mod tests {
             .append(true)
             .open(dir.path().join("log"))
             .unwrap();
-        let torn = frame(&LogFrameV1::entry(&entry(1, 6))).unwrap();
+        let torn = frame(&LogFrame::entry(&entry(1, 6))).unwrap();
         f.write_all(&torn[..torn.len() / 2]).unwrap();
         drop(f);
         let store = LogStore::open(dir.path()).unwrap();
@@ -831,7 +833,7 @@ mod tests {
         drop(store);
         let path = dir.path().join("log");
         let good_len = std::fs::read(&path).unwrap().len();
-        // A frame whose checksum matches but whose body is no LogFrameV1: an enum
+        // A frame whose checksum matches but whose body is no LogFrame: an enum
         // tag out of range.
         let body = [0xffu8; 16];
         let mut f = OpenOptions::new().append(true).open(&path).unwrap();
@@ -851,11 +853,100 @@ mod tests {
     fn a_log_of_another_format_version_is_refused_by_name() {
         let dir = tempfile::tempdir().unwrap();
         let mut header = raft_format::log_header();
-        header[4..6].copy_from_slice(&2u16.to_le_bytes());
+        let newer = raft_format::FORMAT_VERSION + 1;
+        header[4..6].copy_from_slice(&newer.to_le_bytes());
         std::fs::write(dir.path().join("log"), header).unwrap();
         let err = LogStore::open(dir.path()).unwrap_err().to_string();
-        assert!(err.contains("format version 2"), "{err}");
-        assert!(err.contains("reads version 1"), "{err}");
+        assert!(err.contains(&format!("format version {newer}")), "{err}");
+        assert!(
+            err.contains(&format!("reads version {}", raft_format::FORMAT_VERSION)),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_version_1_log_and_snapshot_open_and_are_rewritten_in_version_2() {
+        use super::super::raft_format_v1 as v1;
+        let dir = tempfile::tempdir().unwrap();
+        // A version-1 log: header, a purge and two entries in the old layout.
+        let v1_frame = |f: &v1::LogFrameV1| {
+            let body = rkyv::to_bytes::<rkyv::rancor::Error>(f).unwrap();
+            let mut out = (body.len() as u32).to_le_bytes().to_vec();
+            out.extend_from_slice(&crc32c::crc32c(&body).to_le_bytes());
+            out.extend_from_slice(&body);
+            out
+        };
+        let id = |index| raft_format::LogIdV1 {
+            term: 1,
+            node_id: 0,
+            index,
+        };
+        let mut bytes = raft_format::log_header().to_vec();
+        bytes[4..6].copy_from_slice(&1u16.to_le_bytes());
+        bytes.extend(v1_frame(&v1::LogFrameV1::Purged(id(1))));
+        bytes.extend(v1_frame(&v1::LogFrameV1::Entry {
+            log_id: id(2),
+            payload: v1::PayloadV1::Normal(v1::CommandV1::SetClusterId {
+                cluster_id: "c2".into(),
+            }),
+        }));
+        bytes.extend(v1_frame(&v1::LogFrameV1::Entry {
+            log_id: id(3),
+            payload: v1::PayloadV1::Normal(v1::CommandV1::FenceBroker { id: 4 }),
+        }));
+        std::fs::write(dir.path().join("log"), &bytes).unwrap();
+        let expected = vec![
+            Entry::<TypeConfig> {
+                log_id: LogId::new(CommittedLeaderId::new(1, 0), 2),
+                payload: EntryPayload::Normal(Command::SetClusterId {
+                    cluster_id: "c2".into(),
+                }),
+            },
+            Entry {
+                log_id: LogId::new(CommittedLeaderId::new(1, 0), 3),
+                payload: EntryPayload::Normal(Command::FenceBroker { id: 4 }),
+            },
+        ];
+        let expected: Vec<String> = expected
+            .iter()
+            .map(|e| serde_json::to_string(e).unwrap())
+            .collect();
+        for _ in 0..2 {
+            let store = LogStore::open(dir.path()).unwrap();
+            assert_eq!(json_of(&store.inner.lock().entries), expected);
+            assert_eq!(store.inner.lock().last_purged.unwrap().index, 1);
+            let on_disk = std::fs::read(dir.path().join("log")).unwrap();
+            assert_eq!(
+                on_disk[..8],
+                raft_format::log_header(),
+                "rewritten as version 2"
+            );
+        }
+
+        // A version-1 snapshot: read, the image carried over with no ACLs.
+        let image = image_with_topics(3);
+        let meta = snapshot_meta();
+        let old = v1::SnapshotV1 {
+            meta: raft_format::Snapshot::new(&meta, MetadataImage::default()).meta,
+            image: v1::MetadataImageV1 {
+                cluster_id: image.cluster_id.clone(),
+                brokers: image.brokers.clone(),
+                topics: image.topics.clone(),
+                next_producer_id: image.next_producer_id,
+            },
+        };
+        let body = rkyv::to_bytes::<rkyv::rancor::Error>(&old).unwrap();
+        let mut file = raft_format::SNAPSHOT_MAGIC.to_vec();
+        file.extend_from_slice(&1u16.to_le_bytes());
+        file.extend_from_slice(&0u16.to_le_bytes());
+        file.extend_from_slice(&crc32c::crc32c(&body).to_le_bytes());
+        file.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        file.extend_from_slice(&body);
+        std::fs::write(dir.path().join(SNAPSHOT_FILE), &file).unwrap();
+        let (sm, _) = StateMachine::open(dir.path()).unwrap();
+        let inner = sm.inner.lock();
+        assert_eq!(inner.image, image);
+        assert_eq!(inner.last_applied, meta.last_log_id);
     }
 
     fn image_with_topics(n: usize) -> MetadataImage {

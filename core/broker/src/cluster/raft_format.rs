@@ -1,5 +1,7 @@
 //! The on-disk format of the metadata quorum's Raft log records and snapshot,
-//! format version 1: rkyv archives, validated with bytecheck on every read.
+//! format version 2: rkyv archives, validated with bytecheck on every read.
+//! Version 1 (before the access-control commands) is still read, through the
+//! frozen types of [`super::raft_format_v1`], and rewritten as version 2.
 //!
 //! openraft's own types (`Entry`, `LogId`, `Membership`, `SnapshotMeta`) are serde,
 //! not rkyv, and may change with openraft; so what goes to disk is our own mirror of
@@ -13,9 +15,10 @@
 //! - snapshot file `snapshot.rkyv`: header `"RRSN"` + u16 version + u16 zero +
 //!   u32 crc32c(body) + u32 body length (16 bytes), then `body = rkyv SnapshotV1`.
 //!
-//! Version 1 is the layout of the V1 types below, including [`Command`] and
-//! [`MetadataImage`] as they derive it: a change to any of them that changes the
-//! archived layout must bump [`FORMAT_VERSION`] (and keep a reader for the old one).
+//! Version 2 is the layout of the [`LogFrame`] and [`Snapshot`] types below,
+//! including [`Command`] and [`MetadataImage`] as they derive it: a change to any
+//! of them that changes the archived layout must bump [`FORMAT_VERSION`] (and keep
+//! a reader for the old one, as `raft_format_v1` is for version 1).
 //! A file with another version is refused with an error naming the file and both
 //! versions; a record that fails validation names the file and its byte offset.
 //! Never `access_unchecked`: the bytes are always checked before they are used.
@@ -27,6 +30,7 @@
 
 use super::image::{Command, MetadataImage};
 use super::raft::{NodeId, TypeConfig};
+use super::raft_format_v1 as v1;
 use openraft::{
     BasicNode, CommittedLeaderId, Entry, EntryPayload, LogId, Membership, SnapshotMeta,
     StoredMembership,
@@ -39,7 +43,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// The version of the rkyv layout written by this build.
-pub const FORMAT_VERSION: u16 = 1;
+pub const FORMAT_VERSION: u16 = 2;
 /// First bytes of a version-1+ Raft log file. (A JSON-era log starts with a frame
 /// length; as a length these bytes would exceed `RAFT_RECORD_BYTES_MAX`.)
 pub const LOG_MAGIC: [u8; 4] = *b"RRLG";
@@ -173,50 +177,71 @@ impl From<MembershipV1> for Membership<NodeId, BasicNode> {
 
 /// An entry's payload.
 #[derive(Debug, Clone, PartialEq, Eq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
-pub enum PayloadV1 {
+pub enum PayloadV2 {
     Blank,
     Normal(Command),
     Membership(MembershipV1),
 }
 
-/// One frame body of the log file.
+/// One frame body of the log file (the current version).
+pub type LogFrame = LogFrameV2;
+/// The snapshot file's body (the current version).
+pub type Snapshot = SnapshotV2;
+
+/// One frame body of the log file, version 2.
 #[derive(Debug, Clone, PartialEq, Eq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
-pub enum LogFrameV1 {
+pub enum LogFrameV2 {
     /// Everything up to and including this log id was purged.
     Purged(LogIdV1),
     Entry {
         log_id: LogIdV1,
-        payload: PayloadV1,
+        payload: PayloadV2,
     },
 }
 
-impl LogFrameV1 {
-    pub fn purged(log_id: &LogId<NodeId>) -> LogFrameV1 {
-        LogFrameV1::Purged(log_id.into())
+impl LogFrameV2 {
+    pub fn purged(log_id: &LogId<NodeId>) -> LogFrameV2 {
+        LogFrameV2::Purged(log_id.into())
     }
 
-    pub fn entry(e: &Entry<TypeConfig>) -> LogFrameV1 {
-        LogFrameV1::Entry {
+    pub fn entry(e: &Entry<TypeConfig>) -> LogFrameV2 {
+        LogFrameV2::Entry {
             log_id: (&e.log_id).into(),
             payload: match &e.payload {
-                EntryPayload::Blank => PayloadV1::Blank,
-                EntryPayload::Normal(c) => PayloadV1::Normal(c.clone()),
-                EntryPayload::Membership(m) => PayloadV1::Membership(m.into()),
+                EntryPayload::Blank => PayloadV2::Blank,
+                EntryPayload::Normal(c) => PayloadV2::Normal(c.clone()),
+                EntryPayload::Membership(m) => PayloadV2::Membership(m.into()),
             },
         }
     }
 
     pub fn into_record(self) -> LogRecord {
         match self {
-            LogFrameV1::Purged(l) => LogRecord::Purged((&l).into()),
-            LogFrameV1::Entry { log_id, payload } => LogRecord::Entry(Entry {
+            LogFrameV2::Purged(l) => LogRecord::Purged((&l).into()),
+            LogFrameV2::Entry { log_id, payload } => LogRecord::Entry(Entry {
                 log_id: (&log_id).into(),
                 payload: match payload {
-                    PayloadV1::Blank => EntryPayload::Blank,
-                    PayloadV1::Normal(c) => EntryPayload::Normal(c),
-                    PayloadV1::Membership(m) => EntryPayload::Membership(m.into()),
+                    PayloadV2::Blank => EntryPayload::Blank,
+                    PayloadV2::Normal(c) => EntryPayload::Normal(c),
+                    PayloadV2::Membership(m) => EntryPayload::Membership(m.into()),
                 },
             }),
+        }
+    }
+}
+
+impl From<v1::LogFrameV1> for LogFrameV2 {
+    fn from(f: v1::LogFrameV1) -> LogFrameV2 {
+        match f {
+            v1::LogFrameV1::Purged(l) => LogFrameV2::Purged(l),
+            v1::LogFrameV1::Entry { log_id, payload } => LogFrameV2::Entry {
+                log_id,
+                payload: match payload {
+                    v1::PayloadV1::Blank => PayloadV2::Blank,
+                    v1::PayloadV1::Normal(c) => PayloadV2::Normal(c.into()),
+                    v1::PayloadV1::Membership(m) => PayloadV2::Membership(m),
+                },
+            },
         }
     }
 }
@@ -236,6 +261,9 @@ pub enum LogFileFormat {
     Empty,
     /// JSON frames, no header (before format version 1).
     LegacyJson,
+    /// Format version 1 (rkyv, before the access-control commands); frames
+    /// start after the header.
+    V1,
     /// The current format; frames start after the header.
     Current,
 }
@@ -255,28 +283,40 @@ pub fn log_file_format(file: &Path, bytes: &[u8]) -> Result<LogFileFormat, Forma
             what: format!("a header cut short ({} bytes)", bytes.len()),
         });
     }
-    let found = u16::from_le_bytes([bytes[4], bytes[5]]);
-    if found != FORMAT_VERSION {
-        return Err(FormatError::Version {
+    match u16::from_le_bytes([bytes[4], bytes[5]]) {
+        FORMAT_VERSION => Ok(LogFileFormat::Current),
+        1 => Ok(LogFileFormat::V1),
+        found => Err(FormatError::Version {
             file: file.to_path_buf(),
             found,
-        });
+        }),
     }
-    Ok(LogFileFormat::Current)
 }
 
 /// Encodes one frame body.
-pub fn encode_log_frame(frame: &LogFrameV1) -> std::io::Result<AlignedVec> {
+pub fn encode_log_frame(frame: &LogFrame) -> std::io::Result<AlignedVec> {
     rkyv::to_bytes::<rancor::Error>(frame).map_err(std::io::Error::other)
 }
 
-/// Validates and decodes one frame body (`offset`: where its frame starts in `file`).
-pub fn decode_log_frame(file: &Path, offset: usize, body: &[u8]) -> Result<LogRecord, FormatError> {
+/// Validates and decodes one frame body of a file in `format` (`offset`: where
+/// its frame starts in `file`).
+pub fn decode_log_frame(
+    file: &Path,
+    format: LogFileFormat,
+    offset: usize,
+    body: &[u8],
+) -> Result<LogRecord, FormatError> {
     // Frames lie at any byte offset in the file; rkyv needs the body aligned.
     let mut aligned = AlignedVec::<16>::with_capacity(body.len());
     aligned.extend_from_slice(body);
-    rkyv::from_bytes::<LogFrameV1, rancor::Error>(&aligned)
-        .map(LogFrameV1::into_record)
+    let frame = match format {
+        LogFileFormat::V1 => {
+            rkyv::from_bytes::<v1::LogFrameV1, rancor::Error>(&aligned).map(LogFrame::from)
+        }
+        _ => rkyv::from_bytes::<LogFrame, rancor::Error>(&aligned),
+    };
+    frame
+        .map(LogFrame::into_record)
         .map_err(|e| FormatError::Damaged {
             file: file.to_path_buf(),
             offset,
@@ -307,16 +347,16 @@ pub struct SnapshotMetaV1 {
     pub snapshot_id: String,
 }
 
-/// The snapshot file's body.
+/// The snapshot file's body, version 2.
 #[derive(Debug, Clone, PartialEq, Eq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
-pub struct SnapshotV1 {
+pub struct SnapshotV2 {
     pub meta: SnapshotMetaV1,
     pub image: MetadataImage,
 }
 
-impl SnapshotV1 {
-    pub fn new(meta: &SnapshotMeta<NodeId, BasicNode>, image: MetadataImage) -> SnapshotV1 {
-        SnapshotV1 {
+impl SnapshotV2 {
+    pub fn new(meta: &SnapshotMeta<NodeId, BasicNode>, image: MetadataImage) -> SnapshotV2 {
+        SnapshotV2 {
             meta: SnapshotMetaV1 {
                 last_log_id: meta.last_log_id.as_ref().map(LogIdV1::from),
                 membership_log_id: meta.last_membership.log_id().as_ref().map(LogIdV1::from),
@@ -344,7 +384,7 @@ impl SnapshotV1 {
 }
 
 /// The whole snapshot file: header and body.
-pub fn encode_snapshot(snapshot: &SnapshotV1) -> std::io::Result<Vec<u8>> {
+pub fn encode_snapshot(snapshot: &Snapshot) -> std::io::Result<Vec<u8>> {
     let body = rkyv::to_bytes::<rancor::Error>(snapshot).map_err(std::io::Error::other)?;
     let len = u32::try_from(body.len())
         .map_err(|_| std::io::Error::other("metadata snapshot larger than 4 GiB"))?;
@@ -358,13 +398,8 @@ pub fn encode_snapshot(snapshot: &SnapshotV1) -> std::io::Result<Vec<u8>> {
     Ok(out)
 }
 
-/// Checks the snapshot file's header and checksum and validates its body; the
-/// archived snapshot borrows from `bytes` (which must be 16-byte aligned, as an
-/// [`AlignedVec`] is: see [`read_aligned`]).
-pub fn access_snapshot<'a>(
-    file: &Path,
-    bytes: &'a [u8],
-) -> Result<&'a ArchivedSnapshotV1, FormatError> {
+/// Checks the snapshot file's header and checksum; returns its version and body.
+fn snapshot_body<'a>(file: &Path, bytes: &'a [u8]) -> Result<(u16, &'a [u8]), FormatError> {
     let damaged = |offset: usize, what: String| FormatError::Damaged {
         file: file.to_path_buf(),
         offset,
@@ -375,7 +410,7 @@ pub fn access_snapshot<'a>(
     }
     let u32_at = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap());
     let found = u16::from_le_bytes([bytes[4], bytes[5]]);
-    if found != FORMAT_VERSION {
+    if found != FORMAT_VERSION && found != 1 {
         return Err(FormatError::Version {
             file: file.to_path_buf(),
             found,
@@ -395,22 +430,56 @@ pub fn access_snapshot<'a>(
             "a body whose crc32c does not match".into(),
         ));
     }
-    rkyv::access::<ArchivedSnapshotV1, rancor::Error>(body).map_err(|e| {
-        damaged(
-            SNAPSHOT_HEADER_LEN,
-            format!("a snapshot that fails validation ({e})"),
-        )
-    })
+    Ok((found, body))
 }
 
-/// [`access_snapshot`], then deserializes the owned snapshot.
-pub fn decode_snapshot(file: &Path, bytes: &[u8]) -> Result<SnapshotV1, FormatError> {
-    let archived = access_snapshot(file, bytes)?;
-    rkyv::deserialize::<SnapshotV1, rancor::Error>(archived).map_err(|e| FormatError::Damaged {
+fn snapshot_invalid(file: &Path, e: impl std::fmt::Display) -> FormatError {
+    FormatError::Damaged {
+        file: file.to_path_buf(),
+        offset: SNAPSHOT_HEADER_LEN,
+        what: format!("a snapshot that fails validation ({e})"),
+    }
+}
+
+/// Checks the snapshot file's header and checksum and validates its body; the
+/// archived snapshot borrows from `bytes` (which must be 16-byte aligned, as an
+/// [`AlignedVec`] is: see [`read_aligned`]). The current version only (an older
+/// file is read by [`decode_snapshot`]).
+pub fn access_snapshot<'a>(
+    file: &Path,
+    bytes: &'a [u8],
+) -> Result<&'a ArchivedSnapshotV2, FormatError> {
+    match snapshot_body(file, bytes)? {
+        (FORMAT_VERSION, body) => rkyv::access::<ArchivedSnapshotV2, rancor::Error>(body)
+            .map_err(|e| snapshot_invalid(file, e)),
+        (found, _) => Err(FormatError::Version {
+            file: file.to_path_buf(),
+            found,
+        }),
+    }
+}
+
+/// Validates and deserializes the owned snapshot (of this version or version 1).
+pub fn decode_snapshot(file: &Path, bytes: &[u8]) -> Result<Snapshot, FormatError> {
+    let not_deserialized = |e: rancor::Error| FormatError::Damaged {
         file: file.to_path_buf(),
         offset: SNAPSHOT_HEADER_LEN,
         what: format!("a snapshot that does not deserialize ({e})"),
-    })
+    };
+    match snapshot_body(file, bytes)? {
+        (1, body) => {
+            let old = rkyv::from_bytes::<v1::SnapshotV1, rancor::Error>(body)
+                .map_err(|e| snapshot_invalid(file, e))?;
+            Ok(SnapshotV2 {
+                meta: old.meta,
+                image: old.image.into(),
+            })
+        }
+        _ => {
+            let archived = access_snapshot(file, bytes)?;
+            rkyv::deserialize::<Snapshot, rancor::Error>(archived).map_err(not_deserialized)
+        }
+    }
 }
 
 /// Reads a whole file into a 16-byte aligned buffer (`None` if it does not exist).

@@ -44,6 +44,17 @@ pub struct BrokerArgs {
     /// CA (PEM) that client certificates must chain to (mutual TLS).
     #[arg(long, value_name = "FILE")]
     pub tls_ca: Option<PathBuf>,
+    /// Client authentication: none (clients are anonymous; only loopback
+    /// listeners unless --allow-anonymous) or mtls (client certificates from the
+    /// CA required; the certificate's common name is the principal; ACLs decide).
+    #[arg(long, value_name = "MODE")]
+    pub auth: Option<rill_broker::config::AuthMode>,
+    /// A principal allowed everything with --auth mtls (repeatable).
+    #[arg(long = "super-user", value_name = "NAME")]
+    pub super_users: Vec<String>,
+    /// Let a broker with --auth none listen on a non-loopback address.
+    #[arg(long)]
+    pub allow_anonymous: bool,
     /// Serve Prometheus metrics over HTTP on this address.
     #[arg(long, value_name = "HOST:PORT")]
     pub metrics: Option<SocketAddr>,
@@ -105,6 +116,13 @@ pub fn build_config(args: &BrokerArgs) -> anyhow::Result<BrokerConfig> {
     if let Some(ca) = &args.tls_ca {
         config.tls.ca = Some(ca.clone());
     }
+    if let Some(mode) = args.auth {
+        config.auth.mode = mode;
+    }
+    config.auth.super_users.extend(args.super_users.iter().cloned());
+    if args.allow_anonymous {
+        config.auth.allow_anonymous = true;
+    }
     if let Some(metrics) = args.metrics {
         config.metrics = Some(metrics);
     }
@@ -136,11 +154,10 @@ pub async fn run(args: BrokerArgs) -> anyhow::Result<()> {
     let config = build_config(&args)?;
     let id = config.id;
     let data_dir = config.data_dir.clone();
-    let transform_tls = crate::cmd::transform_host::client_tls(
-        config.rill_home.clone(),
-        config.tls.cert.is_some(),
-        config.tls.ca.is_some(),
-    );
+    // With its own certificate files but no CA for client certificates, the
+    // broker cannot tell its own supervisor from a client: the supervisor is then
+    // an ordinary client (RILL_TLS_CA), or off.
+    let files_without_ca = config.tls.cert.is_some() && config.tls.ca.is_none();
     let handle = Broker::start(config)
         .await
         .with_context(|| format!("cannot start broker {id}"))?;
@@ -157,6 +174,13 @@ pub async fn run(args: BrokerArgs) -> anyhow::Result<()> {
         .context("cannot write the `listening on` line to stdout")?;
     }
 
+    // The supervisor connects as this broker (its broker certificate), so it may
+    // write the transform topics whatever the auth mode.
+    let transform_tls = if files_without_ca {
+        crate::cmd::transform_host::client_tls_from_env()
+    } else {
+        Some(handle.self_tls())
+    };
     let transforms = match (args.no_transforms, transform_tls) {
         (true, _) => None,
         (false, Some(tls)) => Some(crate::cmd::transform_host::start(

@@ -1,12 +1,12 @@
 //! The transform supervisor inside `rill broker`: a task that connects to this
 //! broker with the client library and runs the deployed transforms (see
-//! rill_transforms::supervisor). It is a client like any other, so it follows
-//! the broker's TLS: the development CA by default; with the broker's own
-//! certificate it needs `RILL_TLS_CA` (and, with client certificates, it is
-//! off — run `rill transform run` with the right flags instead).
+//! rill_transforms::supervisor). It connects with the broker's own certificate,
+//! so it is that broker's principal (it writes the transform topics, which no
+//! client may). Only a broker with its own certificate files and no client CA
+//! cannot lend it that identity; the supervisor then connects as a plain client
+//! trusting `RILL_TLS_CA`, or is off.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use rill_client::{Client, ClientConfig};
@@ -35,16 +35,10 @@ impl TransformHost {
     }
 }
 
-/// Which TLS the supervisor uses to reach its own broker, if it can.
-pub fn client_tls(rill_home: Option<PathBuf>, cert: bool, mutual: bool) -> Option<ClientTls> {
-    match (cert, mutual, std::env::var_os("RILL_TLS_CA")) {
-        (_, true, _) => None,
-        (false, _, _) => Some(ClientTls::Dev {
-            home: rill_home.unwrap_or_else(rill_net::rill_home),
-        }),
-        (true, _, Some(ca)) => Some(ClientTls::CaFile(ca.into())),
-        (true, _, None) => None,
-    }
+/// The TLS of a supervisor whose broker has its own certificate files but no
+/// client CA: an ordinary client trusting `RILL_TLS_CA`, if set.
+pub fn client_tls_from_env() -> Option<ClientTls> {
+    std::env::var_os("RILL_TLS_CA").map(|ca| ClientTls::CaFile(ca.into()))
 }
 
 /// Starts the supervisor of broker `id` listening on `addr`.

@@ -93,6 +93,10 @@ error_codes! {
     InconsistentGroupProtocol = 35, false, "The member's assignor differs from the group's, or is unknown.";
     NotEnoughReplicasAfterAppend = 40, true, "The batch was written, but the ISR shrank below min.insync.replicas before it was replicated.";
     ClusterNotReady = 41, true, "The metadata quorum has no leader yet (election in progress); retry shortly.";
+    ClusterAuthorizationFailed = 60, false, "Only a broker of the cluster, or a principal allowed on the cluster, may call this api.";
+    TopicAuthorizationFailed = 61, false, "The principal is not allowed this operation on the topic.";
+    GroupAuthorizationFailed = 62, false, "The principal is not allowed this operation on the group.";
+    TransformAuthorizationFailed = 63, false, "The principal is not allowed this operation on the transform.";
     BrokerFenced = 42, true, "The controller has fenced this broker (its session lapsed); it rejoins after its next heartbeat.";
 }
 

@@ -48,10 +48,16 @@ pub enum ApiKey {
     OffsetForLeaderEpoch = 24,
     AlterPartition = 25,
     ElectLeaders = 26,
+    // Access control (issue 18): 27..=31, messages in `wire::security`.
+    CreateAcls = 27,
+    DescribeAcls = 28,
+    DeleteAcls = 29,
+    AlterQuotas = 30,
+    DescribeQuotas = 31,
 }
 
 impl ApiKey {
-    pub const ALL: [ApiKey; 25] = [
+    pub const ALL: [ApiKey; 30] = [
         ApiKey::ApiVersions,
         ApiKey::Metadata,
         ApiKey::CreateTopics,
@@ -77,6 +83,11 @@ impl ApiKey {
         ApiKey::OffsetForLeaderEpoch,
         ApiKey::AlterPartition,
         ApiKey::ElectLeaders,
+        ApiKey::CreateAcls,
+        ApiKey::DescribeAcls,
+        ApiKey::DeleteAcls,
+        ApiKey::AlterQuotas,
+        ApiKey::DescribeQuotas,
     ];
 
     pub fn from_u16(n: u16) -> Option<ApiKey> {
@@ -111,6 +122,11 @@ impl ApiKey {
             ApiKey::OffsetForLeaderEpoch => "offset_for_leader_epoch",
             ApiKey::AlterPartition => "alter_partition",
             ApiKey::ElectLeaders => "elect_leaders",
+            ApiKey::CreateAcls => "create_acls",
+            ApiKey::DescribeAcls => "describe_acls",
+            ApiKey::DeleteAcls => "delete_acls",
+            ApiKey::AlterQuotas => "alter_quotas",
+            ApiKey::DescribeQuotas => "describe_quotas",
         }
     }
 }

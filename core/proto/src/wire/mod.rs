@@ -8,12 +8,14 @@ pub mod codes;
 pub mod frame;
 pub mod groups;
 pub mod messages;
+pub mod security;
 
 pub use cluster::*;
 pub use codes::{ErrorCode, ErrorInfo};
 pub use frame::{FRAME_HEADER_LEN, FrameHeader};
 pub use groups::*;
 pub use messages::*;
+pub use security::*;
 
 use crate::error::DecodeError;
 use serde::Serialize;

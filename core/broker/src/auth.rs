@@ -1,0 +1,525 @@
+//! Who may do what: principals, and the one authorization check the router
+//! makes for every request.
+//!
+//! A connection's principal comes from the certificate its peer presented
+//! (verified against the CA during the handshake, see `rill_net::identity`): a
+//! certificate with the broker mark is [`Principal::Broker`], any other
+//! [`Principal::User`] (its common name); none is [`Principal::Anonymous`].
+//!
+//! The rules, in the order [`Authorizer::authorize`] applies them:
+//! 1. The cluster-internal apis ([`broker_only`]) and a Fetch with a
+//!    `replica_id` are accepted only from a broker principal, and a replica
+//!    fetch only from the broker it names, for partitions it is a replica of —
+//!    in every auth mode. Anything else is CLUSTER_AUTHORIZATION_FAILED naming
+//!    the api.
+//! 2. Internal topics (`__*`) are written, deleted and altered only by brokers
+//!    (super users included in the refusal), with one interim exception: the
+//!    transform registry topics (`__transform*`), which the `rill transform`
+//!    commands write, may be written by a principal allowed to alter the
+//!    cluster (anyone with `--auth none`).
+//! 3. With `--auth none` everything else is allowed. With `--auth mtls` a super
+//!    user is allowed everything else, and any other principal only what an
+//!    ACL rule allows (deny by default); a denial names the principal, the
+//!    operation, the resource and the api.
+//!
+//! Invariant: this is the only place a request is allowed or refused for who
+//! sent it; handlers only filter what they list (`Metadata`, `ListGroups`)
+//! through [`Authorizer::allowed`].
+
+use crate::cluster::image::MetadataImage;
+use crate::config::{AuthConfig, AuthMode};
+use rill_net::PeerIdentity;
+use rill_proto::wire::{AclOperation, AclResource, AclRule, ApiKey, ErrorCode, ErrorInfo};
+use std::fmt;
+use std::net::SocketAddr;
+
+/// Who is calling: the identity of the connection a request came on.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Principal {
+    /// A connection that presented no certificate (only with `--auth none`).
+    Anonymous,
+    /// A broker of this cluster (its certificate carries the broker mark).
+    Broker(i32),
+    /// A client, by its certificate's common name.
+    User(String),
+}
+
+impl Principal {
+    /// The principal a verified peer certificate names (`None`: no certificate,
+    /// or one that names nobody).
+    pub fn of(identity: Option<PeerIdentity>) -> Principal {
+        match identity {
+            Some(PeerIdentity::Broker(id)) => Principal::Broker(id),
+            Some(PeerIdentity::Named(name)) => Principal::User(name),
+            None => Principal::Anonymous,
+        }
+    }
+}
+
+impl fmt::Display for Principal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Principal::Anonymous => write!(f, "anonymous"),
+            Principal::Broker(id) => write!(f, "broker {id}"),
+            Principal::User(name) => write!(f, "principal {name:?}"),
+        }
+    }
+}
+
+/// The connection a request came on.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub principal: Principal,
+    pub peer: SocketAddr,
+}
+
+/// What a request acts on, and how.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resource<'a> {
+    /// The cluster as a whole.
+    Cluster(AclOperation),
+    Topic(AclOperation, &'a str),
+    Group(AclOperation, &'a str),
+    Transform(AclOperation, &'a str),
+    /// A follower's fetch: the caller must be broker `broker`, a replica of
+    /// `topic`-`partition`.
+    Replica {
+        broker: i32,
+        topic: &'a str,
+        partition: u32,
+    },
+}
+
+/// The apis only brokers call.
+pub fn broker_only(api: ApiKey) -> bool {
+    matches!(
+        api,
+        ApiKey::RaftRpc
+            | ApiKey::JoinCluster
+            | ApiKey::BrokerHeartbeat
+            | ApiKey::MetadataWrite
+            | ApiKey::OffsetForLeaderEpoch
+            | ApiKey::AlterPartition
+    )
+}
+
+/// Whether `topic` is internal (written by the brokers' own paths only).
+pub fn is_internal_topic(topic: &str) -> bool {
+    topic.starts_with("__")
+}
+
+/// The transform registry topics the `rill transform` commands write (the
+/// interim exception of rule 2).
+fn is_transform_registry(topic: &str) -> bool {
+    topic.starts_with("__transform")
+}
+
+/// The auth settings of a broker, and the checks made with them.
+#[derive(Debug, Clone)]
+pub struct Authorizer {
+    mode: AuthMode,
+    super_users: Vec<String>,
+}
+
+impl Authorizer {
+    pub fn new(config: &AuthConfig) -> Authorizer {
+        Authorizer {
+            mode: config.mode,
+            super_users: config.super_users.clone(),
+        }
+    }
+
+    pub fn mode(&self) -> AuthMode {
+        self.mode
+    }
+
+    /// Whether `caller` may call `api` on `resources`, given the cluster's
+    /// image (its ACLs and partition replicas). `Err` is the whole request's
+    /// answer.
+    pub fn authorize(
+        &self,
+        image: &MetadataImage,
+        caller: &Caller,
+        api: ApiKey,
+        resources: &[Resource<'_>],
+    ) -> Result<(), ErrorInfo> {
+        let principal = &caller.principal;
+        let is_broker = matches!(principal, Principal::Broker(_));
+        if broker_only(api) && !is_broker {
+            return Err(ErrorInfo::new(
+                ErrorCode::ClusterAuthorizationFailed,
+                format!(
+                    "{} is a cluster-internal api, accepted only from the cluster's brokers; \
+                     {principal} may not call it",
+                    api.name()
+                ),
+            ));
+        }
+        for r in resources {
+            match *r {
+                Resource::Replica {
+                    broker,
+                    topic,
+                    partition,
+                } => {
+                    check_replica(image, principal, api, broker, topic, partition)?;
+                    continue;
+                }
+                Resource::Topic(op, topic)
+                    if is_internal_topic(topic)
+                        && !is_broker
+                        && matches!(
+                            op,
+                            AclOperation::Write | AclOperation::Delete | AclOperation::Alter
+                        ) =>
+                {
+                    let registry_writer = is_transform_registry(topic)
+                        && op == AclOperation::Write
+                        && self.allowed(image, principal, Resource::Cluster(AclOperation::Alter));
+                    if !registry_writer {
+                        return Err(ErrorInfo::new(
+                            ErrorCode::TopicAuthorizationFailed,
+                            format!(
+                                "{topic:?} is an internal topic: only the brokers write, delete or alter it \
+                                 ({principal} asked to {} it with {})",
+                                op.name(),
+                                api.name()
+                            ),
+                        ));
+                    }
+                    continue;
+                }
+                _ => {}
+            }
+            if !self.allowed(image, principal, *r) {
+                let (code, what) = match *r {
+                    Resource::Cluster(_) => {
+                        (ErrorCode::ClusterAuthorizationFailed, "the cluster".into())
+                    }
+                    Resource::Topic(_, t) => {
+                        (ErrorCode::TopicAuthorizationFailed, format!("topic {t:?}"))
+                    }
+                    Resource::Group(_, g) => {
+                        (ErrorCode::GroupAuthorizationFailed, format!("group {g:?}"))
+                    }
+                    Resource::Transform(_, n) => (
+                        ErrorCode::TransformAuthorizationFailed,
+                        format!("transform {n:?}"),
+                    ),
+                    Resource::Replica { .. } => unreachable!("replica fetches are checked above"),
+                };
+                let op = operation_of(*r).map_or("use", AclOperation::name);
+                return Err(ErrorInfo::new(
+                    code,
+                    format!(
+                        "{principal} may not {op} {what} ({}): no ACL rule allows it; \
+                         a super user can add one with `rill acl add --principal NAME --operation {op} ...`",
+                        api.name()
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether `principal` may do what `resource` says (rule 3; brokers may do
+    /// everything). Used by [`Self::authorize`] and to filter listings.
+    pub fn allowed(
+        &self,
+        image: &MetadataImage,
+        principal: &Principal,
+        resource: Resource<'_>,
+    ) -> bool {
+        let name = match principal {
+            Principal::Broker(_) => return true,
+            _ if self.mode == AuthMode::None => return true,
+            Principal::Anonymous => return false,
+            Principal::User(name) => name,
+        };
+        if self.super_users.iter().any(|s| s == name) {
+            return true;
+        }
+        let Some(wanted) = operation_of(resource) else {
+            return false;
+        };
+        image.acls.iter().any(|rule| {
+            (rule.principal == *name || rule.principal == "*") && matches(rule, wanted, resource)
+        })
+    }
+}
+
+fn operation_of(r: Resource<'_>) -> Option<AclOperation> {
+    match r {
+        Resource::Cluster(op)
+        | Resource::Topic(op, _)
+        | Resource::Group(op, _)
+        | Resource::Transform(op, _) => Some(op),
+        Resource::Replica { .. } => None,
+    }
+}
+
+/// Whether `rule` allows `wanted` on `resource`.
+fn matches(rule: &AclRule, wanted: AclOperation, resource: Resource<'_>) -> bool {
+    if !rule.operation.allows(wanted) {
+        return false;
+    }
+    match (&rule.resource, resource) {
+        (AclResource::Cluster, Resource::Cluster(_)) => true,
+        // As in Kafka, create on the cluster creates any topic.
+        (AclResource::Cluster, Resource::Topic(AclOperation::Create, _)) => true,
+        (AclResource::Topic(t), Resource::Topic(_, name)) => t == name,
+        (AclResource::TopicPrefix(p), Resource::Topic(_, name)) => name.starts_with(p.as_str()),
+        (AclResource::Group(g), Resource::Group(_, name)) => g == name,
+        (AclResource::Transform(t), Resource::Transform(_, name)) => t == name,
+        _ => false,
+    }
+}
+
+/// Rule 1 for a follower's fetch.
+fn check_replica(
+    image: &MetadataImage,
+    principal: &Principal,
+    api: ApiKey,
+    broker: i32,
+    topic: &str,
+    partition: u32,
+) -> Result<(), ErrorInfo> {
+    let refuse = |why: String| {
+        Err(ErrorInfo::new(
+            ErrorCode::ClusterAuthorizationFailed,
+            format!(
+                "{} as replica {broker} of {topic}-{partition} refused: {why}",
+                api.name()
+            ),
+        ))
+    };
+    match principal {
+        Principal::Broker(id) if *id == broker => {}
+        Principal::Broker(id) => {
+            return refuse(format!("the caller is broker {id}, not broker {broker}"));
+        }
+        other => {
+            return refuse(format!(
+                "replica fetches are accepted only from the cluster's brokers, and the caller is {other}"
+            ));
+        }
+    }
+    let replicas = image
+        .topics
+        .get(topic)
+        .and_then(|t| t.partitions.get(partition as usize))
+        .map(|p| p.replicas.as_slice());
+    match replicas {
+        Some(r) if r.contains(&broker) => Ok(()),
+        Some(r) => refuse(format!("broker {broker} is not one of its replicas {r:?}")),
+        // An unknown partition: the handler answers UNKNOWN_TOPIC_OR_PARTITION.
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::image::{Command, MetadataImage};
+
+    fn caller(p: Principal) -> Caller {
+        Caller {
+            principal: p,
+            peer: "127.0.0.1:1".parse().unwrap(),
+        }
+    }
+
+    fn user(n: &str) -> Caller {
+        caller(Principal::User(n.into()))
+    }
+
+    fn rule(p: &str, op: AclOperation, r: AclResource) -> AclRule {
+        AclRule {
+            principal: p.into(),
+            operation: op,
+            resource: r,
+        }
+    }
+
+    fn mtls(super_users: &[&str]) -> Authorizer {
+        Authorizer {
+            mode: AuthMode::Mtls,
+            super_users: super_users.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    fn image_with(rules: Vec<AclRule>) -> MetadataImage {
+        let mut image = MetadataImage::default();
+        image.apply(&Command::RegisterBroker {
+            id: 0,
+            addr: "127.0.0.1:9092".into(),
+        });
+        image.apply(&Command::RegisterBroker {
+            id: 1,
+            addr: "127.0.0.1:9093".into(),
+        });
+        image.apply(&Command::CreateTopic {
+            name: "orders".into(),
+            id: "t1".into(),
+            internal: false,
+            configs: Default::default(),
+            assignment: vec![vec![0]],
+        });
+        image.apply(&Command::CreateAcls { rules });
+        image
+    }
+
+    #[test]
+    fn internal_apis_only_from_brokers_in_every_mode() {
+        let image = image_with(vec![rule("alice", AclOperation::All, AclResource::Cluster)]);
+        for auth in [Authorizer::new(&AuthConfig::default()), mtls(&["alice"])] {
+            for api in ApiKey::ALL.into_iter().filter(|a| broker_only(*a)) {
+                for who in [Principal::Anonymous, Principal::User("alice".into())] {
+                    let e = auth
+                        .authorize(
+                            &image,
+                            &caller(who.clone()),
+                            api,
+                            &[Resource::Cluster(AclOperation::Alter)],
+                        )
+                        .unwrap_err();
+                    assert_eq!(e.code, ErrorCode::ClusterAuthorizationFailed);
+                    assert!(e.message.contains(api.name()), "{e}");
+                }
+                auth.authorize(&image, &caller(Principal::Broker(1)), api, &[])
+                    .unwrap();
+            }
+        }
+    }
+
+    #[test]
+    fn replica_fetches_only_from_that_replica() {
+        let image = image_with(vec![]);
+        let auth = Authorizer::new(&AuthConfig::default());
+        let fetch = |who: Principal, broker: i32| {
+            auth.authorize(
+                &image,
+                &caller(who),
+                ApiKey::Fetch,
+                &[Resource::Replica {
+                    broker,
+                    topic: "orders",
+                    partition: 0,
+                }],
+            )
+        };
+        fetch(Principal::Broker(0), 0).unwrap();
+        for (who, broker) in [
+            (Principal::Anonymous, 0),
+            (Principal::User("x".into()), 0),
+            (Principal::Broker(1), 0),
+            (Principal::Broker(1), 1),
+        ] {
+            let e = fetch(who, broker).unwrap_err();
+            assert_eq!(e.code, ErrorCode::ClusterAuthorizationFailed, "{e}");
+        }
+    }
+
+    #[test]
+    fn internal_topics_are_never_written_by_clients() {
+        let image = image_with(vec![]);
+        for auth in [Authorizer::new(&AuthConfig::default()), mtls(&["root"])] {
+            for op in [
+                AclOperation::Write,
+                AclOperation::Delete,
+                AclOperation::Alter,
+            ] {
+                let e = auth
+                    .authorize(
+                        &image,
+                        &user("root"),
+                        ApiKey::Produce,
+                        &[Resource::Topic(op, "__consumer_offsets")],
+                    )
+                    .unwrap_err();
+                assert_eq!(e.code, ErrorCode::TopicAuthorizationFailed);
+                assert!(e.message.contains("internal topic"), "{e}");
+            }
+            // Reading is not writing.
+            auth.authorize(
+                &image,
+                &user("root"),
+                ApiKey::Fetch,
+                &[Resource::Topic(AclOperation::Read, "__consumer_offsets")],
+            )
+            .unwrap();
+            auth.authorize(
+                &image,
+                &caller(Principal::Broker(0)),
+                ApiKey::Produce,
+                &[Resource::Topic(AclOperation::Write, "__consumer_offsets")],
+            )
+            .unwrap();
+        }
+    }
+
+    #[test]
+    fn acl_matrix() {
+        use AclOperation::*;
+        let image = image_with(vec![
+            rule("alice", Read, AclResource::Topic("orders".into())),
+            rule("alice", Write, AclResource::TopicPrefix("logs.".into())),
+            rule("bob", All, AclResource::Group("g1".into())),
+            rule("*", Describe, AclResource::Topic("public".into())),
+            rule("carol", Create, AclResource::Cluster),
+        ]);
+        let auth = mtls(&["root"]);
+        let ok = |who: &str, r: Resource<'_>| auth.allowed(&image, &Principal::User(who.into()), r);
+        // Each operation allowed and denied.
+        assert!(ok("alice", Resource::Topic(Read, "orders")));
+        assert!(ok("alice", Resource::Topic(Describe, "orders")));
+        assert!(!ok("alice", Resource::Topic(Write, "orders")));
+        assert!(!ok("alice", Resource::Topic(Delete, "orders")));
+        assert!(!ok("alice", Resource::Topic(Alter, "orders")));
+        assert!(!ok("alice", Resource::Topic(Read, "orders2")));
+        // Prefix rules.
+        assert!(ok("alice", Resource::Topic(Write, "logs.web")));
+        assert!(!ok("alice", Resource::Topic(Write, "logsweb")));
+        assert!(!ok("alice", Resource::Topic(Read, "logs.web")));
+        // All.
+        for op in AclOperation::ALL {
+            assert!(ok("bob", Resource::Group(op, "g1")));
+        }
+        assert!(!ok("bob", Resource::Group(Read, "g2")));
+        assert!(!ok("bob", Resource::Topic(Read, "orders")));
+        // Wildcard principal.
+        assert!(ok("dave", Resource::Topic(Describe, "public")));
+        assert!(!ok("dave", Resource::Topic(Read, "public")));
+        // Cluster.
+        assert!(ok("carol", Resource::Cluster(Create)));
+        assert!(!ok("carol", Resource::Cluster(Alter)));
+        // Super users and brokers: everything; anonymous: nothing.
+        assert!(ok("root", Resource::Topic(Delete, "anything")));
+        assert!(auth.allowed(&image, &Principal::Broker(3), Resource::Cluster(Alter)));
+        assert!(!auth.allowed(
+            &image,
+            &Principal::Anonymous,
+            Resource::Topic(Describe, "public")
+        ));
+        // A denial names the principal, the operation, the resource and the api.
+        let e = auth
+            .authorize(
+                &image,
+                &user("alice"),
+                ApiKey::Produce,
+                &[Resource::Topic(Write, "orders")],
+            )
+            .unwrap_err();
+        assert_eq!(e.code, ErrorCode::TopicAuthorizationFailed);
+        for part in ["\"alice\"", "write", "\"orders\"", "produce"] {
+            assert!(e.message.contains(part), "{part}: {e}");
+        }
+        // With auth none every non-internal thing is allowed.
+        let none = Authorizer::new(&AuthConfig::default());
+        assert!(none.allowed(
+            &image,
+            &Principal::Anonymous,
+            Resource::Topic(Delete, "orders")
+        ));
+    }
+}

@@ -1,0 +1,284 @@
+//! Access control messages: ACL rules (Kafka's model: allow rules of principal,
+//! operation and resource) and client quotas, kept in the metadata quorum.
+//!
+//! Invariants: a rule names one principal (or `*`, everyone authenticated), one
+//! operation and one resource; rules only allow — with authentication on, what
+//! no rule allows is denied. The types derive rkyv as well as serde because the
+//! quorum's log and snapshot archive them.
+
+use super::messages::{ApiKey, ApiRequest};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// What a rule allows doing.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    rkyv::Archive,
+    rkyv::Serialize,
+    rkyv::Deserialize,
+)]
+#[rkyv(compare(PartialEq), derive(Debug))]
+pub enum AclOperation {
+    Read,
+    Write,
+    Create,
+    Delete,
+    Alter,
+    Describe,
+    /// Every operation.
+    All,
+}
+
+impl AclOperation {
+    pub const ALL: [AclOperation; 7] = [
+        AclOperation::Read,
+        AclOperation::Write,
+        AclOperation::Create,
+        AclOperation::Delete,
+        AclOperation::Alter,
+        AclOperation::Describe,
+        AclOperation::All,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            AclOperation::Read => "read",
+            AclOperation::Write => "write",
+            AclOperation::Create => "create",
+            AclOperation::Delete => "delete",
+            AclOperation::Alter => "alter",
+            AclOperation::Describe => "describe",
+            AclOperation::All => "all",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<AclOperation> {
+        AclOperation::ALL.into_iter().find(|o| o.name() == s)
+    }
+
+    /// Whether a rule with this operation allows `wanted`. As in Kafka, read,
+    /// write, delete and alter each imply describe.
+    pub fn allows(self, wanted: AclOperation) -> bool {
+        self == AclOperation::All
+            || self == wanted
+            || (wanted == AclOperation::Describe
+                && matches!(
+                    self,
+                    AclOperation::Read
+                        | AclOperation::Write
+                        | AclOperation::Delete
+                        | AclOperation::Alter
+                ))
+    }
+}
+
+/// What a rule is about.
+#[derive(
+    Debug,
+    Clone,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    rkyv::Archive,
+    rkyv::Serialize,
+    rkyv::Deserialize,
+)]
+#[rkyv(compare(PartialEq), derive(Debug))]
+pub enum AclResource {
+    /// One topic, by name.
+    Topic(String),
+    /// Every topic whose name starts with this prefix.
+    TopicPrefix(String),
+    Group(String),
+    Transform(String),
+    /// The cluster: topic creation for any name, ACLs and quotas, leadership.
+    Cluster,
+}
+
+impl fmt::Display for AclResource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AclResource::Topic(t) => write!(f, "topic {t:?}"),
+            AclResource::TopicPrefix(p) => write!(f, "topics prefixed {p:?}"),
+            AclResource::Group(g) => write!(f, "group {g:?}"),
+            AclResource::Transform(n) => write!(f, "transform {n:?}"),
+            AclResource::Cluster => write!(f, "the cluster"),
+        }
+    }
+}
+
+/// One allow rule.
+#[derive(
+    Debug,
+    Clone,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    rkyv::Archive,
+    rkyv::Serialize,
+    rkyv::Deserialize,
+)]
+#[rkyv(compare(PartialEq), derive(Debug))]
+pub struct AclRule {
+    /// The principal (a client certificate's common name), or `*` for every
+    /// authenticated principal.
+    pub principal: String,
+    pub operation: AclOperation,
+    pub resource: AclResource,
+}
+
+impl fmt::Display for AclRule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "allow {} to {} {}",
+            self.principal,
+            self.operation.name(),
+            self.resource
+        )
+    }
+}
+
+/// A principal's byte-rate quotas (Kafka's `producer_byte_rate` and
+/// `consumer_byte_rate`); `None`: unlimited.
+#[derive(
+    Debug,
+    Clone,
+    Default,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    rkyv::Archive,
+    rkyv::Serialize,
+    rkyv::Deserialize,
+)]
+#[rkyv(derive(Debug))]
+pub struct Quota {
+    pub produce_bytes_per_s: Option<u64>,
+    pub fetch_bytes_per_s: Option<u64>,
+}
+
+// ---------------------------------------------------------------- ACL apis
+
+/// Adds allow rules (needs alter on the cluster). Adding a rule that exists is
+/// not an error.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CreateAclsRequest {
+    pub rules: Vec<AclRule>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CreateAclsResponse {
+    /// Rules that were not there before.
+    pub created: u32,
+}
+
+impl ApiRequest for CreateAclsRequest {
+    const KEY: ApiKey = ApiKey::CreateAcls;
+    type Response = CreateAclsResponse;
+}
+
+/// Lists rules (needs describe on the cluster), of one principal or all.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DescribeAclsRequest {
+    pub principal: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DescribeAclsResponse {
+    pub rules: Vec<AclRule>,
+}
+
+impl ApiRequest for DescribeAclsRequest {
+    const KEY: ApiKey = ApiKey::DescribeAcls;
+    type Response = DescribeAclsResponse;
+}
+
+/// Removes rules (needs alter on the cluster).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeleteAclsRequest {
+    pub rules: Vec<AclRule>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeleteAclsResponse {
+    /// Rules that were there and are gone.
+    pub deleted: u32,
+}
+
+impl ApiRequest for DeleteAclsRequest {
+    const KEY: ApiKey = ApiKey::DeleteAcls;
+    type Response = DeleteAclsResponse;
+}
+
+// ---------------------------------------------------------------- quotas
+
+/// Sets a principal's quotas (needs alter on the cluster); both `None` removes
+/// them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AlterQuotasRequest {
+    pub principal: String,
+    pub quota: Quota,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AlterQuotasResponse {}
+
+impl ApiRequest for AlterQuotasRequest {
+    const KEY: ApiKey = ApiKey::AlterQuotas;
+    type Response = AlterQuotasResponse;
+}
+
+/// Lists quotas (needs describe on the cluster).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DescribeQuotasRequest {
+    pub principal: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DescribeQuotasResponse {
+    pub quotas: Vec<(String, Quota)>,
+}
+
+impl ApiRequest for DescribeQuotasRequest {
+    const KEY: ApiKey = ApiKey::DescribeQuotas;
+    type Response = DescribeQuotasResponse;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn operations_parse_and_imply_describe() {
+        for op in AclOperation::ALL {
+            assert_eq!(AclOperation::parse(op.name()), Some(op));
+            assert!(AclOperation::All.allows(op));
+            assert!(op.allows(op));
+        }
+        assert!(AclOperation::Read.allows(AclOperation::Describe));
+        assert!(AclOperation::Write.allows(AclOperation::Describe));
+        assert!(!AclOperation::Describe.allows(AclOperation::Read));
+        assert!(!AclOperation::Read.allows(AclOperation::Write));
+        assert!(!AclOperation::Create.allows(AclOperation::Describe));
+        assert_eq!(AclOperation::parse("admin"), None);
+    }
+}
