@@ -14,9 +14,10 @@
 //!    the api.
 //! 2. Internal topics (`__*`) are written, deleted and altered only by brokers
 //!    (super users included in the refusal), with one interim exception: the
-//!    transform registry topics (`__transform*`), which the `rill transform`
-//!    commands write, may be written by a principal allowed to alter the
-//!    cluster (anyone with `--auth none`).
+//!    transform topics (`__transform*`: deployments, state changelogs,
+//!    checkpoints), which the `rill transform` commands and standalone workers
+//!    write and delete, may be by a principal allowed to alter the cluster
+//!    (anyone with `--auth none`).
 //! 3. With `--auth none` everything else is allowed. With `--auth mtls` a super
 //!    user is allowed everything else, and any other principal only what an
 //!    ACL rule allows (deny by default); a denial names the principal, the
@@ -103,6 +104,21 @@ pub fn broker_only(api: ApiKey) -> bool {
     )
 }
 
+/// Rule 1 for the cluster-internal apis: refused unless `principal` is a broker.
+pub fn check_broker_only(principal: &Principal, api: ApiKey) -> Result<(), ErrorInfo> {
+    if broker_only(api) && !matches!(principal, Principal::Broker(_)) {
+        return Err(ErrorInfo::new(
+            ErrorCode::ClusterAuthorizationFailed,
+            format!(
+                "{} is a cluster-internal api, accepted only from the cluster's brokers; \
+                 {principal} may not call it",
+                api.name()
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Whether `topic` is internal (written by the brokers' own paths only).
 pub fn is_internal_topic(topic: &str) -> bool {
     topic.starts_with("__")
@@ -145,16 +161,7 @@ impl Authorizer {
     ) -> Result<(), ErrorInfo> {
         let principal = &caller.principal;
         let is_broker = matches!(principal, Principal::Broker(_));
-        if broker_only(api) && !is_broker {
-            return Err(ErrorInfo::new(
-                ErrorCode::ClusterAuthorizationFailed,
-                format!(
-                    "{} is a cluster-internal api, accepted only from the cluster's brokers; \
-                     {principal} may not call it",
-                    api.name()
-                ),
-            ));
-        }
+        check_broker_only(principal, api)?;
         for r in resources {
             match *r {
                 Resource::Replica {
@@ -174,7 +181,6 @@ impl Authorizer {
                         ) =>
                 {
                     let registry_writer = is_transform_registry(topic)
-                        && op == AclOperation::Write
                         && self.allowed(image, principal, Resource::Cluster(AclOperation::Alter));
                     if !registry_writer {
                         return Err(ErrorInfo::new(

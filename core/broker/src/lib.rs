@@ -43,6 +43,7 @@ pub mod metadata;
 pub mod metrics;
 pub mod open_files;
 pub mod partition;
+pub mod quota;
 pub mod replica;
 mod router;
 mod server;
@@ -203,6 +204,7 @@ impl Broker {
             groups: Arc::new(groups),
             open_files,
             auth: crate::auth::Authorizer::new(&config.auth),
+            quotas: crate::quota::Quotas::default(),
             peer_tls: broker_tls.peer.clone(),
             config,
         });

@@ -22,6 +22,8 @@ use std::sync::Mutex;
 
 pub const REQUESTS_TOTAL: &str = "rill_requests_total";
 pub const REQUEST_ERRORS_TOTAL: &str = "rill_request_errors_total";
+/// Microseconds responses were delayed by byte-rate quotas, by api.
+pub const THROTTLE_TIME_US_TOTAL: &str = "rill_throttle_time_us_total";
 pub const REQUEST_DURATION_SECONDS: &str = "rill_request_duration_seconds";
 pub const BYTES_IN_TOTAL: &str = "rill_bytes_in_total";
 pub const BYTES_OUT_TOTAL: &str = "rill_bytes_out_total";
@@ -121,5 +123,10 @@ impl BrokerMetrics {
     /// Counts one error of an api (or `"unknown"` when the key did not parse).
     pub fn error(&self, api: &'static str, code: ErrorCode) {
         metrics::counter!(REQUEST_ERRORS_TOTAL, "api" => api, "code" => code.name()).increment(1);
+    }
+
+    /// A response delayed by a byte-rate quota.
+    pub fn throttled(&self, api: &'static str, delay: std::time::Duration) {
+        metrics::counter!(THROTTLE_TIME_US_TOTAL, "api" => api).increment(delay.as_micros() as u64);
     }
 }

@@ -460,12 +460,20 @@ impl Router {
             metrics: metrics.clone(),
             started,
         });
-        let result = match check(route, version, &payload) {
+        let produced = payload.len() as u64;
+        // A cluster-internal api from anyone but a broker is refused before its
+        // body is even decoded.
+        let result = match crate::auth::check_broker_only(&caller.principal, api)
+            .and_then(|()| check(route, version, &payload))
+        {
             Ok(()) => (route.serve)(caller, state, &meta, payload).await,
             Err(e) => Err(e),
         };
         let reply = match result {
-            Ok(reply) => reply,
+            Ok(reply) => {
+                throttle(state, caller, api, produced, &reply).await;
+                reply
+            }
             Err(error) => {
                 tracing::warn!(peer = %caller.peer, api = api.name(), error = %error, "bad request");
                 state.metrics.error(api.name(), error.code);
@@ -473,6 +481,36 @@ impl Router {
             }
         };
         Served { reply, timer }
+    }
+}
+
+/// Delays a Produce or Fetch answer while its principal is over its byte-rate
+/// quota (Kafka's throttling: the response waits, it does not fail).
+async fn throttle(state: &BrokerState, caller: &Caller, api: ApiKey, produced: u64, reply: &Reply) {
+    use crate::quota::Direction;
+    let Principal::User(name) = &caller.principal else {
+        return;
+    };
+    let (direction, bytes) = match (api, reply) {
+        (ApiKey::Produce, _) => (Direction::Produce, produced),
+        (ApiKey::Fetch, Reply::Frame { payload, .. }) => (
+            Direction::Fetch,
+            payload.iter().map(|b| b.len() as u64).sum(),
+        ),
+        _ => return,
+    };
+    let image = state.cluster.image();
+    let delay = state.quotas.charge(
+        name,
+        image.quotas.get(name),
+        direction,
+        bytes,
+        Instant::now(),
+    );
+    drop(image);
+    if !delay.is_zero() {
+        state.metrics.throttled(api.name(), delay);
+        tokio::time::sleep(delay).await;
     }
 }
 

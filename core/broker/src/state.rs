@@ -38,6 +38,8 @@ pub struct BrokerState {
     pub open_files: crate::open_files::OpenFileLimit,
     /// The auth mode and super users: the checks the router makes.
     pub auth: crate::auth::Authorizer,
+    /// Byte-rate quota buckets by principal.
+    pub quotas: crate::quota::Quotas,
     /// How this broker connects to its peers (and to itself, for the transform
     /// supervisor): the CA it trusts and its broker certificate.
     pub peer_tls: rill_net::ClientTls,

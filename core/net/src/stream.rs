@@ -182,7 +182,10 @@ pub async fn call(
     payload: &[Bytes],
     max_response_bytes: u32,
 ) -> Result<Frame, NetError> {
-    let (mut send, mut recv) = conn.open_bi().await.map_err(|e| NetError::from(e).refine())?;
+    let (mut send, mut recv) = conn
+        .open_bi()
+        .await
+        .map_err(|e| NetError::from(e).refine())?;
     exchange(
         &mut send,
         &mut recv,

@@ -456,13 +456,12 @@ async fn certificate_files_and_client_certificates_work() {
                 assert!(reason.contains("client certificate"), "{reason}")
             }
             // In TLS 1.3 the client finishes its handshake before the server
-            // checks its certificate; the refusal then ends the connection.
+            // checks its certificate; the refusal then ends the connection, and
+            // the first call says why (the TLS alert), not just "connection lost".
             Ok(conn) => {
                 let err = call(&conn, 2, 0, b"hi", &[], 1024).await.unwrap_err();
-                assert!(
-                    matches!(err, NetError::Connection(_) | NetError::Read(_)),
-                    "{err}"
-                );
+                assert!(matches!(err, NetError::ClientCertRefused { .. }), "{err}");
+                assert!(err.to_string().contains("certificate_required"), "{err}");
             }
             Err(e) => panic!("unexpected error: {e}"),
         }

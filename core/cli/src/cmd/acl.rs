@@ -258,6 +258,10 @@ mod tests {
             "PRINCIPAL  OPERATION  RESOURCE\nalice      read       topic orders\n*          describe   cluster\n"
         );
         assert!(parse_operation("Write").is_ok());
-        assert!(parse_operation("admin").unwrap_err().contains("read, write"));
+        assert!(
+            parse_operation("admin")
+                .unwrap_err()
+                .contains("read, write")
+        );
     }
 }

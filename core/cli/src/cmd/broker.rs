@@ -119,7 +119,10 @@ pub fn build_config(args: &BrokerArgs) -> anyhow::Result<BrokerConfig> {
     if let Some(mode) = args.auth {
         config.auth.mode = mode;
     }
-    config.auth.super_users.extend(args.super_users.iter().cloned());
+    config
+        .auth
+        .super_users
+        .extend(args.super_users.iter().cloned());
     if args.allow_anonymous {
         config.auth.allow_anonymous = true;
     }
@@ -278,6 +281,9 @@ mod tests {
             tls_cert: None,
             tls_key: None,
             tls_ca: None,
+            auth: None,
+            super_users: Vec::new(),
+            allow_anonymous: false,
             metrics: None,
             auto_create_topics: true,
             join: None,
