@@ -554,7 +554,11 @@ fn s3_server_tiers_survives_a_broker_kill_mid_upload_and_reads_back_everything()
         &envs,
     );
     create_tiered_topic(&broker, "tiered");
-    produce(&broker, "tiered", 0..RECORDS);
+    // The last records are produced after the restart, so segments close (and
+    // must be uploaded) after it whether or not the uploader had caught up with
+    // the backlog when the kill landed.
+    let after_restart = RECORDS - 2 * RECORDS_PER_PRODUCE;
+    produce(&broker, "tiered", 0..after_restart);
 
     // Kill the broker once some, not all, segments are in the manifest.
     poll_until(
@@ -569,6 +573,7 @@ fn s3_server_tiers_survives_a_broker_kill_mid_upload_and_reads_back_everything()
     let before = manifest_bases(s3.port);
     assert!(!before.is_empty());
     broker.restart();
+    produce(&broker, "tiered", after_restart..RECORDS);
 
     let (start, local_start, remote_size) = wait_tiered(&broker, "tiered", 0);
     assert_eq!(start, 0);
