@@ -35,6 +35,9 @@ pub struct ClusterBroker {
 pub struct TestCluster {
     pub dir: tempfile::TempDir,
     pub brokers: Vec<ClusterBroker>,
+    /// Environment every `rill` client command of [`TestCluster::rill`] gets
+    /// (e.g. `RILL_TLS_CERT` for a cluster with `--auth mtls`).
+    pub client_env: Vec<(String, String)>,
 }
 
 fn free_port() -> SocketAddr {
@@ -53,6 +56,7 @@ impl TestCluster {
         let mut c = TestCluster {
             dir,
             brokers: Vec::new(),
+            client_env: Vec::new(),
         };
         let first = free_port();
         for id in 0..n as i32 {
@@ -170,7 +174,9 @@ impl TestCluster {
     /// Runs `rill <args>` against the cluster (every broker as bootstrap).
     pub fn rill(&self, args: &[&str], input: &[u8]) -> Output {
         let mut cmd = rill_command(&self.home());
-        cmd.env("RILL_BOOTSTRAP", self.bootstrap()).args(args);
+        cmd.env("RILL_BOOTSTRAP", self.bootstrap())
+            .envs(self.client_env.iter().map(|(k, v)| (k, v)))
+            .args(args);
         run_bounded(&mut cmd, input, COMMAND_TIMEOUT)
     }
 
