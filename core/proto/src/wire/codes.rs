@@ -94,6 +94,8 @@ error_codes! {
     NotEnoughReplicasAfterAppend = 40, true, "The batch was written, but the ISR shrank below min.insync.replicas before it was replicated.";
     ClusterNotReady = 41, true, "The metadata quorum has no leader yet (election in progress); retry shortly.";
     BrokerFenced = 42, true, "The controller has fenced this broker (its session lapsed); it rejoins after its next heartbeat.";
+    InvalidRecord = 56, false, "A batch's records are malformed (framing, record count, offset deltas, compression codec); it was not written.";
+    InvalidTimestamp = 57, false, "A record's timestamp is outside the topic's message.timestamp.before.max.ms / message.timestamp.after.max.ms of the broker's time; it was not written.";
 }
 
 fn to_screaming_snake(camel: &str) -> String {
