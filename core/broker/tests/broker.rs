@@ -535,6 +535,48 @@ async fn a_batch_from_the_far_future_is_refused_and_nothing_is_appended() {
     broker.shutdown().await.unwrap();
 }
 
+/// A forged `MetadataWrite` whose topic has a partition without replicas
+/// (which used to panic the state machine on the next election, on every
+/// broker and on every replay) is refused before it is proposed; the quorum
+/// keeps working and an election afterwards does not panic.
+#[tokio::test]
+async fn a_malformed_metadata_command_is_refused_and_the_quorum_keeps_working() {
+    use rill_broker::cluster::image::{Command, Outcome};
+    let env = Env::new();
+    let broker = env.start().await;
+    let client = env.client(broker.local_addr()).await;
+    let write = |command: &Command| MetadataWriteRequest {
+        command: serde_json::to_vec(command).unwrap(),
+    };
+    let empty = Command::CreateTopic {
+        name: "hollow".into(),
+        id: "0123456789abcdef".into(),
+        internal: false,
+        configs: Default::default(),
+        assignment: vec![vec![0], vec![]],
+    };
+    let (resp, _) = client.ok(&write(&empty), &[]).await;
+    let outcome: Outcome = serde_json::from_slice(&resp.outcome).unwrap();
+    let Outcome::Refused { code, message } = outcome else {
+        panic!("not refused: {outcome:?}")
+    };
+    assert_eq!(code, ErrorCode::InvalidReplicationFactor);
+    assert!(
+        message.contains("topic hollow partition 1") && message.contains("empty"),
+        "{message}"
+    );
+    let (resp, _) = client
+        .ok(&write(&Command::ElectPreferred { topics: None }), &[])
+        .await;
+    let outcome: Outcome = serde_json::from_slice(&resp.outcome).unwrap();
+    assert!(matches!(outcome, Outcome::Moved(_)), "{outcome:?}");
+    assert_eq!(client.create("solid", 1, &[]).await, None);
+    let (md, _) = client.ok(&MetadataRequest { topics: None }, &[]).await;
+    let names: Vec<&str> = md.topics.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, ["solid"]);
+    broker.shutdown().await.unwrap();
+}
+
 fn api_metric(text: &str, name: &str, api: &str) -> u64 {
     let prefix = format!("{name}{{api=\"{api}\"}} ");
     text.lines()

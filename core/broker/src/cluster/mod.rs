@@ -18,6 +18,7 @@
 //! the lowest id initialises.
 
 pub mod api;
+pub mod command_checks;
 pub mod image;
 pub mod peers;
 pub mod raft;
@@ -345,7 +346,17 @@ impl Cluster {
         })
     }
 
+    /// Proposes on this broker (the controller). A command that fails
+    /// [`command_checks::check_proposal`] against the committed image is
+    /// refused here and never enters the quorum log.
     async fn propose_local(&self, command: Command) -> Result<Outcome, ErrorInfo> {
+        if let Err(e) = command_checks::check_proposal(&self.image(), &command) {
+            tracing::warn!(error = %e, "refused a malformed metadata command before proposing it");
+            return Ok(Outcome::Refused {
+                code: e.code,
+                message: e.message,
+            });
+        }
         match self.raft.client_write(command).await {
             Ok(resp) => Ok(resp.data),
             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => Err(err(
@@ -583,6 +594,10 @@ impl Cluster {
                     return;
                 }
                 match self.propose(command.clone()).await {
+                    Ok(Outcome::Refused { code, message }) => {
+                        tracing::warn!(%code, %message, "the metadata quorum refused a registration command");
+                        break;
+                    }
                     Ok(_) => break,
                     Err(e) => {
                         tracing::debug!(error = %e, "registration with the quorum not yet possible; retrying");
