@@ -577,6 +577,47 @@ async fn a_malformed_metadata_command_is_refused_and_the_quorum_keeps_working() 
     broker.shutdown().await.unwrap();
 }
 
+/// A join of a broker nobody can reach ends within the controller's
+/// deadline with an error naming the broker and its address; the membership
+/// lock is free again (a topic can be created right after).
+#[tokio::test]
+async fn a_join_of_an_unreachable_broker_ends_at_its_deadline_naming_it() {
+    let env = Env::new();
+    let broker = env.start().await;
+    let client = env.client(broker.local_addr()).await;
+    // A topic first: the broker has registered and is the controller.
+    assert_eq!(client.create("before", 1, &[]).await, None);
+    let started = std::time::Instant::now();
+    let (resp, _) = client
+        .call(
+            &JoinClusterRequest {
+                broker_id: 7,
+                addr: "127.0.0.1:9".into(),
+            },
+            &[],
+        )
+        .await;
+    let e = resp.unwrap_err();
+    let took = started.elapsed();
+    assert_eq!(e.code, ErrorCode::RequestTimedOut, "{e}");
+    assert!(e.message.contains("broker 7 at 127.0.0.1:9"), "{e}");
+    assert!(took < STEP, "took {took:?}");
+    let (resp, _) = client
+        .call(
+            &JoinClusterRequest {
+                broker_id: 8,
+                addr: "no port".into(),
+            },
+            &[],
+        )
+        .await;
+    let e = resp.unwrap_err();
+    assert_eq!(e.code, ErrorCode::InvalidRequest, "{e}");
+    assert!(e.message.contains("broker 8"), "{e}");
+    assert_eq!(client.create("after", 1, &[]).await, None);
+    broker.shutdown().await.unwrap();
+}
+
 fn api_metric(text: &str, name: &str, api: &str) -> u64 {
     let prefix = format!("{name}{{api=\"{api}\"}} ");
     text.lines()
