@@ -10,6 +10,10 @@
 //! Invariants:
 //! - Record batches are never re-encoded: produce copies each partition's slice
 //!   once into a buffer the log stamps in place; fetch answers with file bytes.
+//! - A produced batch is appended only after the leader's checks of its records
+//!   (`rill_proto::validation`, Kafka's `LogValidator`: framing, counts, codec,
+//!   timestamps within the topic's bounds), read in place before the copy; a
+//!   refused batch fails its partition only, naming the batch and the field.
 //! - Blocking work (metadata fsync, log creation, large file reads) runs on the
 //!   blocking pool, never on the async workers.
 //! - A fetch response holds at most `max_bytes` (capped at
@@ -24,6 +28,7 @@ use crate::cluster::api as cluster_api;
 use crate::partition::{Partition, ReadPlan};
 use crate::router::Answer;
 use crate::state::BrokerState;
+use crate::topic_configs::RecordSettings;
 use crate::topics::TopicSpec;
 use bytes::{Bytes, BytesMut};
 use rill_proto::types::now_ms;
@@ -360,16 +365,59 @@ async fn produce_partition(
     }
 }
 
-/// Appends one partition's batches: the one copy of the bytes (the log stamps
-/// offsets and the leader epoch into it in place), then the append.
+/// The leader's checks of one partition's batches before they are appended
+/// (framing, counts, codec, timestamps), on the bytes as received.
+fn validate_records(
+    p: &Partition,
+    bytes: &[u8],
+    records: RecordSettings,
+    now: TimestampMs,
+) -> Result<(), ErrorInfo> {
+    use rill_proto::validation::{BatchFault, validate_produced};
+    validate_produced(bytes, Some(records.timestamp_bounds()), now).map_err(|e| {
+        let code = match e.fault {
+            BatchFault::Corrupt(_) => ErrorCode::CorruptRecord,
+            BatchFault::Invalid(_) | BatchFault::MaxTimestampUnderstated { .. } => {
+                ErrorCode::InvalidRecord
+            }
+            BatchFault::Timestamp { .. } => ErrorCode::InvalidTimestamp,
+        };
+        ErrorInfo::new(
+            code,
+            format!(
+                "batch at position {} of topic '{}' partition {}: {}; nothing of this \
+                 partition's batches was written",
+                e.position,
+                p.topic(),
+                p.index(),
+                e.fault
+            ),
+        )
+    })
+}
+
+/// Appends one partition's batches: the leader's checks, the one copy of the
+/// bytes (the log stamps offsets and the leader epoch into it in place), then
+/// the append.
 fn append(
     p: &Partition,
     bytes: &Bytes,
+    records: RecordSettings,
     now: TimestampMs,
 ) -> Result<(rill_log::AppendInfo, Offset), ErrorInfo> {
+    validate_records(p, bytes, records, now)?;
     let mut buf = BytesMut::from(&bytes[..]);
     p.append(&mut buf, now)
         .map(|info| (info, p.log_start_offset()))
+}
+
+/// The topic's record checks (the defaults while it is not open here).
+fn record_settings(state: &BrokerState, topic: &str) -> RecordSettings {
+    state
+        .registry
+        .topic(topic)
+        .map(|t| *t.records.lock())
+        .unwrap_or_default()
 }
 
 pub(crate) async fn produce(
@@ -437,11 +485,12 @@ pub(crate) async fn produce(
             )),
             Ok(p) if p.syncs_on_append() || bytes.len() > APPEND_INLINE_MAX => {
                 let data = bytes.clone();
-                blocking(move || append(&p, &data, now))
+                let records = record_settings(state, &pp.topic);
+                blocking(move || append(&p, &data, records, now))
                     .await
                     .and_then(|r| r)
             }
-            Ok(p) => append(&p, &bytes, now),
+            Ok(p) => append(&p, &bytes, record_settings(state, &pp.topic), now),
         };
         let mut replicate_to = None;
         responses.push(match result {

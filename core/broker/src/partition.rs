@@ -647,6 +647,8 @@ pub struct Topic {
     pub overrides: Mutex<BTreeMap<String, String>>,
     /// The replication settings those overrides give.
     pub replication: Mutex<crate::topic_configs::ReplicationSettings>,
+    /// The leader's checks of produced records those overrides give.
+    pub records: Mutex<crate::topic_configs::RecordSettings>,
 }
 
 impl Topic {

@@ -6,14 +6,15 @@
 //! else is derived here: [`TopicSettings::resolve`] validates the overrides over
 //! the broker's defaults (unknown keys and bad values are errors that name the key,
 //! the value and what is allowed) and builds the log's [`LogConfig`], the
-//! replication settings and the tiering switch; [`describe`] lists every key with
-//! its value and whether it is a default.
+//! replication settings, the tiering switch and the leader's record checks;
+//! [`describe`] lists every key with its value and whether it is a default.
 //!
 //! Invariants: a key is in exactly one row of [`TOPIC_CONFIGS`]; the log keys are
 //! exactly those `LogConfig::set` understands (checked by a test), so rill-log
 //! stays the parser of its own settings.
 
 use rill_log::LogConfig;
+use rill_proto::validation::TimestampBounds;
 use rill_proto::wire::{ConfigEntry, ErrorCode, ErrorInfo};
 use std::collections::BTreeMap;
 
@@ -27,6 +28,10 @@ pub const UNCLEAN_ELECTION_CONFIG: &str = "unclean.leader.election.enable";
 pub const MIN_INSYNC_REPLICAS_CONFIG: &str = "min.insync.replicas";
 /// A follower not caught up for this long leaves the ISR.
 pub const REPLICA_LAG_TIME_MAX_MS_CONFIG: &str = "replica.lag.time.max.ms";
+/// A produced record newer than the broker's time by more than this is refused.
+pub use rill_proto::validation::TIMESTAMP_AFTER_MAX_MS_CONFIG;
+/// A produced record older than the broker's time by more than this is refused.
+pub use rill_proto::validation::TIMESTAMP_BEFORE_MAX_MS_CONFIG;
 
 /// The part of the broker a topic config belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,6 +42,8 @@ pub enum ConfigOwner {
     Tiering,
     /// Replication: ISR, acks=all, leader election.
     Replication,
+    /// The leader's checks of produced records before they are appended.
+    Records,
 }
 
 /// One row of the table.
@@ -82,6 +89,14 @@ pub const TOPIC_CONFIGS: &[TopicConfigDef] = &[
     TopicConfigDef {
         name: REPLICA_LAG_TIME_MAX_MS_CONFIG,
         owner: ConfigOwner::Replication,
+    },
+    TopicConfigDef {
+        name: TIMESTAMP_BEFORE_MAX_MS_CONFIG,
+        owner: ConfigOwner::Records,
+    },
+    TopicConfigDef {
+        name: TIMESTAMP_AFTER_MAX_MS_CONFIG,
+        owner: ConfigOwner::Records,
     },
 ];
 
@@ -198,12 +213,85 @@ impl ReplicationSettings {
     }
 }
 
+/// The leader's checks of produced records (Kafka's `LogValidator` settings).
+/// Every topic is create-time (Rill has no `message.timestamp.type`), so the
+/// timestamp bounds always apply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordSettings {
+    /// `message.timestamp.before.max.ms`: how far before the broker's time a
+    /// record's timestamp may lie.
+    pub timestamp_before_max_ms: i64,
+    /// `message.timestamp.after.max.ms`: how far after the broker's time.
+    pub timestamp_after_max_ms: i64,
+}
+
+impl RecordSettings {
+    /// Kafka's default: no lower bound. An old timestamp only makes retention
+    /// delete the record sooner; producers legitimately send old data
+    /// (mirroring, replays) and tests produce at timestamps near 0.
+    pub const DEFAULT_TIMESTAMP_BEFORE_MAX_MS: i64 = i64::MAX;
+    /// Kafka 4's default, one hour: a timestamp far in the future would hold
+    /// back time-based retention of its segment until that time.
+    pub const DEFAULT_TIMESTAMP_AFTER_MAX_MS: i64 = 3_600_000;
+
+    /// The bounds `rill_proto::validation::validate_produced` checks.
+    pub fn timestamp_bounds(self) -> TimestampBounds {
+        TimestampBounds {
+            before_max_ms: self.timestamp_before_max_ms,
+            after_max_ms: self.timestamp_after_max_ms,
+        }
+    }
+
+    fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
+        let ms = value
+            .parse::<i64>()
+            .ok()
+            .filter(|v| *v >= 0)
+            .ok_or_else(|| {
+                format!(
+                    "config {key}={value:?} is not valid: use a whole number of milliseconds \
+                 from 0 to {}",
+                    i64::MAX
+                )
+            })?;
+        match key {
+            TIMESTAMP_BEFORE_MAX_MS_CONFIG => self.timestamp_before_max_ms = ms,
+            TIMESTAMP_AFTER_MAX_MS_CONFIG => self.timestamp_after_max_ms = ms,
+            _ => unreachable!("{key} is not a record config"),
+        }
+        Ok(())
+    }
+
+    fn to_pairs(self) -> [(&'static str, String); 2] {
+        [
+            (
+                TIMESTAMP_BEFORE_MAX_MS_CONFIG,
+                self.timestamp_before_max_ms.to_string(),
+            ),
+            (
+                TIMESTAMP_AFTER_MAX_MS_CONFIG,
+                self.timestamp_after_max_ms.to_string(),
+            ),
+        ]
+    }
+}
+
+impl Default for RecordSettings {
+    fn default() -> RecordSettings {
+        RecordSettings {
+            timestamp_before_max_ms: Self::DEFAULT_TIMESTAMP_BEFORE_MAX_MS,
+            timestamp_after_max_ms: Self::DEFAULT_TIMESTAMP_AFTER_MAX_MS,
+        }
+    }
+}
+
 /// Every part's typed settings of one topic.
 #[derive(Debug, Clone)]
 pub struct TopicSettings {
     /// The log's settings (tiering's keys included: the log applies local retention).
     pub log: LogConfig,
     pub replication: ReplicationSettings,
+    pub records: RecordSettings,
 }
 
 fn invalid(message: String) -> ErrorInfo {
@@ -219,6 +307,7 @@ impl TopicSettings {
     ) -> Result<TopicSettings, ErrorInfo> {
         let mut log = defaults.log.clone();
         let mut replication = ReplicationSettings::defaults(defaults);
+        let mut records = RecordSettings::default();
         for (key, value) in overrides {
             let Some(def) = lookup(key) else {
                 return Err(invalid(format!(
@@ -231,6 +320,7 @@ impl TopicSettings {
                     log.set(key, value).map_err(|e| invalid(e.to_string()))?
                 }
                 ConfigOwner::Replication => replication.set(key, value).map_err(invalid)?,
+                ConfigOwner::Records => records.set(key, value).map_err(invalid)?,
             }
         }
         log.validate().map_err(|e| invalid(e.to_string()))?;
@@ -241,7 +331,11 @@ impl TopicSettings {
                     .into(),
             ));
         }
-        Ok(TopicSettings { log, replication })
+        Ok(TopicSettings {
+            log,
+            replication,
+            records,
+        })
     }
 
     /// The settings of a topic whose overrides were validated when committed.
@@ -273,6 +367,31 @@ impl TopicSettings {
     }
 }
 
+/// Checks one override alone: a key of the table and a value its validator
+/// takes (no cross-key rules, no broker defaults): what any broker can check
+/// of a committed command, whatever its own defaults.
+pub fn check_entry(key: &str, value: &str) -> Result<(), ErrorInfo> {
+    let Some(def) = lookup(key) else {
+        return Err(invalid(format!(
+            "config {key:?} is not a topic config; known keys are {}",
+            known_keys()
+        )));
+    };
+    match def.owner {
+        ConfigOwner::Log | ConfigOwner::Tiering => LogConfig::default()
+            .set(key, value)
+            .map_err(|e| invalid(e.to_string())),
+        ConfigOwner::Replication => ReplicationSettings {
+            min_insync_replicas: ReplicationSettings::DEFAULT_MIN_INSYNC_REPLICAS,
+            unclean_leader_election: false,
+            replica_lag_time_max_ms: 1,
+        }
+        .set(key, value)
+        .map_err(invalid),
+        ConfigOwner::Records => RecordSettings::default().set(key, value).map_err(invalid),
+    }
+}
+
 /// Every config of a topic with its value, marking which are defaults.
 pub fn describe(
     settings: &TopicSettings,
@@ -284,6 +403,7 @@ pub fn describe(
             .replication
             .to_pairs()
             .into_iter()
+            .chain(settings.records.to_pairs())
             .map(|(k, v)| (k.to_string(), v)),
     );
     pairs
@@ -315,7 +435,7 @@ mod tests {
     fn the_table_holds_exactly_the_logs_keys_and_the_replication_keys() {
         let mut log_keys: Vec<&str> = TOPIC_CONFIGS
             .iter()
-            .filter(|d| d.owner != ConfigOwner::Replication)
+            .filter(|d| !matches!(d.owner, ConfigOwner::Replication | ConfigOwner::Records))
             .map(|d| d.name)
             .collect();
         log_keys.sort_unstable();
@@ -381,6 +501,60 @@ mod tests {
             let e = TopicSettings::resolve(&defaults(), &overrides(&pairs)).unwrap_err();
             assert_eq!(e.code, ErrorCode::InvalidConfig);
             assert!(e.message.contains(expected), "{pairs:?}: {}", e.message);
+        }
+    }
+
+    #[test]
+    fn timestamp_bounds_default_to_kafkas_and_take_whole_milliseconds() {
+        let s = TopicSettings::resolve(&defaults(), &BTreeMap::new()).unwrap();
+        assert_eq!(s.records.timestamp_before_max_ms, i64::MAX);
+        assert_eq!(s.records.timestamp_after_max_ms, 3_600_000);
+        let s = TopicSettings::resolve(
+            &defaults(),
+            &overrides(&[
+                (TIMESTAMP_BEFORE_MAX_MS_CONFIG, "86400000"),
+                (TIMESTAMP_AFTER_MAX_MS_CONFIG, "0"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(
+            s.records.timestamp_bounds(),
+            TimestampBounds {
+                before_max_ms: 86_400_000,
+                after_max_ms: 0
+            }
+        );
+        for bad in ["-1", "soon", "9223372036854775808"] {
+            let e = TopicSettings::resolve(
+                &defaults(),
+                &overrides(&[(TIMESTAMP_AFTER_MAX_MS_CONFIG, bad)]),
+            )
+            .unwrap_err();
+            assert!(
+                e.message.contains(TIMESTAMP_AFTER_MAX_MS_CONFIG)
+                    && e.message.contains("milliseconds"),
+                "{bad}: {}",
+                e.message
+            );
+        }
+    }
+
+    #[test]
+    fn one_entry_is_checked_alone_by_its_rows_validator() {
+        check_entry("retention.ms", "5").unwrap();
+        check_entry(MIN_INSYNC_REPLICAS_CONFIG, "2").unwrap();
+        check_entry(TIMESTAMP_AFTER_MAX_MS_CONFIG, "10").unwrap();
+        // Cross-key rules are not this check's: local above total passes alone.
+        check_entry(LOCAL_RETENTION_MS_CONFIG, "999999999999").unwrap();
+        for (k, v) in [
+            ("no.such.key", "1"),
+            ("segment.bytes", "ten"),
+            (UNCLEAN_ELECTION_CONFIG, "yes"),
+            (TIMESTAMP_BEFORE_MAX_MS_CONFIG, "-5"),
+        ] {
+            let e = check_entry(k, v).unwrap_err();
+            assert_eq!(e.code, ErrorCode::InvalidConfig);
+            assert!(e.message.contains(k), "{k}: {}", e.message);
         }
     }
 

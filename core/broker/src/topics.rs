@@ -281,6 +281,7 @@ impl TopicRegistry {
             partitions,
             overrides: Mutex::new(t.configs.clone()),
             replication: Mutex::new(settings.replication),
+            records: Mutex::new(settings.records),
         });
         self.topics.write().insert(name, topic.clone());
         tracing::info!(topic = %t.name, partitions = t.partitions.len(), "opened topic");
@@ -341,6 +342,7 @@ impl TopicRegistry {
             p.set_config(settings.log.clone());
         }
         *topic.replication.lock() = settings.replication;
+        *topic.records.lock() = settings.records;
         *topic.overrides.lock() = overrides.clone();
         tracing::info!(topic = %name, configs = ?overrides, "applied topic configs");
     }

@@ -469,6 +469,155 @@ async fn bad_requests_get_errors_on_their_stream_only() {
 }
 
 /// The value of `name{api="<api>"}` in a Prometheus text rendering (0 if absent).
+/// A batch stamped i64::MAX would stop time retention of its partition: the
+/// leader refuses it (INVALID_TIMESTAMP, naming topic, partition, record and
+/// config) and appends nothing; the request's other partition is written.
+#[tokio::test]
+async fn a_batch_from_the_far_future_is_refused_and_nothing_is_appended() {
+    let env = Env::new();
+    let broker = env.start().await;
+    let client = env.client(broker.local_addr()).await;
+    assert_eq!(client.create("t", 2, &[]).await, None);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let good = batch(&["now"], now);
+    let mut future = good.to_vec();
+    future.extend_from_slice(&batch(&["x", "y"], i64::MAX));
+    let req = ProduceRequest {
+        acks: Acks::All,
+        timeout_ms: 10_000,
+        partitions: vec![
+            ProducePartition {
+                topic: "t".into(),
+                partition: 0,
+                bytes_len: future.len() as u32,
+            },
+            ProducePartition {
+                topic: "t".into(),
+                partition: 1,
+                bytes_len: good.len() as u32,
+            },
+        ],
+    };
+    let (resp, _) = client.ok(&req, &[Bytes::from(future), good]).await;
+    let e = resp.partitions[0].error.clone().expect("refused");
+    assert_eq!(e.code, ErrorCode::InvalidTimestamp, "{e}");
+    for part in [
+        "batch at position 1 of topic 't' partition 0",
+        "9223372036854775807",
+        "message.timestamp.after.max.ms=3600000",
+    ] {
+        assert!(e.message.contains(part), "{part:?} not in {e}");
+    }
+    assert_eq!(resp.partitions[1].error, None);
+    // Nothing of partition 0 was written, not even its good first batch.
+    let (md, _) = client.ok(&MetadataRequest { topics: None }, &[]).await;
+    let ends: Vec<Offset> = md.topics[0]
+        .partitions
+        .iter()
+        .map(|p| p.log_end_offset)
+        .collect();
+    assert_eq!(ends, [Offset(0), Offset(1)]);
+    // A batch whose header count disagrees with its records: INVALID_RECORD.
+    let mut miscounted = batch(&["a", "b"], now).to_vec();
+    miscounted[57..61].copy_from_slice(&3i32.to_be_bytes());
+    miscounted[23..27].copy_from_slice(&2i32.to_be_bytes());
+    let crc = crc32c::crc32c(&miscounted[21..]);
+    miscounted[17..21].copy_from_slice(&crc.to_be_bytes());
+    let p = client.produce("t", 0, Bytes::from(miscounted)).await;
+    let e = p.error.expect("refused");
+    assert_eq!(e.code, ErrorCode::InvalidRecord, "{e}");
+    assert!(e.message.contains("partition 0"), "{e}");
+    let p = client.produce("t", 0, batch(&["ok"], now)).await;
+    assert_eq!((p.error, p.base_offset), (None, Offset(0)));
+    broker.shutdown().await.unwrap();
+}
+
+/// A forged `MetadataWrite` whose topic has a partition without replicas
+/// (which used to panic the state machine on the next election, on every
+/// broker and on every replay) is refused before it is proposed; the quorum
+/// keeps working and an election afterwards does not panic.
+#[tokio::test]
+async fn a_malformed_metadata_command_is_refused_and_the_quorum_keeps_working() {
+    use rill_broker::cluster::image::{Command, Outcome};
+    let env = Env::new();
+    let broker = env.start().await;
+    let client = env.client(broker.local_addr()).await;
+    let write = |command: &Command| MetadataWriteRequest {
+        command: serde_json::to_vec(command).unwrap(),
+    };
+    let empty = Command::CreateTopic {
+        name: "hollow".into(),
+        id: "0123456789abcdef".into(),
+        internal: false,
+        configs: Default::default(),
+        assignment: vec![vec![0], vec![]],
+    };
+    let (resp, _) = client.ok(&write(&empty), &[]).await;
+    let outcome: Outcome = serde_json::from_slice(&resp.outcome).unwrap();
+    let Outcome::Refused { code, message } = outcome else {
+        panic!("not refused: {outcome:?}")
+    };
+    assert_eq!(code, ErrorCode::InvalidReplicationFactor);
+    assert!(
+        message.contains("topic hollow partition 1") && message.contains("empty"),
+        "{message}"
+    );
+    let (resp, _) = client
+        .ok(&write(&Command::ElectPreferred { topics: None }), &[])
+        .await;
+    let outcome: Outcome = serde_json::from_slice(&resp.outcome).unwrap();
+    assert!(matches!(outcome, Outcome::Moved(_)), "{outcome:?}");
+    assert_eq!(client.create("solid", 1, &[]).await, None);
+    let (md, _) = client.ok(&MetadataRequest { topics: None }, &[]).await;
+    let names: Vec<&str> = md.topics.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, ["solid"]);
+    broker.shutdown().await.unwrap();
+}
+
+/// A join of a broker nobody can reach ends within the controller's
+/// deadline with an error naming the broker and its address; the membership
+/// lock is free again (a topic can be created right after).
+#[tokio::test]
+async fn a_join_of_an_unreachable_broker_ends_at_its_deadline_naming_it() {
+    let env = Env::new();
+    let broker = env.start().await;
+    let client = env.client(broker.local_addr()).await;
+    // A topic first: the broker has registered and is the controller.
+    assert_eq!(client.create("before", 1, &[]).await, None);
+    let started = std::time::Instant::now();
+    let (resp, _) = client
+        .call(
+            &JoinClusterRequest {
+                broker_id: 7,
+                addr: "127.0.0.1:9".into(),
+            },
+            &[],
+        )
+        .await;
+    let e = resp.unwrap_err();
+    let took = started.elapsed();
+    assert_eq!(e.code, ErrorCode::RequestTimedOut, "{e}");
+    assert!(e.message.contains("broker 7 at 127.0.0.1:9"), "{e}");
+    assert!(took < STEP, "took {took:?}");
+    let (resp, _) = client
+        .call(
+            &JoinClusterRequest {
+                broker_id: 8,
+                addr: "no port".into(),
+            },
+            &[],
+        )
+        .await;
+    let e = resp.unwrap_err();
+    assert_eq!(e.code, ErrorCode::InvalidRequest, "{e}");
+    assert!(e.message.contains("broker 8"), "{e}");
+    assert_eq!(client.create("after", 1, &[]).await, None);
+    broker.shutdown().await.unwrap();
+}
+
 fn api_metric(text: &str, name: &str, api: &str) -> u64 {
     let prefix = format!("{name}{{api=\"{api}\"}} ");
     text.lines()

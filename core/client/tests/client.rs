@@ -434,6 +434,38 @@ async fn errors_are_clear() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_from_the_far_future_fails_with_invalid_timestamp() {
+    let env = Env::start().await;
+    let client = env.client().await;
+    let admin = client.admin();
+    step("create", admin.create_topic(topic("future", 1)))
+        .await
+        .unwrap();
+    let producer = client.producer(ProducerConfig::default()).unwrap();
+    let far = producer
+        .send(ProducerRecord::new("future", "late").timestamp(i64::MAX))
+        .await
+        .unwrap();
+    let err = step("far delivery", far).await.unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::InvalidTimestamp), "{err}");
+    let msg = err.to_string();
+    assert!(
+        msg.starts_with("produce to future-0")
+            && msg.contains("INVALID_TIMESTAMP")
+            && msg.contains("message.timestamp.after.max.ms"),
+        "{msg}"
+    );
+    // Nothing was written: the next record is the partition's first.
+    let ok = producer
+        .send_and_wait(ProducerRecord::new("future", "now"))
+        .await
+        .unwrap();
+    assert_eq!(ok.offset, Offset(0));
+    producer.close().await.unwrap();
+    env.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_broker_says_what_to_do() {
     let home = tempfile::tempdir().unwrap();
     // A broker creates the dev CA; start and stop one so the CA exists.

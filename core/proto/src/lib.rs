@@ -13,6 +13,7 @@ pub mod batch;
 pub mod compression;
 pub mod error;
 pub mod types;
+pub mod validation;
 pub mod varint;
 pub mod wire;
 

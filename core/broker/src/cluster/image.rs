@@ -6,7 +6,14 @@
 //! same order holds the same image, and the rules are unit-tested without a
 //! runtime.
 //!
-//! Invariants, asserted where established:
+//! Every command is checked before it changes anything
+//! ([`super::command_checks::check`]): a malformed one is `Outcome::Refused`,
+//! naming what is wrong, and leaves the image as it was; no command's content
+//! can make `apply` panic.
+//!
+//! Invariants, established by those checks and by `apply` (asserted after each
+//! command in debug builds):
+//! - every partition has at least one replica, none twice;
 //! - a partition's leader, when it has one, is in its ISR, and the ISR is a
 //!   subset of its replicas;
 //! - a partition's leader epoch only grows, by one on every leader change;
@@ -64,7 +71,9 @@ pub struct PartitionState {
 }
 
 impl PartitionState {
+    #[cfg(debug_assertions)]
     fn check(&self) {
+        assert!(!self.replicas.is_empty(), "a partition without replicas");
         if let Some(l) = self.leader {
             assert!(
                 self.isr.contains(&l),
@@ -329,15 +338,26 @@ impl MetadataImage {
         self.brokers.get(&id).is_some_and(|b| !b.fenced)
     }
 
-    /// Applies one committed command. Deterministic.
+    /// Applies one committed command. Deterministic. A command that fails
+    /// [`super::command_checks::check`] is refused and changes nothing.
     pub fn apply(&mut self, command: &Command) -> Outcome {
-        let outcome = self.apply_inner(command);
+        let outcome = self.apply_checked(command);
+        // The checks make these unreachable from any command; a debug build
+        // (every test) proves it after each one.
+        #[cfg(debug_assertions)]
         for t in self.topics.values() {
             for p in &t.partitions {
                 p.check();
             }
         }
         outcome
+    }
+
+    fn apply_checked(&mut self, command: &Command) -> Outcome {
+        if let Err(e) = super::command_checks::check(self, command) {
+            return refused(e.code, e.message);
+        }
+        self.apply_inner(command)
     }
 
     fn apply_inner(&mut self, command: &Command) -> Outcome {
@@ -396,7 +416,13 @@ impl MetadataImage {
             }
             Command::AllocateProducerId => {
                 let id = self.next_producer_id;
-                self.next_producer_id += 1;
+                let Some(next) = id.checked_add(1) else {
+                    return refused(
+                        ErrorCode::PolicyViolation,
+                        format!("producer ids are exhausted (next would pass {id})"),
+                    );
+                };
+                self.next_producer_id = next;
                 Outcome::ProducerId(id)
             }
             Command::SetClusterId { cluster_id } => {
@@ -589,7 +615,7 @@ impl MetadataImage {
                 let mut refusals = 0;
                 let mut first = None;
                 for c in changes {
-                    let outcome = self.apply(&Command::AlterIsr {
+                    let outcome = self.apply_checked(&Command::AlterIsr {
                         broker_id: *broker_id,
                         topic: c.topic.clone(),
                         partition: c.partition,
@@ -620,7 +646,9 @@ impl MetadataImage {
                         continue;
                     }
                     for (i, p) in t.partitions.iter_mut().enumerate() {
-                        let preferred = p.replicas[0];
+                        let Some(&preferred) = p.replicas.first() else {
+                            continue;
+                        };
                         if p.leader != Some(preferred)
                             && p.isr.contains(&preferred)
                             && alive.contains(&preferred)

@@ -18,6 +18,7 @@
 //! the lowest id initialises.
 
 pub mod api;
+pub mod command_checks;
 pub mod image;
 pub mod peers;
 pub mod raft;
@@ -52,6 +53,14 @@ pub const CONTROLLER_CALL_TIMEOUT: Duration = Duration::from_secs(5);
 pub const LEADER_WAIT_MAX: Duration = Duration::from_secs(10);
 /// How often a joining broker retries its join.
 pub const JOIN_RETRY_INTERVAL: Duration = Duration::from_millis(500);
+/// Longest the controller spends on one join (waiting for the membership
+/// lock, catching the new broker up as a learner, making it a voter); the
+/// lock is never held past it.
+pub const JOIN_DEADLINE: Duration = Duration::from_secs(10);
+/// Longest a joining broker waits for the answer to one join request: the
+/// controller's deadline plus a forwarding hop.
+pub const JOIN_CALL_TIMEOUT: Duration =
+    Duration::from_secs(JOIN_DEADLINE.as_secs() + 2 * CONTROLLER_CALL_TIMEOUT.as_secs());
 
 /// Parses one `--peers` item, `ID@HOST:PORT`.
 pub fn parse_peer(s: &str) -> Result<(i32, String), String> {
@@ -346,7 +355,17 @@ impl Cluster {
         })
     }
 
+    /// Proposes on this broker (the controller). A command that fails
+    /// [`command_checks::check_proposal`] against the committed image is
+    /// refused here and never enters the quorum log.
     async fn propose_local(&self, command: Command) -> Result<Outcome, ErrorInfo> {
+        if let Err(e) = command_checks::check_proposal(&self.image(), &command) {
+            tracing::warn!(error = %e, "refused a malformed metadata command before proposing it");
+            return Ok(Outcome::Refused {
+                code: e.code,
+                message: e.message,
+            });
+        }
         match self.raft.client_write(command).await {
             Ok(resp) => Ok(resp.data),
             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => Err(err(
@@ -409,16 +428,37 @@ impl Cluster {
     }
 
     /// `JoinCluster`: adds a broker to the quorum as a voter (on the controller;
-    /// other brokers forward).
+    /// other brokers forward). Bounded by [`JOIN_DEADLINE`]: a broker that
+    /// cannot be reached is refused with REQUEST_TIMED_OUT, naming it and its
+    /// address, and dropped from the membership again; the membership lock is
+    /// released by then.
     pub async fn handle_join(
         &self,
         req: JoinClusterRequest,
     ) -> Result<JoinClusterResponse, ErrorInfo> {
+        if req.broker_id < 0 {
+            return Err(err(
+                ErrorCode::InvalidRequest,
+                format!(
+                    "join: broker id {} is not valid: ids are >= 0",
+                    req.broker_id
+                ),
+            ));
+        }
+        command_checks::check_broker_addr(&req.addr).map_err(|why| {
+            err(
+                ErrorCode::InvalidRequest,
+                format!(
+                    "join: broker {} address {:?}: {why}",
+                    req.broker_id, req.addr
+                ),
+            )
+        })?;
         let (leader, addr) = self.controller_addr().await?;
         if leader != self.broker_id {
             let (resp, _) = self
                 .links
-                .call(&addr, &req, CONTROLLER_CALL_TIMEOUT * 2)
+                .call(&addr, &req, JOIN_DEADLINE + CONTROLLER_CALL_TIMEOUT)
                 .await
                 .map_err(|e| match e {
                     peers::PeerError::Remote { info, .. } => info,
@@ -426,35 +466,8 @@ impl Cluster {
                 })?;
             return Ok(resp);
         }
-        let id = req.broker_id as NodeId;
-        let _turn = self.membership_lock.lock().await;
-        let voters: BTreeSet<NodeId> = self
-            .raft
-            .metrics()
-            .borrow()
-            .membership_config
-            .membership()
-            .voter_ids()
-            .collect();
-        let change_err = |e: RaftError<NodeId, ClientWriteError<NodeId, BasicNode>>| {
-            err(
-                ErrorCode::ClusterNotReady,
-                format!("could not add broker {id}: {e}"),
-            )
-        };
-        if !voters.contains(&id) {
-            self.raft
-                .add_learner(id, BasicNode::new(&req.addr), true)
-                .await
-                .map_err(change_err)?;
-            let mut all = voters.clone();
-            all.insert(id);
-            self.raft
-                .change_membership(all, false)
-                .await
-                .map_err(change_err)?;
-            tracing::info!(broker = req.broker_id, addr = %req.addr, "broker joined the metadata quorum");
-        }
+        let deadline = tokio::time::Instant::now() + JOIN_DEADLINE;
+        self.add_voter(req.broker_id, &req.addr, deadline).await?;
         let voters = self
             .raft
             .metrics()
@@ -468,6 +481,119 @@ impl Cluster {
             cluster_id: self.image().cluster_id.clone(),
             voters,
         })
+    }
+
+    /// On the controller: makes `broker` (at `addr`) a voter by `deadline`:
+    /// added as a learner, heard from (it acknowledged the log up to its own
+    /// addition), then promoted. The membership lock is held at most until
+    /// `deadline`.
+    async fn add_voter(
+        &self,
+        broker: i32,
+        addr: &str,
+        deadline: tokio::time::Instant,
+    ) -> Result<(), ErrorInfo> {
+        let id = broker as NodeId;
+        let late = |step: &str| {
+            err(
+                ErrorCode::RequestTimedOut,
+                format!(
+                    "broker {broker} at {addr} could not join the metadata quorum within \
+                     {JOIN_DEADLINE:?}: {step}; check that it is running and that broker {} \
+                     can reach {addr}",
+                    self.broker_id
+                ),
+            )
+        };
+        let Ok(_turn) = tokio::time::timeout_at(deadline, self.membership_lock.lock()).await else {
+            return Err(late(
+                "another membership change held the controller the whole time",
+            ));
+        };
+        let voters: BTreeSet<NodeId> = self
+            .raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .voter_ids()
+            .collect();
+        if voters.contains(&id) {
+            return Ok(());
+        }
+        let change_err = |e: RaftError<NodeId, ClientWriteError<NodeId, BasicNode>>| {
+            err(
+                ErrorCode::ClusterNotReady,
+                format!("could not add broker {broker} at {addr}: {e}"),
+            )
+        };
+        // openraft's blocking add_learner calls a learner "up to date" while
+        // the log is shorter than its lag threshold, even one never heard
+        // from; promoting that one would leave the quorum unable to commit.
+        // So: add it, then wait until it acknowledged the entry that added it.
+        let added = tokio::time::timeout_at(
+            deadline,
+            self.raft.add_learner(id, BasicNode::new(addr), false),
+        )
+        .await;
+        let added_at = match added {
+            Ok(r) => r.map_err(change_err)?.log_id.index,
+            Err(_) => return Err(late("the quorum did not commit it as a learner")),
+        };
+        let mut metrics = self.raft.metrics();
+        let caught_up = tokio::time::timeout_at(
+            deadline,
+            metrics.wait_for(|m| {
+                m.replication
+                    .as_ref()
+                    .and_then(|r| r.get(&id))
+                    .and_then(|matched| matched.as_ref())
+                    .is_some_and(|l| l.index >= added_at)
+            }),
+        )
+        .await
+        .is_ok_and(|r| r.is_ok());
+        if !caught_up {
+            // Leave no unreachable learner behind (the controller would keep
+            // replicating to it, and a later join at another address would
+            // keep the stale one). In the background: the lock is released.
+            let raft = self.raft.clone();
+            tokio::spawn(async move {
+                let removed = raft
+                    .change_membership(
+                        openraft::ChangeMembers::RemoveNodes(BTreeSet::from([id])),
+                        false,
+                    )
+                    .await;
+                if let Err(e) = removed {
+                    tracing::warn!(broker, error = %e, "could not remove an unreachable learner");
+                }
+            });
+            tracing::warn!(broker, %addr, "a joining broker could not be reached; refused");
+            return Err(late(
+                "it never acknowledged the quorum log as a learner (unreachable?)",
+            ));
+        }
+        let mut all = voters;
+        all.insert(id);
+        // The promotion is two quorum steps (joint, then uniform); it runs to
+        // the end even if this request stops waiting for it.
+        let raft = self.raft.clone();
+        let promote = tokio::spawn(async move { raft.change_membership(all, false).await });
+        match tokio::time::timeout_at(deadline, promote).await {
+            Ok(Ok(r)) => {
+                r.map_err(change_err)?;
+            }
+            Ok(Err(join)) => {
+                return Err(err(
+                    ErrorCode::InternalError,
+                    format!("promoting broker {broker} failed: {join}"),
+                ));
+            }
+            Err(_) => return Err(late("the quorum did not commit its promotion to voter")),
+        }
+        tracing::info!(broker, %addr, "broker joined the metadata quorum");
+        Ok(())
     }
 
     /// `BrokerHeartbeat`: renews a broker's session (controller only).
@@ -524,11 +650,7 @@ impl Cluster {
             if self.is_voter() {
                 return true;
             }
-            match self
-                .links
-                .call(&join, &req, CONTROLLER_CALL_TIMEOUT * 3)
-                .await
-            {
+            match self.links.call(&join, &req, JOIN_CALL_TIMEOUT).await {
                 Ok((resp, _)) => {
                     tracing::info!(via = %join, voters = ?resp.voters, "joined the cluster");
                     return true;
@@ -584,6 +706,10 @@ impl Cluster {
                     return;
                 }
                 match self.propose(command.clone()).await {
+                    Ok(Outcome::Refused { code, message }) => {
+                        tracing::warn!(%code, %message, "the metadata quorum refused a registration command");
+                        break;
+                    }
                     Ok(_) => break,
                     Err(e) => {
                         tracing::debug!(error = %e, "registration with the quorum not yet possible; retrying");

@@ -98,6 +98,8 @@ error_codes! {
     GroupAuthorizationFailed = 62, false, "The principal is not allowed this operation on the group.";
     TransformAuthorizationFailed = 63, false, "The principal is not allowed this operation on the transform.";
     BrokerFenced = 42, true, "The controller has fenced this broker (its session lapsed); it rejoins after its next heartbeat.";
+    InvalidRecord = 56, false, "A batch's records are malformed (framing, record count, offset deltas, compression codec); it was not written.";
+    InvalidTimestamp = 57, false, "A record's timestamp is outside the topic's message.timestamp.before.max.ms / message.timestamp.after.max.ms of the broker's time; it was not written.";
 }
 
 fn to_screaming_snake(camel: &str) -> String {
