@@ -51,9 +51,30 @@ impl Env {
             .unwrap()
     }
     async fn client(&self, addr: SocketAddr) -> Client {
-        let tls = ClientTls::Dev {
-            home: self.home.path().to_path_buf(),
+        self.client_with(
+            ClientTls::Dev {
+                home: self.home.path().to_path_buf(),
+            },
+            addr,
+        )
+        .await
+    }
+    /// A client that presents broker `id`'s certificate (from the same CA):
+    /// what the cluster-internal apis accept.
+    async fn as_broker(&self, addr: SocketAddr, id: i32) -> Client {
+        let ca = rill_net::ensure_dev_ca(self.home.path()).unwrap();
+        let (chain, key) = ca.issue_broker_cert(id, &[]).unwrap();
+        let dir = self.home.path().join("peer-certs");
+        let (cert, key) =
+            rill_net::write_cert_files(&dir, &format!("broker-{id}"), &chain, &key).unwrap();
+        let tls = ClientTls::Mutual {
+            ca: ca.cert_path().to_path_buf(),
+            cert,
+            key,
         };
+        self.client_with(tls, addr).await
+    }
+    async fn client_with(&self, tls: ClientTls, addr: SocketAddr) -> Client {
         let endpoint = rill_net::client_endpoint(&tls, &TransportLimits::default()).unwrap();
         let conn = rill_net::connect(&endpoint, addr).await.unwrap();
         Client {
@@ -544,7 +565,8 @@ async fn a_malformed_metadata_command_is_refused_and_the_quorum_keeps_working() 
     use rill_broker::cluster::image::{Command, Outcome};
     let env = Env::new();
     let broker = env.start().await;
-    let client = env.client(broker.local_addr()).await;
+    // The internal apis answer brokers only: this client is a peer broker.
+    let client = env.as_broker(broker.local_addr(), 7).await;
     let write = |command: &Command| MetadataWriteRequest {
         command: serde_json::to_vec(command).unwrap(),
     };
@@ -584,7 +606,8 @@ async fn a_malformed_metadata_command_is_refused_and_the_quorum_keeps_working() 
 async fn a_join_of_an_unreachable_broker_ends_at_its_deadline_naming_it() {
     let env = Env::new();
     let broker = env.start().await;
-    let client = env.client(broker.local_addr()).await;
+    // The internal apis answer brokers only: this client is a peer broker.
+    let client = env.as_broker(broker.local_addr(), 7).await;
     // A topic first: the broker has registered and is the controller.
     assert_eq!(client.create("before", 1, &[]).await, None);
     let started = std::time::Instant::now();

@@ -66,6 +66,28 @@ fn invalid(message: String) -> Result<(), ErrorInfo> {
 /// Everything `apply` relies on; see the module doc.
 pub fn check(image: &MetadataImage, command: &Command) -> Result<(), ErrorInfo> {
     match command {
+        Command::CreateAcls { rules } | Command::DeleteAcls { rules } => {
+            if rules.len() > super::image::ACL_RULES_MAX {
+                return invalid(format!(
+                    "{} ACL rules in one command, more than {}",
+                    rules.len(),
+                    super::image::ACL_RULES_MAX
+                ));
+            }
+            super::image::check_acl_rules(rules).or_else(invalid)
+        }
+        Command::SetQuota { principal, quota } => {
+            if let Err(e) = rill_net::identity::check_principal_name(principal) {
+                return invalid(e.to_string());
+            }
+            if quota.produce_bytes_per_s == Some(0) || quota.fetch_bytes_per_s == Some(0) {
+                return invalid(format!(
+                    "a quota of 0 bytes/s for {principal:?} would stop it for good; \
+                     remove the quota or give a rate >= 1"
+                ));
+            }
+            Ok(())
+        }
         Command::SetClusterId { cluster_id } => {
             if cluster_id.is_empty()
                 || cluster_id.len() > CLUSTER_ID_LEN_MAX
