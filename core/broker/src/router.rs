@@ -219,6 +219,9 @@ impl Table {
                     return Box::pin(std::future::ready(Err(e)));
                 }
             };
+            if let Err(e) = crate::limits::check_counts(R::KEY, &request) {
+                return Box::pin(std::future::ready(Err(e)));
+            }
             if let Err(e) = authorize(&caller.principal, R::KEY, &resources(&request)) {
                 return Box::pin(std::future::ready(Err(e)));
             }
