@@ -22,6 +22,20 @@ pub const DEFAULT_MAX_REQUEST_BYTES: u32 = rill_proto::wire::DEFAULT_MAX_REQUEST
 pub const DEFAULT_MAX_STREAMS_PER_CONNECTION: u32 = 256;
 /// Default bound on produce bytes being appended at once, per broker.
 pub const DEFAULT_MAX_INFLIGHT_PRODUCE_BYTES: usize = 256 * 1024 * 1024;
+/// Default broker-wide budget of request body bytes held at once.
+pub const DEFAULT_MAX_INFLIGHT_REQUEST_BYTES: u64 = 256 * 1024 * 1024;
+/// Largest `max_inflight_request_bytes` accepted (64 GiB).
+pub const MAX_INFLIGHT_REQUEST_BYTES_MAX: u64 = 64 * 1024 * 1024 * 1024;
+/// Default bound on connections from one IP address.
+pub const DEFAULT_MAX_CONNECTIONS_PER_IP: usize = 256;
+/// Default `transforms.memory_mb_max`.
+pub const DEFAULT_TRANSFORMS_MEMORY_MB_MAX: u64 = 512;
+/// Default `transforms.call_timeout_ms_max`.
+pub const DEFAULT_TRANSFORMS_CALL_TIMEOUT_MS_MAX: u64 = 60_000;
+/// Largest `transforms.memory_mb_max` accepted: a 32-bit guest addresses 4 GiB.
+pub const TRANSFORMS_MEMORY_MB_MAX_CEILING: u64 = 4096;
+/// Largest `transforms.call_timeout_ms_max` accepted (10 minutes).
+pub const TRANSFORMS_CALL_TIMEOUT_MS_MAX_CEILING: u64 = 600_000;
 
 /// TLS settings. All `None`: the broker presents a certificate issued by the
 /// development CA in the Rill home (created on first use).
@@ -107,6 +121,31 @@ pub const DEFAULT_UPLOAD_INTERVAL_MS: u64 = 1000;
 /// Default `object_store.fetch_timeout_ms`.
 pub const DEFAULT_REMOTE_FETCH_TIMEOUT_MS: u64 = 30_000;
 
+/// Operator maxima of the WebAssembly transforms this broker process runs
+/// (`[transforms]`): a deployment asking for more is not run (its record is
+/// marked halted with the reason). The broker itself only carries them to the
+/// transform supervisor of `rill broker`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TransformsConfig {
+    /// `memory_mb_max`: the most memory (MiB) one transform instance may ask
+    /// for (`rill transform deploy --memory-mb`), all its memories and tables
+    /// counted together.
+    pub memory_mb_max: u64,
+    /// `call_timeout_ms_max`: the longest deadline (ms) one call into a
+    /// transform may ask for (`rill transform deploy --timeout-ms`).
+    pub call_timeout_ms_max: u64,
+}
+
+impl Default for TransformsConfig {
+    fn default() -> Self {
+        TransformsConfig {
+            memory_mb_max: DEFAULT_TRANSFORMS_MEMORY_MB_MAX,
+            call_timeout_ms_max: DEFAULT_TRANSFORMS_CALL_TIMEOUT_MS_MAX,
+        }
+    }
+}
+
 impl Default for ObjectStoreConfig {
     fn default() -> Self {
         ObjectStoreConfig {
@@ -134,9 +173,11 @@ impl Default for ObjectStoreConfig {
 /// | `num_partitions` | 1 | partitions of a topic created without a count |
 /// | `default_replication_factor` | 1 | replication factor of a topic created without one |
 /// | `max_request_bytes` | 64 MiB | largest request frame accepted |
-/// | `max_connections` | 1024 | connections beyond this are closed with a reason |
+/// | `max_connections` | 1024 | connections beyond this are closed with a reason (far beyond it, refused before the handshake) |
+/// | `max_connections_per_ip` | 256 | connections from one IP address beyond this are refused before the TLS handshake |
 /// | `max_streams_per_connection` | 256 | concurrent requests per connection |
-/// | `max_inflight_produce_bytes` | 256 MiB | produce bytes being appended at once |
+/// | `max_inflight_produce_bytes` | 256 MiB | produce bytes being appended at once (append concurrency; their memory is in `max_inflight_request_bytes`) |
+/// | `max_inflight_request_bytes` | 256 MiB | request body bytes held at once, broker-wide, charged before a body is read (see `limits.rs`) |
 /// | `retention_check_interval_ms` | 300000 | how often retention and compaction run |
 /// | `flush_check_interval_ms` | 1000 | how often time-based flush / roll run |
 /// | `[topic_defaults]` | none | Kafka topic configs for every topic (`"retention.ms" = "3600000"`) |
@@ -153,6 +194,7 @@ impl Default for ObjectStoreConfig {
 /// | `broker_heartbeat_interval_ms` | 250 | how often a broker heartbeats to the controller |
 /// | `replica_lag_time_max_ms` | 10000 | default `replica.lag.time.max.ms`: a follower behind this long leaves the ISR |
 /// | `leader_imbalance_check_interval_ms` | 300000 | preferred-leader election timer (0: off) |
+/// | `[transforms]` `memory_mb_max`, `call_timeout_ms_max` | 512, 60000 | see [`TransformsConfig`] |
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct BrokerConfig {
@@ -169,8 +211,10 @@ pub struct BrokerConfig {
     pub default_replication_factor: u16,
     pub max_request_bytes: u32,
     pub max_connections: usize,
+    pub max_connections_per_ip: usize,
     pub max_streams_per_connection: u32,
     pub max_inflight_produce_bytes: usize,
+    pub max_inflight_request_bytes: u64,
     pub retention_check_interval_ms: u64,
     pub flush_check_interval_ms: u64,
     pub topic_defaults: BTreeMap<String, String>,
@@ -187,6 +231,7 @@ pub struct BrokerConfig {
     pub broker_heartbeat_interval_ms: u64,
     pub replica_lag_time_max_ms: u64,
     pub leader_imbalance_check_interval_ms: u64,
+    pub transforms: TransformsConfig,
 }
 
 impl Default for BrokerConfig {
@@ -205,8 +250,10 @@ impl Default for BrokerConfig {
             default_replication_factor: 1,
             max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
             max_connections: 1024,
+            max_connections_per_ip: DEFAULT_MAX_CONNECTIONS_PER_IP,
             max_streams_per_connection: DEFAULT_MAX_STREAMS_PER_CONNECTION,
             max_inflight_produce_bytes: DEFAULT_MAX_INFLIGHT_PRODUCE_BYTES,
+            max_inflight_request_bytes: DEFAULT_MAX_INFLIGHT_REQUEST_BYTES,
             retention_check_interval_ms: 300_000,
             flush_check_interval_ms: 1000,
             topic_defaults: BTreeMap::new(),
@@ -223,6 +270,7 @@ impl Default for BrokerConfig {
             broker_heartbeat_interval_ms: 250,
             replica_lag_time_max_ms: 10_000,
             leader_imbalance_check_interval_ms: 300_000,
+            transforms: TransformsConfig::default(),
         }
     }
 }
@@ -295,6 +343,12 @@ impl BrokerConfig {
         if self.max_inflight_produce_bytes == 0 {
             return Err(bad("max_inflight_produce_bytes", "must be >= 1".into()));
         }
+        if self.max_connections_per_ip == 0 {
+            return Err(bad("max_connections_per_ip", "must be >= 1".into()));
+        }
+        self.validate_request_budget()
+            .map_err(|r| bad("max_inflight_request_bytes", r))?;
+        self.validate_transforms()?;
         for (key, value) in [
             (
                 "retention_check_interval_ms",
@@ -432,6 +486,54 @@ impl BrokerConfig {
         Ok(())
     }
 
+    /// The request memory budget must hold the largest request a client may
+    /// send (`max_request_bytes`) beside the lane kept for small requests.
+    fn validate_request_budget(&self) -> Result<(), String> {
+        let total = self.max_inflight_request_bytes;
+        if total > MAX_INFLIGHT_REQUEST_BYTES_MAX {
+            return Err(format!(
+                "must be at most {MAX_INFLIGHT_REQUEST_BYTES_MAX} (64 GiB), got {total}"
+            ));
+        }
+        let large = crate::limits::large_lane_bytes(total);
+        if large < u64::from(self.max_request_bytes) {
+            return Err(format!(
+                "{total} bytes cannot hold one request of max_request_bytes={} beside the 1/8 \
+                 (at most {} bytes) kept for small requests: raise max_inflight_request_bytes to at \
+                 least {} or lower max_request_bytes",
+                self.max_request_bytes,
+                crate::limits::SMALL_LANE_BYTES_MAX,
+                min_request_budget(self.max_request_bytes)
+            ));
+        }
+        Ok(())
+    }
+
+    fn validate_transforms(&self) -> Result<(), BrokerError> {
+        let t = &self.transforms;
+        if t.memory_mb_max == 0 || t.memory_mb_max > TRANSFORMS_MEMORY_MB_MAX_CEILING {
+            return Err(BrokerError::ConfigInvalid {
+                key: "transforms.memory_mb_max".into(),
+                reason: format!(
+                    "must be in 1..={TRANSFORMS_MEMORY_MB_MAX_CEILING} (MiB), got {}",
+                    t.memory_mb_max
+                ),
+            });
+        }
+        if t.call_timeout_ms_max == 0
+            || t.call_timeout_ms_max > TRANSFORMS_CALL_TIMEOUT_MS_MAX_CEILING
+        {
+            return Err(BrokerError::ConfigInvalid {
+                key: "transforms.call_timeout_ms_max".into(),
+                reason: format!(
+                    "must be in 1..={TRANSFORMS_CALL_TIMEOUT_MS_MAX_CEILING} (ms), got {}",
+                    t.call_timeout_ms_max
+                ),
+            });
+        }
+        Ok(())
+    }
+
     /// The log config every topic starts from: Kafka's defaults with
     /// `topic_defaults` applied.
     pub fn topic_log_defaults(&self) -> Result<LogConfig, BrokerError> {
@@ -453,6 +555,23 @@ impl BrokerConfig {
             .clone()
             .unwrap_or_else(|| bound.to_string())
     }
+}
+
+/// The smallest `max_inflight_request_bytes` that holds a request of
+/// `max_request_bytes` beside the small-request lane.
+pub fn min_request_budget(max_request_bytes: u32) -> u64 {
+    let m = u64::from(max_request_bytes);
+    // large_lane_bytes is nondecreasing: the smallest total whose large lane holds m.
+    let (mut lo, mut hi) = (m, m + m / 7 + crate::limits::SMALL_LANE_BYTES_MAX + 8);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if crate::limits::large_lane_bytes(mid) >= m {
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    lo
 }
 
 #[cfg(test)]
@@ -489,6 +608,70 @@ mod tests {
         assert!(e.contains("object_store.cache_bytes"), "{e}");
         let e = BrokerConfig::from_toml_str("[object_store]\nulr = \"x\"\n").unwrap_err();
         assert!(e.contains("ulr"), "{e}");
+    }
+
+    #[test]
+    fn request_budget_and_connection_keys_are_validated() {
+        let c = BrokerConfig::from_toml_str(
+            "max_inflight_request_bytes = 1048576\nmax_request_bytes = 917504\nmax_connections_per_ip = 2\n",
+        )
+        .unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.max_connections_per_ip, 2);
+        let c = BrokerConfig {
+            max_inflight_request_bytes: 64 << 20,
+            ..BrokerConfig::default()
+        };
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("max_inflight_request_bytes"), "{e}");
+        assert!(e.contains("max_request_bytes=67108864"), "{e}");
+        let min = min_request_budget(DEFAULT_MAX_REQUEST_BYTES);
+        let ok = BrokerConfig {
+            max_inflight_request_bytes: min,
+            ..BrokerConfig::default()
+        };
+        ok.validate().unwrap();
+        let below = BrokerConfig {
+            max_inflight_request_bytes: min - 1,
+            ..BrokerConfig::default()
+        };
+        assert!(below.validate().is_err());
+        for max in [1024u32, 1 << 20, u32::MAX] {
+            let min = min_request_budget(max);
+            assert!(
+                crate::limits::large_lane_bytes(min) >= u64::from(max),
+                "{max}"
+            );
+            assert!(
+                crate::limits::large_lane_bytes(min - 1) < u64::from(max),
+                "{max}"
+            );
+        }
+        let e = BrokerConfig {
+            max_connections_per_ip: 0,
+            ..BrokerConfig::default()
+        }
+        .validate()
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("max_connections_per_ip"), "{e}");
+    }
+
+    #[test]
+    fn transform_maxima_are_read_and_bounded() {
+        let c = BrokerConfig::from_toml_str(
+            "[transforms]\nmemory_mb_max = 128\ncall_timeout_ms_max = 5000\n",
+        )
+        .unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.transforms.memory_mb_max, 128);
+        assert_eq!(c.transforms.call_timeout_ms_max, 5000);
+        let c = BrokerConfig::from_toml_str("[transforms]\nmemory_mb_max = 5000\n").unwrap();
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("transforms.memory_mb_max"), "{e}");
+        let c = BrokerConfig::from_toml_str("[transforms]\ncall_timeout_ms_max = 0\n").unwrap();
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("transforms.call_timeout_ms_max"), "{e}");
     }
 
     #[test]

@@ -29,7 +29,8 @@
 //! (ReplicaState), [`topic_configs`] (the table of topic configs), [`topics`]
 //! (TopicRegistry: the local partitions), `router` (every api registered once:
 //! decode, version, authorize, metrics, encode), [`handlers`] (the data and admin
-//! apis), `server` (QUIC accept / stream loop), [`metrics`], [`tier`] (tiered
+//! apis), `server` (QUIC accept / stream loop), [`limits`] (the request memory
+//! budget, connections per IP, element caps per request), [`metrics`], [`tier`] (tiered
 //! storage: uploads, manifests,
 //! remote reads).
 
@@ -39,6 +40,7 @@ pub mod config;
 pub mod error;
 pub mod group;
 pub mod handlers;
+pub mod limits;
 pub mod metadata;
 pub mod metrics;
 pub mod open_files;
@@ -52,7 +54,7 @@ pub mod tier;
 pub mod topic_configs;
 pub mod topics;
 
-pub use config::{BrokerConfig, ObjectStoreConfig, TlsConfig};
+pub use config::{BrokerConfig, ObjectStoreConfig, TlsConfig, TransformsConfig};
 pub use error::BrokerError;
 pub use server::{CLOSE_SHUTDOWN, CLOSE_TOO_MANY_CONNECTIONS, REQUEST_READ_TIMEOUT};
 

@@ -178,6 +178,9 @@ impl Table {
                     return Box::pin(std::future::ready(Err(e)));
                 }
             };
+            if let Err(e) = crate::limits::check_counts(R::KEY, &request) {
+                return Box::pin(std::future::ready(Err(e)));
+            }
             let image = state.cluster.image();
             if let Err(e) = state
                 .auth

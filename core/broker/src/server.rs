@@ -7,13 +7,22 @@
 //! - A bad request (too large, malformed, unsupported, undecodable) is answered
 //!   with an error on its own stream; it never panics the task or closes the
 //!   connection, and other streams carry on.
-//! - Connections beyond `max_connections` are closed at once with
-//!   [`CLOSE_TOO_MANY_CONNECTIONS`] and a reason; concurrent streams per
-//!   connection are bounded by quinn (`max_streams_per_connection`).
-//! - Reading a request is bounded by [`REQUEST_READ_TIMEOUT`].
+//! - Connections are counted from before their TLS handshake. One IP address
+//!   holds at most `max_connections_per_ip` (more are refused before the
+//!   handshake: QUIC CONNECTION_REFUSED). Connections beyond `max_connections`
+//!   are closed right after the handshake with [`CLOSE_TOO_MANY_CONNECTIONS`]
+//!   and a reason; beyond `max_connections` + [`EXPLAINED_REFUSALS_MAX`] they
+//!   are refused before it, so the excess costs no handshakes. Concurrent
+//!   streams per connection are bounded by quinn (`max_streams_per_connection`).
+//! - A request body is read only after its declared length is charged to the
+//!   broker's request memory budget (`max_inflight_request_bytes`, see
+//!   `limits.rs`); the charge is held until the reply is written.
+//! - Reading a request, the wait for the budget included, is bounded by
+//!   [`REQUEST_READ_TIMEOUT`]; a wait for the budget ends at shutdown.
 //! - Every task is spawned on the broker's task tracker; on shutdown no new
 //!   connection or stream is accepted and in-flight requests finish.
 
+use crate::limits::{BudgetPermit, ConnectionsPerIp, RequestBudget};
 use crate::router::{Caller, Principal, Reply, Router};
 use crate::state::BrokerState;
 use bytes::{Bytes, BytesMut};
@@ -30,51 +39,101 @@ use tokio_util::task::TaskTracker;
 pub const CLOSE_TOO_MANY_CONNECTIONS: VarInt = VarInt::from_u32(1);
 /// Close code when the broker shuts down.
 pub const CLOSE_SHUTDOWN: VarInt = VarInt::from_u32(0);
-/// Longest time to receive one request frame once its stream is open.
+/// Longest time to receive one request frame once its stream is open (the
+/// wait for the request memory budget included).
 pub const REQUEST_READ_TIMEOUT: Duration = Duration::from_secs(60);
+/// Connections beyond `max_connections` that still get a handshake, only to be
+/// closed with a reason; beyond these they are refused before the handshake.
+pub const EXPLAINED_REFUSALS_MAX: usize = 64;
+
+/// What every connection's task shares: the router and the bounds.
+struct Shared {
+    router: Router,
+    budget: RequestBudget,
+}
 
 /// Accepts connections until shutdown.
 pub async fn accept_loop(state: Arc<BrokerState>, endpoint: quinn::Endpoint, tracker: TaskTracker) {
-    let router = Arc::new(Router::new(state.clone()));
+    let shared = Arc::new(Shared {
+        router: Router::new(state.clone()),
+        budget: RequestBudget::new(state.config.max_inflight_request_bytes),
+    });
+    let per_ip = ConnectionsPerIp::new(state.config.max_connections_per_ip);
     loop {
         let incoming = tokio::select! {
             _ = state.shutdown.cancelled() => break,
             incoming = endpoint.accept() => incoming,
         };
         let Some(incoming) = incoming else { break };
+        let peer = incoming.remote_address();
+        let Some(ip_slot) = per_ip.admit(peer.ip()) else {
+            if per_ip.should_warn() {
+                tracing::warn!(
+                    %peer,
+                    max = state.config.max_connections_per_ip,
+                    "refusing connections: too many from this address (max_connections_per_ip); \
+                     further refusals within a second are not logged"
+                );
+            }
+            incoming.refuse();
+            continue;
+        };
+        // Counted from before the handshake; this loop is the only place a
+        // connection is added, so the check and the increment do not race.
+        let open = state.connections.fetch_add(1, Ordering::AcqRel);
+        state.metrics.connections.increment(1.0);
+        let slot = ConnectionSlot(state.clone());
+        if open
+            >= state
+                .config
+                .max_connections
+                .saturating_add(EXPLAINED_REFUSALS_MAX)
+        {
+            if per_ip.should_warn() {
+                tracing::warn!(
+                    %peer,
+                    max = state.config.max_connections,
+                    "refusing connections before the handshake: too many connections \
+                     (max_connections); further refusals within a second are not logged"
+                );
+            }
+            incoming.refuse();
+            continue;
+        }
         let state = state.clone();
-        let router = router.clone();
+        let shared = shared.clone();
         let t = tracker.clone();
         tracker.spawn(async move {
-            let peer = incoming.remote_address();
+            let _slots = (slot, ip_slot);
             match incoming.await {
-                Ok(conn) => serve_connection(state, router, conn, t).await,
+                Ok(conn) => serve_connection(state, shared, conn, open, t).await,
                 Err(e) => tracing::debug!(%peer, error = %e, "handshake failed"),
             }
         });
     }
 }
 
-/// Decrements the connection count when a connection's task ends.
-struct ConnectionSlot<'a>(&'a BrokerState);
+/// One connection's place in the broker's count (`state.connections`, the
+/// `rill_connections` gauge); released when the connection's task ends.
+struct ConnectionSlot(Arc<BrokerState>);
 
-impl Drop for ConnectionSlot<'_> {
+impl Drop for ConnectionSlot {
     fn drop(&mut self) {
         self.0.connections.fetch_sub(1, Ordering::AcqRel);
         self.0.metrics.connections.decrement(1.0);
     }
 }
 
+/// Serves one connection; `open` is how many connections the broker had
+/// before this one.
 async fn serve_connection(
     state: Arc<BrokerState>,
-    router: Arc<Router>,
+    shared: Arc<Shared>,
     conn: quinn::Connection,
+    open: usize,
     tracker: TaskTracker,
 ) {
     let peer = conn.remote_address();
-    let open = state.connections.fetch_add(1, Ordering::AcqRel);
-    state.metrics.connections.increment(1.0);
-    let _slot = ConnectionSlot(&state);
     if open >= state.config.max_connections {
         tracing::warn!(%peer, max = state.config.max_connections, "refusing connection: too many connections");
         conn.close(
@@ -101,10 +160,10 @@ async fn serve_connection(
         match stream {
             Ok((send, recv)) => {
                 let state = state.clone();
-                let router = router.clone();
+                let shared = shared.clone();
                 let caller = caller.clone();
                 tracker
-                    .spawn(async move { serve_stream(state, &router, &caller, send, recv).await });
+                    .spawn(async move { serve_stream(state, &shared, &caller, send, recv).await });
             }
             Err(e) => {
                 tracing::debug!(%peer, reason = %e, "connection closed");
@@ -121,6 +180,8 @@ enum Incoming {
         version: u16,
         meta: Bytes,
         payload: Bytes,
+        /// The body's charge to the request memory budget.
+        budget: BudgetPermit,
     },
     /// Answer this error (with this key and version) and stop reading.
     Refused {
@@ -134,9 +195,11 @@ enum Incoming {
 
 async fn read_request(
     recv: &mut quinn::RecvStream,
-    max_request_bytes: u32,
+    state: &BrokerState,
+    budget: &RequestBudget,
     peer: SocketAddr,
 ) -> Incoming {
+    let max_request_bytes = state.config.max_request_bytes;
     let mut head = [0u8; FRAME_HEADER_LEN];
     match recv.read_exact(&mut head).await {
         Ok(()) => {}
@@ -186,6 +249,31 @@ async fn read_request(
             };
         }
     };
+    // Nothing is read or allocated for the body before its declared length is
+    // charged; meanwhile the stream is not read, so flow control stops the sender.
+    let charge = tokio::select! {
+        _ = state.shutdown.cancelled() => {
+            return Incoming::Refused {
+                key,
+                version,
+                error: ErrorInfo::new(
+                    ErrorCode::BrokerNotAvailable,
+                    "the broker is shutting down: retry on another broker or after it restarts",
+                ),
+            };
+        }
+        charge = budget.acquire(header.body_len) => charge,
+    };
+    let budget = match charge {
+        Ok(permit) => permit,
+        Err(refusal) => {
+            return Incoming::Refused {
+                key,
+                version,
+                error: refusal.error_info(),
+            };
+        }
+    };
     let body_len = header.body_len as usize;
     let mut body = BytesMut::new();
     let mut whole = None;
@@ -226,6 +314,7 @@ async fn read_request(
         version,
         meta,
         payload: body,
+        budget,
     }
 }
 
@@ -247,7 +336,7 @@ async fn write_reply(
 
 async fn serve_stream(
     state: Arc<BrokerState>,
-    router: &Router,
+    shared: &Shared,
     caller: &Arc<Caller>,
     mut send: quinn::SendStream,
     mut recv: quinn::RecvStream,
@@ -256,7 +345,7 @@ async fn serve_stream(
     let started = Instant::now();
     let incoming = match tokio::time::timeout(
         REQUEST_READ_TIMEOUT,
-        read_request(&mut recv, state.config.max_request_bytes, peer),
+        read_request(&mut recv, &state, &shared.budget, peer),
     )
     .await
     {
@@ -270,7 +359,7 @@ async fn serve_stream(
             ),
         },
     };
-    let (key, version, meta, payload) = match incoming {
+    let (key, version, meta, payload, budget) = match incoming {
         Incoming::Gone => return,
         Incoming::Refused {
             key,
@@ -289,11 +378,15 @@ async fn serve_stream(
             version,
             meta,
             payload,
-        } => (key, version, meta, payload),
+            budget,
+        } => (key, version, meta, payload, budget),
     };
-    let served = router
+    let served = shared
+        .router
         .route(caller, key, version, meta, payload, started)
         .await;
     write_reply(&mut send, key, version, served.reply, peer).await;
     drop(served.timer);
+    // The body's memory counts until its reply is written.
+    drop(budget);
 }

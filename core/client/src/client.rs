@@ -187,6 +187,7 @@ impl Client {
             e @ (ClientError::Config(_) | ClientError::Broker { .. }) => e,
             ClientError::Net(
                 e @ (NetError::TlsHandshake { .. }
+                | NetError::Refused { .. }
                 | NetError::NoDevCa { .. }
                 | NetError::ClientCertRefused { .. }
                 | NetError::Pem { .. }),

@@ -366,6 +366,11 @@ fn handshake_error(addr: SocketAddr, error: quinn::ConnectionError, timeout: Dur
             };
             NetError::TlsHandshake { addr, reason }
         }
+        E::ConnectionClosed(ref close)
+            if close.error_code == quinn::TransportErrorCode::CONNECTION_REFUSED =>
+        {
+            NetError::Refused { addr }
+        }
         E::TimedOut => NetError::ConnectTimeout {
             addr,
             after: timeout,

@@ -108,6 +108,15 @@ pub enum NetError {
     #[error("TLS handshake with {addr} failed: {reason}")]
     TlsHandshake { addr: SocketAddr, reason: String },
 
+    /// The broker refused the connection before the handshake (QUIC
+    /// CONNECTION_REFUSED): a Rill broker does this when the client's address
+    /// holds `max_connections_per_ip` connections already, or when it has far
+    /// more than `max_connections`.
+    #[error(
+        "the broker at {addr} refused the connection: too many connections from this address (its max_connections_per_ip) or in all (its max_connections); close idle clients, or retry later"
+    )]
+    Refused { addr: SocketAddr },
+
     /// The connection could not be established for another reason.
     #[error("could not connect to {addr}: {source}")]
     Handshake {

@@ -495,3 +495,28 @@ fn pem(label: &str, der: &[u8]) -> String {
     out.push_str(&format!("-----END {label}-----\n"));
     out
 }
+
+#[tokio::test]
+async fn a_connection_refused_before_the_handshake_is_named() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let home = tempfile::tempdir().unwrap();
+        let (server_tls, client_tls) = dev(home.path());
+        let server =
+            server_endpoint(localhost(), &server_tls, &TransportLimits::default()).unwrap();
+        let addr = server.local_addr().unwrap();
+        let refusing = server.clone();
+        tokio::spawn(async move {
+            while let Some(incoming) = refusing.accept().await {
+                incoming.refuse();
+            }
+        });
+        let client = client_endpoint(&client_tls, &TransportLimits::default()).unwrap();
+        let err = connect(&client, addr).await.unwrap_err();
+        assert!(matches!(err, NetError::Refused { .. }), "{err:?}");
+        let text = err.to_string();
+        assert!(text.contains("refused the connection"), "{text}");
+        assert!(text.contains("max_connections_per_ip"), "{text}");
+    })
+    .await
+    .unwrap();
+}
