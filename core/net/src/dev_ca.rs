@@ -142,15 +142,7 @@ impl DevCa {
         &self,
         names: &[String],
     ) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), NetError> {
-        let mut all: Vec<String> = DEV_CERT_DEFAULT_NAMES
-            .iter()
-            .map(|n| n.to_string())
-            .collect();
-        for name in names {
-            if !all.contains(name) {
-                all.push(name.clone());
-            }
-        }
+        let all = with_default_names(names);
         self.issue(
             &all,
             "Rill broker",
@@ -185,15 +177,7 @@ impl DevCa {
         id: i32,
         names: &[String],
     ) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), NetError> {
-        let mut all: Vec<String> = DEV_CERT_DEFAULT_NAMES
-            .iter()
-            .map(|n| n.to_string())
-            .collect();
-        for name in names {
-            if !all.contains(name) {
-                all.push(name.clone());
-            }
-        }
+        let all = with_default_names(names);
         let uri = crate::identity::broker_uri(id);
         let uri = SanType::URI(
             uri.clone()
@@ -283,6 +267,20 @@ fn fnv1a64(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, b| {
         (hash ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
     })
+}
+
+/// `localhost`, `127.0.0.1`, `::1`, then each of `names` not among them.
+fn with_default_names(names: &[String]) -> Vec<String> {
+    let mut all: Vec<String> = DEV_CERT_DEFAULT_NAMES
+        .iter()
+        .map(|n| n.to_string())
+        .collect();
+    for name in names {
+        if !all.contains(name) {
+            all.push(name.clone());
+        }
+    }
+    all
 }
 
 fn san(name: &str) -> Result<SanType, NetError> {

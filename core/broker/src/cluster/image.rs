@@ -362,10 +362,9 @@ impl MetadataImage {
 
     fn apply_inner(&mut self, command: &Command) -> Outcome {
         match command {
+            // The rules' and the quota's contents were checked by
+            // command_checks::check at the start of apply.
             Command::CreateAcls { rules } => {
-                if let Err(message) = check_acl_rules(rules) {
-                    return refused(ErrorCode::InvalidRequest, message);
-                }
                 if self.acls.len() + rules.len() > ACL_RULES_MAX {
                     return refused(
                         ErrorCode::PolicyViolation,
@@ -396,17 +395,6 @@ impl MetadataImage {
                 Outcome::Count(deleted)
             }
             Command::SetQuota { principal, quota } => {
-                if let Err(e) = rill_net::identity::check_principal_name(principal) {
-                    return refused(ErrorCode::InvalidRequest, e.to_string());
-                }
-                if quota.produce_bytes_per_s == Some(0) || quota.fetch_bytes_per_s == Some(0) {
-                    return refused(
-                        ErrorCode::InvalidRequest,
-                        format!(
-                            "a quota of 0 bytes/s for {principal:?} would stop it for good; remove the quota or give a rate >= 1"
-                        ),
-                    );
-                }
                 if quota.produce_bytes_per_s.is_none() && quota.fetch_bytes_per_s.is_none() {
                     self.quotas.remove(principal);
                 } else {
