@@ -136,6 +136,7 @@ pub async fn run(args: BrokerArgs) -> anyhow::Result<()> {
     let config = build_config(&args)?;
     let id = config.id;
     let data_dir = config.data_dir.clone();
+    let transform_maxima = crate::cmd::transform_host::maxima(&config.transforms);
     let transform_tls = crate::cmd::transform_host::client_tls(
         config.rill_home.clone(),
         config.tls.cert.is_some(),
@@ -163,6 +164,7 @@ pub async fn run(args: BrokerArgs) -> anyhow::Result<()> {
             id,
             handle.local_addr(),
             tls,
+            transform_maxima,
         )),
         (false, None) => {
             tracing::warn!(
