@@ -13,6 +13,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::TransformError;
+use crate::limits::HostMaxima;
+use crate::module::MODULE_BYTES_MAX;
 
 /// The compacted topic that holds every deployment.
 pub const TRANSFORMS_TOPIC: &str = "__transforms";
@@ -164,8 +166,16 @@ impl Deployment {
         }
     }
 
-    /// Checks what can be checked without the cluster.
+    /// Checks what can be checked without the cluster, with the limits
+    /// bounded only by what any host accepts ([`HostMaxima::CEILING`]; each
+    /// host checks its own maxima with [`Deployment::validate_for`]).
     pub fn validate(&self) -> Result<(), TransformError> {
+        self.validate_for(&HostMaxima::CEILING)
+    }
+
+    /// Checks what can be checked without the cluster, the memory cap and the
+    /// call timeout against a host's `maxima`. Every error names the setting.
+    pub fn validate_for(&self, maxima: &HostMaxima) -> Result<(), TransformError> {
         validate_name(&self.name)?;
         let err = |m: String| Err(TransformError::Deployment(m));
         if self.inputs.is_empty() {
@@ -191,12 +201,13 @@ impl Deployment {
         if self.config.len() > CONFIG_ENTRIES_MAX {
             return err(format!("at most {CONFIG_ENTRIES_MAX} --config entries"));
         }
-        if self.call_timeout_ms == 0 || self.memory_bytes_max < 1024 * 1024 {
-            return err(
-                "the call timeout must be above 0 ms and the memory cap at least 1 MiB".into(),
-            );
+        if self.module.len() > MODULE_BYTES_MAX {
+            return err(format!(
+                "the module is {} bytes, more than the bound of {MODULE_BYTES_MAX} bytes",
+                self.module.len()
+            ));
         }
-        Ok(())
+        maxima.check(self.memory_bytes_max, self.call_timeout_ms)
     }
 }
 
@@ -267,6 +278,28 @@ mod tests {
         other[0] = 9;
         let e = Deployment::decode(&other).unwrap_err().to_string();
         assert!(e.contains("format version 9"), "{e}");
+    }
+
+    #[test]
+    fn limits_are_checked_against_the_host_maxima() {
+        let mut d = sample();
+        let small = HostMaxima::from_config(32, 500);
+        let e = d.validate_for(&small).unwrap_err().to_string();
+        assert!(e.contains("transforms.memory_mb_max = 32 MiB"), "{e}");
+        d.memory_bytes_max = 32 << 20;
+        let e = d.validate_for(&small).unwrap_err().to_string();
+        assert!(e.contains("transforms.call_timeout_ms_max = 500 ms"), "{e}");
+        d.call_timeout_ms = 500;
+        d.validate_for(&small).unwrap();
+        // Without a host's maxima, only the ceiling applies.
+        d.memory_bytes_max = 4096 << 20;
+        d.validate().unwrap();
+        d.memory_bytes_max += 1;
+        assert!(d.validate().is_err());
+        d.memory_bytes_max = 1 << 20;
+        d.module = vec![0; MODULE_BYTES_MAX + 1];
+        let e = d.validate().unwrap_err().to_string();
+        assert!(e.contains("more than the bound"), "{e}");
     }
 
     #[test]

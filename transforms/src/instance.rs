@@ -1,5 +1,6 @@
 //! One running instance of a transform module (one per input partition): a
-//! wasmtime store with a memory cap, an epoch deadline per call, the instance's
+//! wasmtime store with a memory cap (all the instance's memories and tables
+//! together: [`InstanceLimiter`]), an epoch deadline per call, the instance's
 //! state and its log lines.
 //!
 //! Failure handling: a batch is processed in one call (its records laid out as
@@ -17,13 +18,14 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rill_client::ConsumerRecord;
 use wasmtime::component::ResourceTable;
-use wasmtime::{Store, StoreLimits, StoreLimitsBuilder, Trap};
+use wasmtime::{Store, Trap};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use crate::batch::{InputBuffer, Processed, decode, decode_v0_1};
 use crate::engine::{engine, ticks};
 use crate::error::TransformError;
+use crate::limits::{CAP_EXCEEDED, InstanceLimiter};
 use crate::module::{ContractPre, TransformModule};
 use crate::state::StateStore;
 use crate::wit::{Level, Transform, rill, v0_1};
@@ -42,6 +44,7 @@ pub const LOG_LINE_BYTES_MAX: usize = 4096;
 /// Limits of one instance.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
+    /// Cap on all the instance's memories and tables together.
     pub memory_bytes_max: usize,
     pub call_timeout: Duration,
 }
@@ -67,7 +70,7 @@ pub struct LogLine {
 pub struct HostState {
     wasi: WasiCtx,
     table: ResourceTable,
-    limits: StoreLimits,
+    limits: InstanceLimiter,
     pub(crate) state: StateStore,
     pub(crate) logs: Vec<LogLine>,
     pub(crate) logs_dropped: u64,
@@ -403,10 +406,7 @@ fn instantiate(
     let host = HostState {
         wasi,
         table: ResourceTable::new(),
-        limits: StoreLimitsBuilder::new()
-            .memory_size(limits.memory_bytes_max)
-            .trap_on_grow_failure(true)
-            .build(),
+        limits: InstanceLimiter::new(limits.memory_bytes_max),
         state,
         logs: Vec::new(),
         logs_dropped: 0,
@@ -463,10 +463,22 @@ fn describe_trap(e: &wasmtime::Error, stderr: &MemoryOutputPipe, limits: Limits)
         ),
         _ => {
             let text = format!("{e:#}");
-            if text.contains("growing memory") || text.contains("memory growth failure") {
+            if text.contains(CAP_EXCEEDED)
+                || text.contains("growing memory")
+                || text.contains("memory growth failure")
+            {
                 format!(
-                    "the module exceeded its memory cap of {} bytes",
+                    "the module exceeded its memory cap of {} bytes (all its memories and tables together)",
                     limits.memory_bytes_max
+                )
+            } else if text.contains("resource limit exceeded") {
+                format!(
+                    "the module creates more core instances, memories or tables than a transform may \
+                     (at most {}, {} and {}): {}",
+                    crate::limits::CORE_INSTANCES_MAX,
+                    crate::limits::MEMORIES_MAX,
+                    crate::limits::TABLES_MAX,
+                    first_line(&text)
                 )
             } else if let Some(panic) = panic {
                 format!("the module panicked: {panic}")

@@ -4,11 +4,13 @@
 //! `rill:transform/transform@0.2.0` (sdk/wit/transform.wit; write one with
 //! rill-sdk). This crate validates and compiles such a module
 //! ([`TransformModule`]), runs an instance of it per input partition with a
-//! memory cap and a deadline per call ([`TransformInstance`]), and runs a
+//! memory cap over all its memories and tables and a deadline per call
+//! ([`TransformInstance`], [`limits`]), and runs a
 //! deployed transform over its input topics with the client library, writing
 //! its outputs, its dead letters and its state changelog ([`Runner`],
 //! [`worker::run_deployment`]). The [`supervisor`] watches the deployments in
-//! `__transforms` and runs those that should run; every `rill broker` runs one,
+//! `__transforms`, checks each against the host's maxima ([`HostMaxima`]) and
+//! runs those that are valid and should run; every `rill broker` runs one,
 //! and so does `rill transform run`.
 //!
 //! What it is not: not part of the broker's data path (it is a client of the
@@ -29,6 +31,7 @@ pub mod deployment;
 pub mod engine;
 pub mod error;
 pub mod instance;
+pub mod limits;
 pub mod module;
 pub mod registry;
 pub mod runner;
@@ -41,6 +44,7 @@ pub use batch::{Processed, TransformOutput};
 pub use deployment::{Deployment, ErrorPolicy, RunState, StartFrom};
 pub use error::TransformError;
 pub use instance::{Limits, LogLine, TransformInstance};
+pub use limits::{HostMaxima, InstanceLimiter};
 pub use module::TransformModule;
 pub use runner::{RunEnd, Runner};
 pub use state::StateStore;

@@ -224,7 +224,8 @@ pub struct InstanceStatus {
     pub instance: String,
     /// The deployment version the instance runs.
     pub version: u64,
-    /// running | stopped | halted | failed
+    /// running | stopped | halted | failed | refused (the host does not run
+    /// this version: `last_error` says why)
     pub state: String,
     pub partitions: Vec<String>,
     pub processed: u64,
@@ -247,6 +248,40 @@ impl InstanceStatus {
         format!("{}/{}", self.name, self.instance)
     }
 }
+
+/// How long publishing a refusal may take (best effort).
+pub const REFUSAL_PUBLISH_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Reports in `__transform_status` that this instance does not run version
+/// `d.version` of `d`, and why (state `refused`). Best effort: a failure is
+/// logged.
+pub async fn publish_refusal(client: &Client, instance_id: &str, d: &Deployment, reason: &str) {
+    let status = InstanceStatus {
+        name: d.name.clone(),
+        instance: instance_id.to_string(),
+        version: d.version,
+        state: REFUSED.to_string(),
+        last_error: Some(reason.to_string()),
+        updated_ms: crate::instance::now_ms(),
+        ..InstanceStatus::default()
+    };
+    let value = serde_json::to_vec(&status).expect("status encodes");
+    let send = async {
+        let producer = control_producer(client)?;
+        producer
+            .send_and_wait(ProducerRecord::new(STATUS_TOPIC, value).key(status.key()))
+            .await?;
+        producer.close().await
+    };
+    match tokio::time::timeout(REFUSAL_PUBLISH_TIMEOUT, send).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::warn!(transform = %d.name, error = %e, "cannot report the refusal"),
+        Err(_) => tracing::warn!(transform = %d.name, "reporting the refusal timed out"),
+    }
+}
+
+/// The state of an instance status that refused a deployment version.
+pub const REFUSED: &str = "refused";
 
 /// The latest status of every instance of `name`.
 pub async fn load_status(

@@ -3,8 +3,17 @@
 //! [`RESTART_BACKOFF`]) and stopping one that was paused, halted, redeployed
 //! (a new version restarts it) or deleted.
 //!
+//! Every record read from `__transforms` is checked before it can run
+//! ([`check_record`]: it decodes, its key is its name, its settings are valid
+//! and its memory cap and call timeout are within this host's
+//! [`HostMaxima`]). A record that fails is logged with the reason, is not run
+//! (an older version of the same name stops), and is reported in
+//! `__transform_status` as `refused` with the reason (so `rill transform
+//! deploy` and `describe` can show it); the other deployments carry on.
+//!
 //! Who runs it: every `rill broker` process (against its own address, with the
-//! client library) and every `rill transform run` worker. Each deployment runs
+//! client library, with the broker's `[transforms]` maxima) and every
+//! `rill transform run` worker (with the default maxima). Each deployment runs
 //! as the consumer group `__transform-<name>` (see `worker.rs`), so the input
 //! partitions spread over every supervisor in the cluster and move when one
 //! stops.
@@ -19,8 +28,9 @@ use tokio::task::JoinHandle;
 
 use crate::deployment::{Deployment, RunState, TRANSFORMS_TOPIC};
 use crate::error::TransformError;
+use crate::limits::HostMaxima;
 use crate::module::TransformModule;
-use crate::registry::{ensure_internal_topics, store_deployment};
+use crate::registry::{ensure_internal_topics, publish_refusal, store_deployment};
 use crate::runner::RunEnd;
 use crate::worker::run_deployment;
 
@@ -35,11 +45,36 @@ struct Running {
     task: JoinHandle<Result<RunEnd, TransformError>>,
 }
 
+/// A deployment record as read from `__transforms` (key, value), checked
+/// before it may run: the deployment, or why it must not run.
+pub fn check_record(
+    key: &str,
+    value: &[u8],
+    maxima: &HostMaxima,
+) -> Result<Deployment, (Option<Deployment>, String)> {
+    let d = Deployment::decode(value).map_err(|e| (None, e.to_string()))?;
+    if d.name != key {
+        return Err((
+            None,
+            format!(
+                "the record's key {key:?} is not the name of the deployment it holds ({:?})",
+                d.name
+            ),
+        ));
+    }
+    match d.validate_for(maxima) {
+        Ok(()) => Ok(d),
+        Err(e) => Err((Some(d), e.to_string())),
+    }
+}
+
 /// Runs the deployments of the cluster `client` is connected to until
-/// `shutdown` turns true. `instance_id` names this process in status records.
+/// `shutdown` turns true. `instance_id` names this process in status records;
+/// deployments asking for more than `maxima` are refused.
 pub async fn supervise(
     client: Client,
     instance_id: String,
+    maxima: HostMaxima,
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<(), TransformError> {
     ensure_internal_topics(&client).await?;
@@ -71,11 +106,24 @@ pub async fn supervise(
                         None => {
                             deployments.remove(key);
                         }
-                        Some(v) => match Deployment::decode(v) {
+                        Some(v) => match check_record(key, v, &maxima) {
                             Ok(d) => {
                                 deployments.insert(d.name.clone(), d);
                             }
-                            Err(e) => tracing::warn!(error = %e, "skipping a deployment record"),
+                            Err((d, reason)) => {
+                                tracing::warn!(
+                                    transform = key,
+                                    version = d.as_ref().map(|d| d.version),
+                                    %reason,
+                                    "not running this deployment record"
+                                );
+                                deployments.remove(key);
+                                if let Some(d) = d
+                                    && d.state == RunState::Running
+                                {
+                                    publish_refusal(&client, &instance_id, &d, &reason).await;
+                                }
+                            }
                         },
                     }
                 }

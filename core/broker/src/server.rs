@@ -355,7 +355,11 @@ async fn serve_stream(
             version: 0,
             error: ErrorInfo::new(
                 ErrorCode::RequestTimedOut,
-                format!("the request frame did not arrive within {REQUEST_READ_TIMEOUT:?}"),
+                format!(
+                    "the request frame did not arrive within {REQUEST_READ_TIMEOUT:?} (a large \
+                     request may also have waited that long for the broker's request memory \
+                     budget, max_inflight_request_bytes)"
+                ),
             ),
         },
     };

@@ -161,6 +161,7 @@ pub async fn run(args: BrokerArgs) -> anyhow::Result<()> {
     // broker cannot tell its own supervisor from a client: the supervisor is then
     // an ordinary client (RILL_TLS_CA), or off.
     let files_without_ca = config.tls.cert.is_some() && config.tls.ca.is_none();
+    let transform_maxima = crate::cmd::transform_host::maxima(&config.transforms);
     let handle = Broker::start(config)
         .await
         .with_context(|| format!("cannot start broker {id}"))?;
@@ -190,6 +191,7 @@ pub async fn run(args: BrokerArgs) -> anyhow::Result<()> {
             id,
             handle.local_addr(),
             tls,
+            transform_maxima,
         )),
         (false, None) => {
             tracing::warn!(

@@ -399,6 +399,18 @@ async fn deploy(a: DeployArgs) -> anyhow::Result<()> {
             println!("running");
             return Ok(());
         }
+        if let Some(refused) = status
+            .iter()
+            .find(|s| s.version == d.version && s.state == rill_transforms::registry::REFUSED)
+        {
+            bail!(
+                "transform {} version {} was refused by {}: {}. The deployment is stored but not run there; deploy it again within the limits",
+                d.name,
+                d.version,
+                refused.instance,
+                refused.last_error.as_deref().unwrap_or("no reason given")
+            );
+        }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     eprintln!(
@@ -624,7 +636,13 @@ async fn worker(a: ClientOnly) -> anyhow::Result<()> {
         "rill transform worker {id} running transforms of {}; Ctrl-C stops it",
         a.client.bootstrap
     );
-    let task = tokio::spawn(supervisor::supervise(client, id, rx));
+    // A standalone worker has no broker config: it runs with the default maxima.
+    let task = tokio::spawn(supervisor::supervise(
+        client,
+        id,
+        rill_transforms::HostMaxima::default(),
+        rx,
+    ));
     tokio::signal::ctrl_c()
         .await
         .context("cannot listen for Ctrl-C")?;

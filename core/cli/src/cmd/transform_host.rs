@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use rill_client::{Client, ClientConfig};
 use rill_net::ClientTls;
+use rill_transforms::HostMaxima;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -41,8 +42,14 @@ pub fn client_tls_from_env() -> Option<ClientTls> {
     std::env::var_os("RILL_TLS_CA").map(|ca| ClientTls::CaFile(ca.into()))
 }
 
-/// Starts the supervisor of broker `id` listening on `addr`.
-pub fn start(id: i32, addr: SocketAddr, tls: ClientTls) -> TransformHost {
+/// The maxima of a broker's `[transforms]` config.
+pub fn maxima(config: &rill_broker::TransformsConfig) -> HostMaxima {
+    HostMaxima::from_config(config.memory_mb_max, config.call_timeout_ms_max)
+}
+
+/// Starts the supervisor of broker `id` listening on `addr`; it refuses
+/// deployments asking for more than `maxima`.
+pub fn start(id: i32, addr: SocketAddr, tls: ClientTls, maxima: HostMaxima) -> TransformHost {
     let (stop, mut stop_rx) = watch::channel(false);
     let ip = if addr.ip().is_unspecified() {
         match addr {
@@ -74,6 +81,7 @@ pub fn start(id: i32, addr: SocketAddr, tls: ClientTls) -> TransformHost {
             match rill_transforms::supervisor::supervise(
                 client.clone(),
                 instance.clone(),
+                maxima,
                 stop_rx.clone(),
             )
             .await
@@ -90,4 +98,15 @@ pub fn start(id: i32, addr: SocketAddr, tls: ClientTls) -> TransformHost {
         }
     });
     TransformHost { stop, task }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn broker_defaults_are_the_hosts_defaults() {
+        let config = rill_broker::BrokerConfig::default();
+        assert_eq!(maxima(&config.transforms), HostMaxima::default());
+    }
 }
