@@ -1,6 +1,8 @@
 //! Log benchmarks: append (no fsync per batch) and sequential read, for 100-byte and
 //! 1 KiB records in 16 KiB and 64 KiB batches; plus a one-shot "append 2 GiB then
-//! fsync" figure comparable to `dd bs=1M count=2048 conv=fdatasync`.
+//! fsync" figure comparable to `dd bs=1M count=2048 conv=fdatasync`; and the
+//! leader's record checks before an append (`rill_proto::validation`), for the
+//! same batches uncompressed, lz4 and zstd, to set beside the append figures.
 //!
 //! Run: `CARGO_TARGET_DIR=/work/targets/log cargo bench -p rill-log --bench log`.
 //! Files go to `$RILL_BENCH_DIR` (default: the system temp dir) and are deleted.
@@ -25,7 +27,15 @@ fn bench_dir() -> tempfile::TempDir {
 
 /// One batch of `record_bytes`-sized values filling about `batch_bytes`.
 fn make_batch(record_bytes: usize, batch_bytes: usize) -> (Vec<u8>, usize) {
-    let mut b = BatchBuilder::new(Compression::None);
+    make_batch_with(Compression::None, record_bytes, batch_bytes)
+}
+
+fn make_batch_with(
+    codec: Compression,
+    record_bytes: usize,
+    batch_bytes: usize,
+) -> (Vec<u8>, usize) {
+    let mut b = BatchBuilder::new(codec);
     let mut n = 0;
     let mut seed = 0x9E37_79B9_7F4A_7C15u64;
     while b.estimated_size() + record_bytes + 16 <= batch_bytes {
@@ -85,6 +95,36 @@ fn append_benches(c: &mut Criterion) {
             })
         });
         log.close().unwrap();
+    }
+    group.finish();
+}
+
+/// The produce path's record checks (framing, counts, codec, timestamps) of
+/// one batch, which run before `append` on the leader.
+fn validate_benches(c: &mut Criterion) {
+    use rill_proto::validation::{TimestampBounds, validate_produced};
+    let mut group = c.benchmark_group("validate");
+    group
+        .sample_size(10)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3));
+    let bounds = Some(TimestampBounds {
+        before_max_ms: i64::MAX,
+        after_max_ms: 3_600_000,
+    });
+    for codec in [Compression::None, Compression::Lz4, Compression::Zstd] {
+        for (record_bytes, batch_bytes) in [(100, 64 << 10), (1024, 64 << 10)] {
+            let (batch, records) = make_batch_with(codec, record_bytes, batch_bytes);
+            // Throughput in uncompressed bytes, comparable to the append figures.
+            group.throughput(Throughput::Bytes((records * (record_bytes + 12)) as u64));
+            let id = BenchmarkId::new(
+                format!("{codec}_{record_bytes}B_records"),
+                format!("{}KiB_batch_{records}_records", batch_bytes >> 10),
+            );
+            group.bench_function(id, |b| {
+                b.iter(|| validate_produced(black_box(&batch), bounds, NOW).unwrap())
+            });
+        }
     }
     group.finish();
 }
@@ -176,5 +216,6 @@ fn main() {
     let mut c = Criterion::default().configure_from_args();
     append_benches(&mut c);
     read_benches(&mut c);
+    validate_benches(&mut c);
     c.final_summary();
 }

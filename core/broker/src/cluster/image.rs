@@ -74,6 +74,13 @@ impl PartitionState {
     #[cfg(debug_assertions)]
     fn check(&self) {
         assert!(!self.replicas.is_empty(), "a partition without replicas");
+        let distinct: std::collections::BTreeSet<&i32> = self.replicas.iter().collect();
+        assert_eq!(
+            distinct.len(),
+            self.replicas.len(),
+            "replicas {:?} name a broker twice",
+            self.replicas
+        );
         if let Some(l) = self.leader {
             assert!(
                 self.isr.contains(&l),
