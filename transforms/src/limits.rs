@@ -90,6 +90,15 @@ impl HostMaxima {
                 "the memory cap of {memory_bytes_max} bytes is below the smallest, 1 MiB: pass --memory-mb 1 or more"
             ));
         }
+        let ceiling = *self == HostMaxima::CEILING;
+        if memory_bytes_max > self.memory_bytes_max && ceiling {
+            return err(format!(
+                "the deployment asks for {} MiB of memory per instance, more than any host allows \
+                 ({} MiB: a 32-bit guest addresses 4 GiB): pass a smaller --memory-mb",
+                memory_bytes_max.div_ceil(1024 * 1024),
+                MEMORY_BYTES_CEILING / (1024 * 1024)
+            ));
+        }
         if memory_bytes_max > self.memory_bytes_max {
             return err(format!(
                 "the deployment asks for {} MiB of memory per instance, more than this host allows \
@@ -102,6 +111,12 @@ impl HostMaxima {
         }
         if call_timeout_ms == 0 {
             return err("the call timeout must be above 0 ms: pass --timeout-ms 1 or more".into());
+        }
+        if call_timeout_ms > self.call_timeout_ms_max && ceiling {
+            return err(format!(
+                "the deployment asks for a call timeout of {call_timeout_ms} ms, more than any host \
+                 allows ({CALL_TIMEOUT_MS_CEILING} ms): pass a smaller --timeout-ms"
+            ));
         }
         if call_timeout_ms > self.call_timeout_ms_max {
             return err(format!(
@@ -356,5 +371,10 @@ mod tests {
             HostMaxima::from_config(1 << 40, u64::MAX),
             HostMaxima::CEILING
         );
+        let e = HostMaxima::CEILING
+            .check(MEMORY_BYTES_CEILING + 1, 1_000)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("more than any host allows (4096 MiB"), "{e}");
     }
 }

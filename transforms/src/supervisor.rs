@@ -45,26 +45,33 @@ struct Running {
     task: JoinHandle<Result<RunEnd, TransformError>>,
 }
 
+/// A record of `__transforms` that must not run, and why.
+#[derive(Debug)]
+pub struct RefusedRecord {
+    /// The deployment, when the record decodes and its key is its name.
+    pub deployment: Option<Deployment>,
+    pub reason: String,
+}
+
 /// A deployment record as read from `__transforms` (key, value), checked
 /// before it may run: the deployment, or why it must not run.
 pub fn check_record(
     key: &str,
     value: &[u8],
     maxima: &HostMaxima,
-) -> Result<Deployment, (Option<Deployment>, String)> {
-    let d = Deployment::decode(value).map_err(|e| (None, e.to_string()))?;
+) -> Result<Deployment, Box<RefusedRecord>> {
+    let refused = |deployment, reason| Box::new(RefusedRecord { deployment, reason });
+    let d = Deployment::decode(value).map_err(|e| refused(None, e.to_string()))?;
     if d.name != key {
-        return Err((
-            None,
-            format!(
-                "the record's key {key:?} is not the name of the deployment it holds ({:?})",
-                d.name
-            ),
-        ));
+        let reason = format!(
+            "the record's key {key:?} is not the name of the deployment it holds ({:?})",
+            d.name
+        );
+        return Err(refused(None, reason));
     }
     match d.validate_for(maxima) {
         Ok(()) => Ok(d),
-        Err(e) => Err((Some(d), e.to_string())),
+        Err(e) => Err(refused(Some(d), e.to_string())),
     }
 }
 
@@ -110,15 +117,16 @@ pub async fn supervise(
                             Ok(d) => {
                                 deployments.insert(d.name.clone(), d);
                             }
-                            Err((d, reason)) => {
+                            Err(refused) => {
+                                let RefusedRecord { deployment, reason } = *refused;
                                 tracing::warn!(
                                     transform = key,
-                                    version = d.as_ref().map(|d| d.version),
+                                    version = deployment.as_ref().map(|d| d.version),
                                     %reason,
                                     "not running this deployment record"
                                 );
                                 deployments.remove(key);
-                                if let Some(d) = d
+                                if let Some(d) = deployment
                                     && d.state == RunState::Running
                                 {
                                     publish_refusal(&client, &instance_id, &d, &reason).await;
@@ -237,4 +245,58 @@ pub async fn supervise(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::deployment::{ErrorPolicy, StartFrom};
+
+    fn deployment(name: &str, memory_mb: u64) -> Deployment {
+        Deployment {
+            name: name.into(),
+            inputs: vec!["in".into()],
+            outputs: vec!["out".into()],
+            on_error: ErrorPolicy::Skip,
+            from: StartFrom::Earliest,
+            config: vec![],
+            state: RunState::Running,
+            version: 2,
+            deployed_at_ms: 0,
+            memory_bytes_max: memory_mb << 20,
+            call_timeout_ms: 1000,
+            module: vec![],
+        }
+    }
+
+    #[test]
+    fn records_are_checked_before_they_run() {
+        let maxima = HostMaxima::from_config(64, 2000);
+        let ok = deployment("a", 64);
+        assert_eq!(check_record("a", &ok.encode(), &maxima).unwrap(), ok);
+        let big = deployment("a", 65);
+        let refused = check_record("a", &big.encode(), &maxima).unwrap_err();
+        assert_eq!(refused.deployment.as_ref(), Some(&big));
+        assert!(
+            refused.reason.contains("transforms.memory_mb_max"),
+            "{}",
+            refused.reason
+        );
+        let refused = check_record("b", &ok.encode(), &maxima).unwrap_err();
+        assert!(refused.deployment.is_none());
+        assert!(refused.reason.contains("key \"b\""), "{}", refused.reason);
+        let refused = check_record("a", b"\x07junk", &maxima).unwrap_err();
+        assert!(
+            refused.reason.contains("format version 7"),
+            "{}",
+            refused.reason
+        );
+        let bad_name = deployment("a/b", 1);
+        let refused = check_record("a/b", &bad_name.encode(), &maxima).unwrap_err();
+        assert!(
+            refused.reason.contains("invalid transform name"),
+            "{}",
+            refused.reason
+        );
+    }
 }
