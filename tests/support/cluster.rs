@@ -40,6 +40,9 @@ pub struct TestCluster {
     pub client_env: Vec<(String, String)>,
 }
 
+/// How often a broker is started on a fresh port when its port was taken.
+const PORT_ATTEMPTS: usize = 5;
+
 fn free_port() -> SocketAddr {
     super::unused_udp_addr()
 }
@@ -58,28 +61,37 @@ impl TestCluster {
             brokers: Vec::new(),
             client_env: Vec::new(),
         };
-        let first = free_port();
         for id in 0..n as i32 {
-            let addr = if id == 0 { first } else { free_port() };
-            let mut args: Vec<String> = vec![
-                "--id".into(),
-                id.to_string(),
-                "--session-timeout-ms".into(),
-                TEST_SESSION_TIMEOUT_MS.into(),
-            ];
-            if id > 0 {
-                args.push("--join".into());
-                args.push(first.to_string());
+            // A port found free can be taken by another test before the broker
+            // binds it: then start that broker again on another one.
+            for attempt in 1..=PORT_ATTEMPTS {
+                let addr = free_port();
+                let mut args: Vec<String> = vec![
+                    "--id".into(),
+                    id.to_string(),
+                    "--session-timeout-ms".into(),
+                    TEST_SESSION_TIMEOUT_MS.into(),
+                ];
+                if id > 0 {
+                    args.push("--join".into());
+                    args.push(c.brokers[0].addr.to_string());
+                }
+                args.extend(extra.iter().map(|s| s.to_string()));
+                c.brokers.push(ClusterBroker {
+                    id,
+                    addr,
+                    child: None,
+                    args,
+                    starts: 0,
+                });
+                if c.try_spawn(id as usize) {
+                    break;
+                }
+                if attempt == PORT_ATTEMPTS || !c.last_start_lost_its_port(id as usize) {
+                    panic!("broker {id} did not start\n{}", c.logs());
+                }
+                c.brokers.pop();
             }
-            args.extend(extra.iter().map(|s| s.to_string()));
-            c.brokers.push(ClusterBroker {
-                id,
-                addr,
-                child: None,
-                args,
-                starts: 0,
-            });
-            c.spawn(id as usize);
         }
         c
     }
@@ -97,6 +109,23 @@ impl TestCluster {
     }
 
     pub fn spawn(&mut self, i: usize) {
+        if !self.try_spawn(i) {
+            panic!("broker {i} did not start\n{}", self.logs());
+        }
+    }
+
+    /// Whether broker `i`'s last start failed because its port was taken.
+    fn last_start_lost_its_port(&self, i: usize) -> bool {
+        let log = std::fs::read_to_string(self.log_path(i)).unwrap_or_default();
+        let last = log
+            .rsplit("==== harness: broker start #")
+            .next()
+            .unwrap_or("");
+        last.contains("is already in use")
+    }
+
+    /// Starts broker `i`; whether it said it is listening (if not, it is reaped).
+    fn try_spawn(&mut self, i: usize) -> bool {
         let log = OpenOptions::new()
             .create(true)
             .append(true)
@@ -138,8 +167,13 @@ impl TestCluster {
         });
         b.child = Some(child);
         if rx.recv_timeout(BROKER_START_TIMEOUT).is_err() {
-            panic!("broker {i} did not start\n{}", self.logs());
+            if let Some(mut child) = b.child.take() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+            return false;
         }
+        true
     }
 
     /// Waits until `rill cluster info` shows every broker of the cluster alive.
