@@ -82,6 +82,9 @@ pub enum Resource<'a> {
     Topic(AclOperation, &'a str),
     Group(AclOperation, &'a str),
     Transform(AclOperation, &'a str),
+    /// An idempotent producer's id (InitProducerId): as in Kafka, allowed by
+    /// write on the cluster or write on any topic.
+    IdempotentWrite,
     /// A follower's fetch: the caller must be broker `broker`, a replica of
     /// `topic`-`partition`.
     Replica {
@@ -212,6 +215,10 @@ impl Authorizer {
                         ErrorCode::TransformAuthorizationFailed,
                         format!("transform {n:?}"),
                     ),
+                    Resource::IdempotentWrite => (
+                        ErrorCode::ClusterAuthorizationFailed,
+                        "an idempotent producer id (write on the cluster or on some topic)".into(),
+                    ),
                     Resource::Replica { .. } => unreachable!("replica fetches are checked above"),
                 };
                 let op = operation_of(*r).map_or("use", AclOperation::name);
@@ -260,6 +267,7 @@ fn operation_of(r: Resource<'_>) -> Option<AclOperation> {
         | Resource::Topic(op, _)
         | Resource::Group(op, _)
         | Resource::Transform(op, _) => Some(op),
+        Resource::IdempotentWrite => Some(AclOperation::Write),
         Resource::Replica { .. } => None,
     }
 }
@@ -271,6 +279,10 @@ fn matches(rule: &AclRule, wanted: AclOperation, resource: Resource<'_>) -> bool
     }
     match (&rule.resource, resource) {
         (AclResource::Cluster, Resource::Cluster(_)) => true,
+        (
+            AclResource::Cluster | AclResource::Topic(_) | AclResource::TopicPrefix(_),
+            Resource::IdempotentWrite,
+        ) => true,
         // As in Kafka, create on the cluster creates any topic.
         (AclResource::Cluster, Resource::Topic(AclOperation::Create, _)) => true,
         (AclResource::Topic(t), Resource::Topic(_, name)) => t == name,
@@ -499,6 +511,11 @@ mod tests {
         // Cluster.
         assert!(ok("carol", Resource::Cluster(Create)));
         assert!(!ok("carol", Resource::Cluster(Alter)));
+        // An idempotent producer id: write on some topic (alice) or on the
+        // cluster, not read or create (carol).
+        assert!(ok("alice", Resource::IdempotentWrite));
+        assert!(!ok("carol", Resource::IdempotentWrite));
+        assert!(!ok("dave", Resource::IdempotentWrite));
         // Super users and brokers: everything; anonymous: nothing.
         assert!(ok("root", Resource::Topic(Delete, "anything")));
         assert!(auth.allowed(&image, &Principal::Broker(3), Resource::Cluster(Alter)));

@@ -201,8 +201,8 @@ impl Table {
     }
 }
 
-/// No resources: allowed to every caller the broker accepted (ApiVersions,
-/// InitProducerId), answered for what the caller may see (Metadata,
+/// No resources: allowed to every caller the broker accepted (ApiVersions),
+/// answered for what the caller may see (Metadata,
 /// ListGroups), or checked by the broker-only rule (the internal apis).
 fn none<R>(_: &R) -> Vec<Resource<'_>> {
     Vec::new()
@@ -292,9 +292,11 @@ fn table() -> Table {
         |r| topics(Describe, &r.topics),
         |s, _, r, _| async move { Ok(handlers::describe_storage(&s, r)) },
     );
-    t.add::<InitProducerIdRequest, _, _, _>(Meta, none, |s, _, _, _| async move {
-        cluster_api::init_producer_id(&s).await
-    });
+    t.add::<InitProducerIdRequest, _, _, _>(
+        Meta,
+        |_| vec![Resource::IdempotentWrite],
+        |s, _, _, _| async move { cluster_api::init_producer_id(&s).await },
+    );
 
     // Consumer groups.
     t.add::<FindCoordinatorRequest, _, _, _>(
