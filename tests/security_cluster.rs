@@ -50,40 +50,20 @@ fn acls_are_enforced_by_every_broker_and_survive_a_controller_failover() {
         b"",
     );
     c.rill_ok(&["topic", "create", "secret"], b"");
-    c.rill_ok(
-        &[
-            "acl",
-            "add",
-            "--principal",
-            "alice",
-            "--operation",
-            "write",
-            "--topic",
-            "orders",
-        ],
-        b"",
-    );
-    let as_alice = |args: &[&str]| -> Vec<String> {
+    allow_alice_to_write(&c, "orders");
+    // `rill ARGS` as alice: her certificate instead of root's.
+    let alice = |args: &[&str]| -> Vec<String> {
+        let cert = alice_cert.display().to_string();
+        let key = alice_key.display().to_string();
         let mut all: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-        all.extend([
-            "--tls-cert".into(),
-            alice_cert.display().to_string(),
-            "--tls-key".into(),
-            alice_key.display().to_string(),
-        ]);
+        all.extend(["--tls-cert".into(), cert, "--tls-key".into(), key]);
         all
     };
     let run_alice = |c: &TestCluster, args: &[&str], input: &[u8]| {
-        let all = as_alice(args);
-        let refs: Vec<&str> = all.iter().map(String::as_str).collect();
-        c.rill(&refs, input)
+        let all = alice(args);
+        c.rill(&refs(&all), input)
     };
-    let out = run_alice(&c, &["produce", "orders"], b"one\n");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_success(&run_alice(&c, &["produce", "orders"], b"one\n"));
     let out = run_alice(&c, &["produce", "secret"], b"no\n");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -104,34 +84,34 @@ fn acls_are_enforced_by_every_broker_and_survive_a_controller_failover() {
         list.contains("alice") && list.contains("topic orders"),
         "{list}"
     );
-    let out = run_alice(&c, &["produce", "orders"], b"two\n");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_success(&run_alice(&c, &["produce", "orders"], b"two\n"));
     let out = run_alice(&c, &["produce", "secret"], b"no\n");
     assert!(!out.status.success());
     // A rule added after the failover is enforced too.
-    c.rill_ok(
-        &[
-            "acl",
-            "add",
-            "--principal",
-            "alice",
-            "--operation",
-            "write",
-            "--topic",
-            "secret",
-        ],
-        b"",
-    );
-    c.wait_for(
-        "alice may write secret",
-        &as_alice_refs(&as_alice(&["topic", "list"])),
-        |out| out.contains("secret"),
-    );
-    let out = run_alice(&c, &["produce", "secret"], b"now\n");
+    allow_alice_to_write(&c, "secret");
+    let list_as_alice = alice(&["topic", "list"]);
+    c.wait_for("alice may write secret", &refs(&list_as_alice), |out| {
+        out.contains("secret")
+    });
+    assert_success(&run_alice(&c, &["produce", "secret"], b"now\n"));
+}
+
+/// `rill acl add`: alice may write `topic`.
+fn allow_alice_to_write(c: &TestCluster, topic: &str) {
+    let args = [
+        "acl",
+        "add",
+        "--principal",
+        "alice",
+        "--operation",
+        "write",
+        "--topic",
+        topic,
+    ];
+    c.rill_ok(&args, b"");
+}
+
+fn assert_success(out: &std::process::Output) {
     assert!(
         out.status.success(),
         "{}",
@@ -139,6 +119,6 @@ fn acls_are_enforced_by_every_broker_and_survive_a_controller_failover() {
     );
 }
 
-fn as_alice_refs(v: &[String]) -> Vec<&str> {
+fn refs(v: &[String]) -> Vec<&str> {
     v.iter().map(String::as_str).collect()
 }
