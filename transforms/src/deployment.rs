@@ -10,6 +10,7 @@
 //! `__transform-<name>-state` (the state changelog, compacted). The consumer
 //! group is `__transform-<name>`.
 
+use rill_client::{AclOperation, AclResource, TransformWriteRequest};
 use serde::{Deserialize, Serialize};
 
 use crate::error::TransformError;
@@ -126,6 +127,13 @@ pub struct Deployment {
     pub call_timeout_ms: u64,
     /// The component's bytes.
     pub module: Vec<u8>,
+    /// The principal the transform runs as (`User:NAME`, `Anonymous`,
+    /// `Broker:ID`): not part of the encoded record but the header the broker
+    /// stamped on it ([`rill_client::DEPLOYER_HEADER`]) when the deployer's
+    /// rights were checked; `None` on a record written before deployments
+    /// carried it, or not yet written.
+    #[serde(skip)]
+    pub owner: Option<String>,
 }
 
 impl Deployment {
@@ -142,6 +150,38 @@ impl Deployment {
     /// The state changelog topic.
     pub fn state_topic(&self) -> String {
         state_topic(&self.name)
+    }
+
+    /// What the transform's principal must be allowed to do for it to run:
+    /// read every input, write every output (and the dead-letter topic when
+    /// failed records go there).
+    pub fn access_checks(&self) -> Vec<(AclOperation, AclResource)> {
+        let mut out: Vec<(AclOperation, AclResource)> = self
+            .inputs
+            .iter()
+            .map(|t| (AclOperation::Read, AclResource::Topic(t.clone())))
+            .collect();
+        out.extend(
+            self.outputs
+                .iter()
+                .map(|t| (AclOperation::Write, AclResource::Topic(t.clone()))),
+        );
+        if self.on_error == ErrorPolicy::DeadLetter {
+            out.push((AclOperation::Write, AclResource::Topic(self.dlq_topic())));
+        }
+        out
+    }
+
+    /// The record's request to the broker that writes it (see
+    /// [`rill_client::Admin::write_transform`]).
+    pub fn write_request(&self, owner: Option<String>) -> TransformWriteRequest {
+        TransformWriteRequest {
+            name: self.name.clone(),
+            inputs: self.inputs.clone(),
+            outputs: self.outputs.clone(),
+            value: Some(self.encode()),
+            owner,
+        }
     }
 
     pub fn encode(&self) -> Vec<u8> {
@@ -265,6 +305,7 @@ mod tests {
             memory_bytes_max: 64 << 20,
             call_timeout_ms: 1000,
             module: vec![0, 1, 2],
+            owner: None,
         }
     }
 

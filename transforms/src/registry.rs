@@ -39,6 +39,9 @@ pub async fn ensure_topic(
     partitions: u32,
     configs: Vec<(String, String)>,
 ) -> Result<bool, ClientError> {
+    if client.partition_count(name).await.is_ok() {
+        return Ok(false);
+    }
     let result = client
         .admin()
         .create_topic(NewTopic {
@@ -51,6 +54,16 @@ pub async fn ensure_topic(
     match result {
         Ok(()) => Ok(true),
         Err(e) if e.code() == Some(ErrorCode::TopicAlreadyExists) => Ok(false),
+        // A caller who may not create it is fine when it exists (and the
+        // broker refuses creation before it looks).
+        Err(e)
+            if matches!(
+                e.code(),
+                Some(ErrorCode::TopicAuthorizationFailed | ErrorCode::ClusterAuthorizationFailed)
+            ) && client.partition_count(name).await.is_ok() =>
+        {
+            Ok(false)
+        }
         Err(e) => Err(e),
     }
 }
@@ -175,7 +188,8 @@ pub async fn load_deployments(
     ensure_internal_topics(client).await?;
     let mut out = BTreeMap::new();
     for (_, r) in read_table(client, TRANSFORMS_TOPIC).await? {
-        let d = Deployment::decode(r.value.as_deref().unwrap_or_default())?;
+        let mut d = Deployment::decode(r.value.as_deref().unwrap_or_default())?;
+        d.owner = deployer(&r);
         out.insert(d.name.clone(), d);
     }
     Ok(out)
@@ -190,13 +204,43 @@ pub async fn load_deployment(client: &Client, name: &str) -> Result<Deployment, 
     })
 }
 
-/// Writes a deployment (new, changed or with a new run state) and waits for it.
-pub async fn store_deployment(client: &Client, d: &Deployment) -> Result<(), TransformError> {
-    let producer = control_producer(client)?;
-    producer
-        .send_and_wait(ProducerRecord::new(TRANSFORMS_TOPIC, d.encode()).key(d.name.clone()))
+/// The principal a record of `__transforms` runs as: the header its broker
+/// stamped on it.
+pub fn deployer(r: &ConsumerRecord) -> Option<String> {
+    r.headers
+        .iter()
+        .rev()
+        .find(|h| h.key == rill_client::DEPLOYER_HEADER)
+        .and_then(|h| String::from_utf8(h.value.to_vec()).ok())
+}
+
+/// Writes a deployment (new, changed or with a new run state) through the
+/// broker, which checks the caller may deploy it and stamps the principal it
+/// runs as: the caller's, or (written by a broker) `owner`. Returns that
+/// principal.
+pub async fn store_deployment(
+    client: &Client,
+    d: &Deployment,
+    owner: Option<String>,
+) -> Result<String, TransformError> {
+    let written = client
+        .admin()
+        .write_transform(&d.write_request(owner))
         .await?;
-    producer.close().await?;
+    Ok(written.principal)
+}
+
+/// Deletes a deployment (a tombstone, written by the broker for a caller
+/// allowed to delete the transform).
+pub async fn delete_deployment(client: &Client, name: &str) -> Result<(), TransformError> {
+    let req = rill_client::TransformWriteRequest {
+        name: name.to_string(),
+        inputs: Vec::new(),
+        outputs: Vec::new(),
+        value: None,
+        owner: None,
+    };
+    client.admin().write_transform(&req).await?;
     Ok(())
 }
 

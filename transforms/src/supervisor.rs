@@ -30,7 +30,7 @@ use crate::deployment::{Deployment, RunState, TRANSFORMS_TOPIC};
 use crate::error::TransformError;
 use crate::limits::HostMaxima;
 use crate::module::TransformModule;
-use crate::registry::{ensure_internal_topics, publish_refusal, store_deployment};
+use crate::registry::{deployer, ensure_internal_topics, publish_refusal, store_deployment};
 use crate::runner::RunEnd;
 use crate::worker::run_deployment;
 
@@ -41,6 +41,8 @@ pub const WATCH_POLL: Duration = Duration::from_millis(500);
 
 struct Running {
     version: u64,
+    /// The principal it runs as (a record naming another restarts it).
+    owner: Option<String>,
     stop: watch::Sender<bool>,
     task: JoinHandle<Result<RunEnd, TransformError>>,
 }
@@ -82,6 +84,7 @@ pub async fn supervise(
     client: Client,
     instance_id: String,
     maxima: HostMaxima,
+    as_deployer: bool,
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<(), TransformError> {
     ensure_internal_topics(&client).await?;
@@ -114,7 +117,8 @@ pub async fn supervise(
                             deployments.remove(key);
                         }
                         Some(v) => match check_record(key, v, &maxima) {
-                            Ok(d) => {
+                            Ok(mut d) => {
+                                d.owner = deployer(&r);
                                 deployments.insert(d.name.clone(), d);
                             }
                             Err(refused) => {
@@ -170,9 +174,9 @@ pub async fn supervise(
         let stale: Vec<String> = running
             .iter()
             .filter(|(name, r)| {
-                deployments
-                    .get(*name)
-                    .is_none_or(|d| d.state != RunState::Running || d.version != r.version)
+                deployments.get(*name).is_none_or(|d| {
+                    d.state != RunState::Running || d.version != r.version || d.owner != r.owner
+                })
             })
             .map(|(n, _)| n.clone())
             .collect();
@@ -210,7 +214,12 @@ pub async fn supervise(
                         halted.state = RunState::Halted {
                             reason: format!("this host cannot run the module: {e}"),
                         };
-                        if let Err(e) = store_deployment(&client, &halted).await {
+                        let owner = if as_deployer {
+                            halted.owner.clone()
+                        } else {
+                            None
+                        };
+                        if let Err(e) = store_deployment(&client, &halted, owner).await {
                             tracing::warn!(transform = %name, error = %e, "cannot record the halt");
                         }
                         retry_at.insert(name.clone(), Instant::now() + RESTART_BACKOFF);
@@ -224,6 +233,7 @@ pub async fn supervise(
                 d.clone(),
                 module,
                 instance_id.clone(),
+                as_deployer,
                 stop_rx,
             ));
             tracing::info!(transform = %name, version = d.version, "transform started");
@@ -231,6 +241,7 @@ pub async fn supervise(
                 name.clone(),
                 Running {
                     version: d.version,
+                    owner: d.owner.clone(),
                     stop,
                     task,
                 },
@@ -266,6 +277,7 @@ mod tests {
             memory_bytes_max: memory_mb << 20,
             call_timeout_ms: 1000,
             module: vec![],
+            owner: None,
         }
     }
 

@@ -15,8 +15,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rill_client::{
-    Client, ClientError, GroupConfig, GroupConsumer, GroupEvent, Offset, OffsetReset, OffsetSpec,
-    TopicPartition,
+    AclOperation, AclResource, Client, ClientError, GroupConfig, GroupConsumer, GroupEvent, Offset,
+    OffsetReset, OffsetSpec, TopicPartition,
 };
 use tokio::sync::watch;
 
@@ -56,14 +56,85 @@ pub fn group_config(d: &Deployment) -> GroupConfig {
     config
 }
 
-/// Runs `d` as a group member until `stop` turns true.
+/// How long a runner that acts for the deployer trusts its last answer that
+/// the deployer may read the inputs and write the outputs: an ACL removed
+/// stops the transform within about this long.
+pub const ACCESS_RECHECK: Duration = Duration::from_secs(1);
+
+/// The rights a deployment's principal needs, checked by a runner whose
+/// client is a broker (which may do everything itself): before it starts, and
+/// again before it writes, at most [`ACCESS_RECHECK`] after the last check.
+struct DeployerAccess {
+    principal: String,
+    checks: Vec<(AclOperation, AclResource)>,
+    checked_at: Option<Instant>,
+}
+
+impl DeployerAccess {
+    fn new(d: &Deployment) -> DeployerAccess {
+        DeployerAccess {
+            // A record written before deployments carried their principal.
+            principal: d.owner.clone().unwrap_or_else(|| "Anonymous".into()),
+            checks: d.access_checks(),
+            checked_at: None,
+        }
+    }
+
+    /// `Some(reason)` when the principal may not do all it needs.
+    async fn refused(
+        &mut self,
+        client: &Client,
+        name: &str,
+    ) -> Result<Option<String>, TransformError> {
+        if self
+            .checked_at
+            .is_some_and(|t| t.elapsed() < ACCESS_RECHECK)
+        {
+            return Ok(None);
+        }
+        let denied = client
+            .admin()
+            .check_access(&self.principal, self.checks.clone())
+            .await?;
+        if denied.is_empty() {
+            self.checked_at = Some(Instant::now());
+            return Ok(None);
+        }
+        Ok(Some(format!(
+            "transform {name} runs as the principal that deployed it ({}), which may not do \
+             all it needs: {}. Grant it (`rill acl add`) and `rill transform resume {name}`, \
+             or deploy it again as a principal that may",
+            self.principal,
+            denied.join("; ")
+        )))
+    }
+}
+
+/// Runs `d` as a group member until `stop` turns true. `as_deployer`: the
+/// client is a broker's, so every read and write is checked against the
+/// rights of the principal that deployed `d` first (a standalone worker's
+/// client is checked by the brokers as itself).
 pub async fn run_deployment(
     client: Client,
     d: Deployment,
     module: Arc<TransformModule>,
     instance_id: String,
+    as_deployer: bool,
     mut stop: watch::Receiver<bool>,
 ) -> Result<RunEnd, TransformError> {
+    let mut access = as_deployer.then(|| DeployerAccess::new(&d));
+    let owner = |h: &Deployment| if as_deployer { h.owner.clone() } else { None };
+    if let Some(a) = &mut access
+        && let Some(reason) = a.refused(&client, &d.name).await?
+    {
+        tracing::warn!(transform = %d.name, %reason, "transform halted before it started");
+        let mut halted = d.clone();
+        halted.state = crate::deployment::RunState::Halted {
+            reason: reason.clone(),
+        };
+        store_deployment(&client, &halted, owner(&halted)).await?;
+        return Ok(RunEnd::Halted(reason));
+    }
     let mut group = client.group_consumer(group_config(&d)).await?;
     let mut runner = Runner::new(client.clone(), d.clone(), module, instance_id).await?;
     let mut lag = 0u64;
@@ -80,6 +151,12 @@ pub async fn run_deployment(
                     runner.revoke(&tps, &mut GroupOffsets(&mut group)).await?
                 }
             }
+        }
+        if !records.is_empty()
+            && let Some(a) = &mut access
+            && let Some(reason) = a.refused(&client, &d.name).await?
+        {
+            break RunEnd::Halted(reason);
         }
         if let Some(reason) = runner
             .process(records, &mut GroupOffsets(&mut group))
@@ -112,7 +189,7 @@ pub async fn run_deployment(
         tracing::debug!(error = %e, "leaving the group failed (the session will expire)");
     }
     if let Some(h) = halted {
-        store_deployment(&client, &h).await?;
+        store_deployment(&client, &h, owner(&h)).await?;
     }
     Ok(end)
 }

@@ -13,11 +13,14 @@
 //!    in every auth mode. Anything else is CLUSTER_AUTHORIZATION_FAILED naming
 //!    the api.
 //! 2. Internal topics (`__*`) are written, deleted and altered only by brokers
-//!    (super users included in the refusal), with one interim exception: the
-//!    transform topics (`__transform*`: deployments, state changelogs,
-//!    checkpoints), which the `rill transform` commands and standalone workers
-//!    write and delete, may be by a principal allowed to alter the cluster
-//!    (anyone with `--auth none`).
+//!    (super users included in the refusal), with two exceptions for the
+//!    transform host: a transform's state changelog
+//!    (`__transform-<name>-state`) by a principal allowed to alter (to delete:
+//!    delete) that transform, and the status and log topics
+//!    (`__transform_status`, `__transform_logs`, what standalone workers
+//!    report) by one allowed to alter the cluster. The deployments
+//!    (`__transforms`) are written only through TransformWrite, which checks
+//!    the deployer's rights and stamps the record with its principal.
 //! 3. With `--auth none` everything else is allowed. With `--auth mtls` a super
 //!    user is allowed everything else, and any other principal only what an
 //!    ACL rule allows (deny by default); a denial names the principal, the
@@ -53,6 +56,28 @@ impl Principal {
             Some(PeerIdentity::Broker(id)) => Principal::Broker(id),
             Some(PeerIdentity::Named(name)) => Principal::User(name),
             None => Principal::Anonymous,
+        }
+    }
+}
+
+impl Principal {
+    /// The principal in the form stamped on deployment records and named in
+    /// [`rill_proto::wire::CheckAccessRequest`] (Kafka's `User:NAME`).
+    pub fn stamp(&self) -> String {
+        match self {
+            Principal::Anonymous => "Anonymous".into(),
+            Principal::Broker(id) => format!("Broker:{id}"),
+            Principal::User(name) => format!("User:{name}"),
+        }
+    }
+
+    /// Reads [`Self::stamp`]'s form.
+    pub fn parse_stamp(s: &str) -> Option<Principal> {
+        match s.split_once(':') {
+            None if s == "Anonymous" => Some(Principal::Anonymous),
+            Some(("User", name)) if !name.is_empty() => Some(Principal::User(name.into())),
+            Some(("Broker", id)) => id.parse().ok().map(Principal::Broker),
+            _ => None,
         }
     }
 }
@@ -104,6 +129,7 @@ pub fn broker_only(api: ApiKey) -> bool {
             | ApiKey::MetadataWrite
             | ApiKey::OffsetForLeaderEpoch
             | ApiKey::AlterPartition
+            | ApiKey::CheckAccess
     )
 }
 
@@ -127,10 +153,38 @@ pub fn is_internal_topic(topic: &str) -> bool {
     topic.starts_with("__")
 }
 
-/// The transform registry topics the `rill transform` commands write (the
-/// interim exception of rule 2).
-fn is_transform_registry(topic: &str) -> bool {
-    topic.starts_with("__transform")
+/// Who besides the brokers may create, write, delete or alter an internal
+/// topic of the transform host (rule 2's exceptions); `None`: nobody, or (to
+/// create, read, describe) whom the ACLs allow.
+fn transform_topic_owner(topic: &str, op: AclOperation) -> Option<Resource<'_>> {
+    if !matches!(
+        op,
+        AclOperation::Write | AclOperation::Delete | AclOperation::Alter | AclOperation::Create
+    ) {
+        // Reading and describing: what the ACLs allow.
+        return None;
+    }
+    // A transform's own state changelog belongs to that transform (creating,
+    // writing and altering it: alter on the transform).
+    if let Some(name) = topic
+        .strip_prefix("__transform-")
+        .and_then(|t| t.strip_suffix("-state"))
+    {
+        let op = if op == AclOperation::Delete {
+            AclOperation::Delete
+        } else {
+            AclOperation::Alter
+        };
+        return Some(Resource::Transform(op, name));
+    }
+    // The instances' status and log lines (standalone `rill transform run`
+    // workers report there; `rill transform delete` removes a status).
+    if topic == "__transform_status" || topic == "__transform_logs" {
+        return Some(Resource::Cluster(AclOperation::Alter));
+    }
+    // `__transforms` (the deployments) is written only through TransformWrite,
+    // which checks the deployer and stamps the record.
+    None
 }
 
 /// The auth settings of a broker, and the checks made with them.
@@ -175,17 +229,17 @@ impl Authorizer {
                     check_replica(image, principal, api, broker, topic, partition)?;
                     continue;
                 }
-                Resource::Topic(op, topic)
-                    if is_internal_topic(topic)
-                        && !is_broker
-                        && matches!(
-                            op,
-                            AclOperation::Write | AclOperation::Delete | AclOperation::Alter
-                        ) =>
-                {
-                    let registry_writer = is_transform_registry(topic)
-                        && self.allowed(image, principal, Resource::Cluster(AclOperation::Alter));
-                    if !registry_writer {
+                Resource::Topic(op, topic) if is_internal_topic(topic) && !is_broker => {
+                    // A transform's own topics: by who may alter (delete) it.
+                    if transform_topic_owner(topic, op)
+                        .is_some_and(|owner| self.allowed(image, principal, owner))
+                    {
+                        continue;
+                    }
+                    if matches!(
+                        op,
+                        AclOperation::Write | AclOperation::Delete | AclOperation::Alter
+                    ) {
                         return Err(ErrorInfo::new(
                             ErrorCode::TopicAuthorizationFailed,
                             format!(
@@ -196,7 +250,6 @@ impl Authorizer {
                             ),
                         ));
                     }
-                    continue;
                 }
                 _ => {}
             }
@@ -474,6 +527,71 @@ mod tests {
             )
             .unwrap();
         }
+    }
+
+    #[test]
+    fn the_transform_hosts_topics_belong_to_whom_they_serve() {
+        use AclOperation::*;
+        let image = image_with(vec![
+            rule("alice", Alter, AclResource::Transform("copy".into())),
+            rule("ops", Alter, AclResource::Cluster),
+        ]);
+        let auth = mtls(&["root"]);
+        let may = |who: &str, op, topic| {
+            auth.authorize(
+                &image,
+                &user(who),
+                ApiKey::Produce,
+                &[Resource::Topic(op, topic)],
+            )
+        };
+        // The deployments: nobody but the brokers, super users included
+        // (clients go through TransformWrite).
+        for who in ["root", "alice", "ops"] {
+            let e = may(who, Write, "__transforms").unwrap_err();
+            assert!(e.message.contains("internal topic"), "{e}");
+        }
+        // A transform's state changelog: who may alter that transform.
+        may("alice", Create, "__transform-copy-state").unwrap();
+        may("alice", Write, "__transform-copy-state").unwrap();
+        may("alice", Delete, "__transform-copy-state").unwrap_err();
+        may("alice", Write, "__transform-other-state").unwrap_err();
+        may("ops", Write, "__transform-copy-state").unwrap_err();
+        // Status and log lines: who may alter the cluster.
+        may("ops", Write, "__transform_status").unwrap();
+        may("alice", Write, "__transform_status").unwrap_err();
+        // With --auth none everyone may alter the cluster and every transform,
+        // but still not write the deployments directly.
+        let none = Authorizer::new(&AuthConfig::default());
+        let anon = caller(Principal::Anonymous);
+        for (op, topic, ok) in [
+            (Write, "__transforms", false),
+            (Write, "__transform-copy-state", true),
+            (Delete, "__transform-copy-state", true),
+            (Write, "__transform_logs", true),
+        ] {
+            let r = none.authorize(
+                &image,
+                &anon,
+                ApiKey::Produce,
+                &[Resource::Topic(op, topic)],
+            );
+            assert_eq!(r.is_ok(), ok, "{op:?} {topic}: {r:?}");
+        }
+    }
+
+    #[test]
+    fn principals_stamp_and_parse() {
+        for p in [
+            Principal::Anonymous,
+            Principal::Broker(3),
+            Principal::User("alice".into()),
+        ] {
+            assert_eq!(Principal::parse_stamp(&p.stamp()), Some(p));
+        }
+        assert_eq!(Principal::parse_stamp("User:"), None);
+        assert_eq!(Principal::parse_stamp("Broker:x"), None);
+        assert_eq!(Principal::parse_stamp("alice"), None);
     }
 
     #[test]

@@ -23,7 +23,7 @@
 //!   and shutdown, produce's wait for in-flight budget by its `timeout_ms`
 //!   (capped at [`PRODUCE_BUDGET_WAIT_MAX`]).
 
-use crate::auth::{Caller, Resource};
+use crate::auth::{Caller, Principal, Resource};
 use crate::cluster::api as cluster_api;
 use crate::partition::{Partition, ReadPlan};
 use crate::router::Answer;
@@ -34,7 +34,7 @@ use bytes::{Bytes, BytesMut};
 use rill_proto::types::now_ms;
 use rill_proto::wire::AclOperation;
 use rill_proto::wire::*;
-use rill_proto::{Offset, TimestampMs};
+use rill_proto::{BatchBuilder, Compression, Header, Offset, Record, TimestampMs};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -977,4 +977,158 @@ async fn offset_for_timestamp(
         Some((offset, ts)) => (offset, Some(ts)),
         None => (p.log_end_offset(), None),
     })
+}
+
+// ---------------------------------------------------------------- transforms
+
+/// The topic of transform deployments (rill-transforms' `TRANSFORMS_TOPIC`).
+const TRANSFORMS_TOPIC: &str = "__transforms";
+/// How long a deployment write waits for its replicas.
+const TRANSFORM_WRITE_TIMEOUT_MS: u32 = 30_000;
+
+/// Writes one deployment record (or tombstone) of `__transforms`-0 for a
+/// caller the router found allowed to deploy what it names, stamped with the
+/// principal the deployment runs as. Through the produce path (acks=all), so
+/// a broker that does not lead the partition answers NOT_LEADER_OR_FOLLOWER.
+pub(crate) async fn transform_write(
+    state: &Arc<BrokerState>,
+    caller: &Caller,
+    req: TransformWriteRequest,
+) -> Result<TransformWriteResponse, ErrorInfo> {
+    if req.name.is_empty() {
+        return Err(ErrorInfo::new(
+            ErrorCode::InvalidRequest,
+            "TransformWrite names no transform",
+        ));
+    }
+    let principal = match (&caller.principal, req.owner) {
+        (p, None) => p.stamp(),
+        (Principal::Broker(_), Some(owner)) => {
+            if Principal::parse_stamp(&owner).is_none() {
+                return Err(ErrorInfo::new(
+                    ErrorCode::InvalidRequest,
+                    format!(
+                        "TransformWrite owner {owner:?} is not a principal \
+                         (User:NAME, Anonymous or Broker:ID)"
+                    ),
+                ));
+            }
+            owner
+        }
+        (p, Some(owner)) if owner == p.stamp() => owner,
+        (p, Some(owner)) => {
+            return Err(ErrorInfo::new(
+                ErrorCode::ClusterAuthorizationFailed,
+                format!(
+                    "{p} may not write transform {:?} to run as {owner}: only brokers write \
+                     a deployment on behalf of another principal",
+                    req.name
+                ),
+            ));
+        }
+    };
+    if state.registry.topic(TRANSFORMS_TOPIC).is_none() {
+        return Err(ErrorInfo::new(
+            ErrorCode::UnknownTopicOrPartition,
+            format!(
+                "{TRANSFORMS_TOPIC} does not exist yet: a broker's transform host creates it \
+                 at start (and `rill transform deploy` before it writes)"
+            ),
+        ));
+    }
+    let deleted = req.value.is_none();
+    let mut batch = BatchBuilder::new(Compression::None);
+    batch.push(&Record {
+        key: Some(Bytes::from(req.name.clone().into_bytes())),
+        value: req.value.map(Bytes::from),
+        headers: vec![Header {
+            key: DEPLOYER_HEADER.to_string(),
+            value: Bytes::from(principal.clone().into_bytes()),
+        }],
+        timestamp_ms: now_ms(),
+    });
+    let payload = batch.build();
+    let request = ProduceRequest {
+        acks: Acks::All,
+        timeout_ms: TRANSFORM_WRITE_TIMEOUT_MS,
+        partitions: vec![ProducePartition {
+            topic: TRANSFORMS_TOPIC.to_string(),
+            partition: 0,
+            bytes_len: payload.len() as u32,
+        }],
+    };
+    let response = match produce(state, request, payload).await? {
+        Answer::Response(r) | Answer::WithPayload(r, _) => r,
+        Answer::Nothing => unreachable!("acks=all always answers"),
+    };
+    let written = response.partitions.into_iter().next().ok_or_else(|| {
+        ErrorInfo::new(
+            ErrorCode::InternalError,
+            format!("the append to {TRANSFORMS_TOPIC}-0 gave no result"),
+        )
+    })?;
+    if let Some(e) = written.error {
+        return Err(e);
+    }
+    tracing::info!(
+        transform = %req.name,
+        deleted,
+        runs_as = %principal,
+        by = %caller.principal,
+        "transform deployment written"
+    );
+    Ok(TransformWriteResponse {
+        offset: written.base_offset.0,
+        principal,
+    })
+}
+
+/// Whether a principal (a deployment's) may do each of the checks: the same
+/// rules as for its own requests, asked by a broker's transform runner.
+pub(crate) fn check_access(
+    state: &BrokerState,
+    caller: &Caller,
+    req: CheckAccessRequest,
+) -> Result<CheckAccessResponse, ErrorInfo> {
+    let principal = Principal::parse_stamp(&req.principal).ok_or_else(|| {
+        ErrorInfo::new(
+            ErrorCode::InvalidRequest,
+            format!(
+                "CheckAccess principal {:?} is not a principal (User:NAME, Anonymous or Broker:ID)",
+                req.principal
+            ),
+        )
+    })?;
+    let asking = Caller {
+        principal,
+        peer: caller.peer,
+    };
+    let image = state.cluster.image();
+    let mut denied = Vec::new();
+    for (op, resource) in &req.checks {
+        let (resource, api) = match resource {
+            AclResource::Topic(t) => (
+                Resource::Topic(*op, t),
+                match op {
+                    AclOperation::Write => ApiKey::Produce,
+                    AclOperation::Read => ApiKey::Fetch,
+                    _ => ApiKey::Metadata,
+                },
+            ),
+            AclResource::Group(g) => (Resource::Group(*op, g), ApiKey::ConsumerGroupHeartbeat),
+            AclResource::Transform(n) => (Resource::Transform(*op, n), ApiKey::TransformWrite),
+            AclResource::Cluster => (Resource::Cluster(*op), ApiKey::Metadata),
+            AclResource::TopicPrefix(p) => {
+                return Err(ErrorInfo::new(
+                    ErrorCode::InvalidRequest,
+                    format!("CheckAccess checks named resources, not a topic prefix ({p:?})"),
+                ));
+            }
+        };
+        if let Err(e) = state.auth.authorize(&image, &asking, api, &[resource]) {
+            denied.push(e.message);
+        }
+    }
+    tracing::debug!(principal = %req.principal, checks = req.checks.len(), denied = denied.len(), "access checked");
+    Ok(CheckAccessResponse { denied })
 }

@@ -397,6 +397,12 @@ fn counts(api: ApiKey, request: &dyn Any) -> Vec<Count> {
         ApiKey::ElectLeaders => of::<ElectLeadersRequest>(request, |r| {
             vec![("topics", r.topics.as_ref().map_or(0, Vec::len), Topics)]
         }),
+        ApiKey::TransformWrite => of::<TransformWriteRequest>(request, |r| {
+            vec![("inputs + outputs", r.inputs.len() + r.outputs.len(), Topics)]
+        }),
+        ApiKey::CheckAccess => {
+            of::<CheckAccessRequest>(request, |r| vec![("checks", r.checks.len(), Topics)])
+        }
     }
 }
 

@@ -381,6 +381,25 @@ fn table() -> Table {
     t.add::<DescribeQuotasRequest, _, _, _>(Meta, cluster_describe, |s, _, r, _| async move {
         Ok(cluster_api::describe_quotas(&s, r))
     });
+
+    // Transform deployments: the broker writes `__transforms` for a caller
+    // allowed to deploy what the record names, stamped with its principal.
+    t.add::<TransformWriteRequest, _, _, _>(
+        Meta,
+        |r| match r.value {
+            None => vec![Resource::Transform(Delete, &r.name)],
+            Some(_) => {
+                let mut out = vec![Resource::Transform(Alter, &r.name)];
+                out.extend(topics(Read, &r.inputs));
+                out.extend(topics(Write, &r.outputs));
+                out
+            }
+        },
+        |s, c, r, _| async move { handlers::transform_write(&s, &c, r).await },
+    );
+    t.add::<CheckAccessRequest, _, _, _>(Meta, none, |s, c, r, _| async move {
+        handlers::check_access(&s, &c, r)
+    });
     t
 }
 

@@ -307,6 +307,14 @@ fn internal_requests() -> Vec<(ApiKey, Vec<u8>)> {
                 new_isr: vec![0, 7],
             }),
         ),
+        // Whether a principal may do something: brokers' transform runners ask.
+        (
+            ApiKey::CheckAccess,
+            encode_meta(&CheckAccessRequest {
+                principal: "User:mallory".into(),
+                checks: vec![(AclOperation::Write, AclResource::Topic("orders".into()))],
+            }),
+        ),
     ]
 }
 

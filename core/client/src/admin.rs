@@ -7,11 +7,12 @@
 use std::time::Instant;
 
 use rill_proto::wire::{
-    AclRule, AlterConfigsRequest, AlterQuotasRequest, BrokerInfo, ConfigEntry, CreateAclsRequest,
-    CreateTopicsRequest, DeleteAclsRequest, DeleteTopicsRequest, DescribeAclsRequest,
-    DescribeConfigsRequest, DescribeQuotasRequest, DescribeStorageRequest, DescribeStorageResponse,
-    ErrorCode, NewTopic, PartitionMetadata, Quota, TopicResult,
+    AclOperation, AclResource, AclRule, AlterConfigsRequest, AlterQuotasRequest, BrokerInfo,
+    ConfigEntry, CreateAclsRequest, CreateTopicsRequest, DeleteAclsRequest, DeleteTopicsRequest,
+    DescribeAclsRequest, DescribeConfigsRequest, DescribeQuotasRequest, DescribeStorageRequest,
+    DescribeStorageResponse, ErrorCode, NewTopic, PartitionMetadata, Quota, TopicResult,
 };
+use rill_proto::wire::{CheckAccessRequest, TransformWriteRequest, TransformWriteResponse};
 
 use crate::client::Client;
 use crate::error::ClientError;
@@ -327,6 +328,49 @@ impl Admin {
         };
         let (resp, _) = self.client.call(None, &req, &[]).await?;
         Ok(resp.quotas)
+    }
+
+    /// Writes a transform deployment record (`value`), or deletes one
+    /// (`None`), through the leader of `__transforms`-0, which checks that the
+    /// caller may deploy it (alter on the transform, read on `inputs`, write on
+    /// `outputs`; delete on the transform to delete) and stamps it with the
+    /// principal it runs as (the caller's; a broker may name `owner`).
+    /// Retried while leadership moves.
+    pub async fn write_transform(
+        &self,
+        req: &TransformWriteRequest,
+    ) -> Result<TransformWriteResponse, ClientError> {
+        const TOPIC: &str = "__transforms";
+        let mut attempts = 0;
+        loop {
+            let started = Instant::now();
+            self.client.topic(TOPIC).await?;
+            let leader = self.client.leader(TOPIC, 0);
+            match self.client.call(leader, req, &[]).await {
+                Ok((resp, _)) => return Ok(resp),
+                Err(e) if attempts < 5 && e.code().is_some_and(ErrorCode::is_retriable) => {
+                    attempts += 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(200 * attempts)).await;
+                    self.client.refresh_metadata(started).await?;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Which of `checks` `principal` (`User:NAME`, `Anonymous`, `Broker:ID`)
+    /// may not do: one reason per refused check (brokers only).
+    pub async fn check_access(
+        &self,
+        principal: &str,
+        checks: Vec<(AclOperation, AclResource)>,
+    ) -> Result<Vec<String>, ClientError> {
+        let req = CheckAccessRequest {
+            principal: principal.to_string(),
+            checks,
+        };
+        let (resp, _) = self.client.call(None, &req, &[]).await?;
+        Ok(resp.denied)
     }
 
     /// The cluster id, the controller and the brokers (sorted by id).

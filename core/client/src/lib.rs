@@ -103,6 +103,9 @@ pub use rill_proto::wire::{
     Acks, BrokerInfo, ConfigEntry, ErrorCode, ErrorInfo, GroupListing, MetadataResponse, NewTopic,
     OffsetSpec, PartitionMetadata, TopicMetadata,
 };
+pub use rill_proto::wire::{
+    AclOperation, AclResource, DEPLOYER_HEADER, TransformWriteRequest, TransformWriteResponse,
+};
 pub use rill_proto::{Compression, Header, Offset};
 
 /// A partition of a topic.

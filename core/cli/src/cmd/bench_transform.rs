@@ -230,6 +230,7 @@ pub async fn run(b: TransformBench) -> anyhow::Result<()> {
         memory_bytes_max: rill_transforms::instance::MEMORY_BYTES_MAX_DEFAULT as u64,
         call_timeout_ms: rill_transforms::instance::CALL_TIMEOUT_DEFAULT.as_millis() as u64,
         module: Vec::new(),
+        owner: None,
     };
     let (transform, outputs) = {
         let mut consumer = client.consumer(ConsumerConfig::default())?;

@@ -82,6 +82,9 @@ pub fn start(id: i32, addr: SocketAddr, tls: ClientTls, maxima: HostMaxima) -> T
                 client.clone(),
                 instance.clone(),
                 maxima,
+                // The broker's own client may do everything: act for each
+                // deployment's principal, checking its rights.
+                true,
                 stop_rx.clone(),
             )
             .await

@@ -54,10 +54,13 @@ pub enum ApiKey {
     DeleteAcls = 29,
     AlterQuotas = 30,
     DescribeQuotas = 31,
+    // Transform deployments (issue 18): 32..=33, messages in `wire::security`.
+    TransformWrite = 32,
+    CheckAccess = 33,
 }
 
 impl ApiKey {
-    pub const ALL: [ApiKey; 30] = [
+    pub const ALL: [ApiKey; 32] = [
         ApiKey::ApiVersions,
         ApiKey::Metadata,
         ApiKey::CreateTopics,
@@ -88,6 +91,8 @@ impl ApiKey {
         ApiKey::DeleteAcls,
         ApiKey::AlterQuotas,
         ApiKey::DescribeQuotas,
+        ApiKey::TransformWrite,
+        ApiKey::CheckAccess,
     ];
 
     pub fn from_u16(n: u16) -> Option<ApiKey> {
@@ -127,6 +132,8 @@ impl ApiKey {
             ApiKey::DeleteAcls => "delete_acls",
             ApiKey::AlterQuotas => "alter_quotas",
             ApiKey::DescribeQuotas => "describe_quotas",
+            ApiKey::TransformWrite => "transform_write",
+            ApiKey::CheckAccess => "check_access",
         }
     }
 }

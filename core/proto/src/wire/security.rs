@@ -263,6 +263,69 @@ impl ApiRequest for DescribeQuotasRequest {
     type Response = DescribeQuotasResponse;
 }
 
+// ---------------------------------------------------------------- transforms
+
+/// The record header in which a broker stamps, on every record of
+/// `__transforms`, the principal the deployment runs as (see
+/// [`TransformWriteRequest`]).
+pub const DEPLOYER_HEADER: &str = "rill.principal";
+
+/// Writes one deployment record of `__transforms` (key `name`), or deletes
+/// one (`value: None`, a tombstone). Sent to the leader of `__transforms`-0.
+///
+/// Needs alter on transform `name`, read on every input and write on every
+/// output (delete on the transform for a tombstone). The broker stamps the
+/// record with the principal it runs as ([`DEPLOYER_HEADER`]): the caller's, or
+/// `owner` when a broker writes on behalf of the deployment's principal (a
+/// supervisor recording that a transform halted). Nobody else may name
+/// another principal. `inputs` and `outputs` are what `value` holds; the
+/// runners check the deployer's rights again against what they really read
+/// and write ([`CheckAccessRequest`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TransformWriteRequest {
+    pub name: String,
+    pub inputs: Vec<String>,
+    pub outputs: Vec<String>,
+    /// The deployment record (rill-transforms' format); `None` deletes.
+    pub value: Option<Vec<u8>>,
+    /// The principal to run as (brokers only), in [`TransformWriteResponse::principal`]'s form.
+    pub owner: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TransformWriteResponse {
+    /// The record's offset in `__transforms`-0.
+    pub offset: i64,
+    /// The principal stamped on it: `User:NAME`, `Anonymous` or `Broker:ID`.
+    pub principal: String,
+}
+
+impl ApiRequest for TransformWriteRequest {
+    const KEY: ApiKey = ApiKey::TransformWrite;
+    type Response = TransformWriteResponse;
+}
+
+/// Asks whether `principal` may do each of `checks` (brokers only: the
+/// transform runners checking a deployment's rights before they read or
+/// write for it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckAccessRequest {
+    /// `User:NAME`, `Anonymous` or `Broker:ID`.
+    pub principal: String,
+    pub checks: Vec<(AclOperation, AclResource)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckAccessResponse {
+    /// Why each refused check is refused (empty: all allowed).
+    pub denied: Vec<String>,
+}
+
+impl ApiRequest for CheckAccessRequest {
+    const KEY: ApiKey = ApiKey::CheckAccess;
+    type Response = CheckAccessResponse;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
