@@ -156,6 +156,14 @@ fn validate_batch(
     now_ms: TimestampMs,
 ) -> Result<(), BatchFault> {
     let h = &view.header;
+    if h.is_control() {
+        // Transaction markers and the like are the brokers' own (Kafka's
+        // LogValidator refuses them from clients too).
+        return Err(invalid(
+            "attributes (a control batch: only brokers write those)",
+            h.attributes as i64,
+        ));
+    }
     let codec = h.compression().map_err(BatchFault::Invalid)?;
     if h.record_count < 1 {
         return Err(invalid(
@@ -369,6 +377,14 @@ mod tests {
         }
         // Old timestamps pass under Kafka's default (no lower bound).
         validate_produced(&build(Compression::None, &[0, 1, 1000]), BOUNDS, NOW).unwrap();
+    }
+
+    #[test]
+    fn control_batches_are_refused_from_clients() {
+        let mut b = BatchBuilder::new(Compression::None).control();
+        b.push(&Record::from_value("marker", NOW));
+        let e = fault(&b.build(), BOUNDS);
+        assert!(e.fault.to_string().contains("control batch"), "{}", e.fault);
     }
 
     #[test]
