@@ -623,6 +623,21 @@ mod tests {
     }
 
     #[test]
+    fn kafka_listener_needs_loopback_or_allow_anonymous_and_no_mtls() {
+        let c = BrokerConfig::from_toml_str("kafka_listen = \"127.0.0.1:9093\"\n").unwrap();
+        c.validate().unwrap();
+        let c = BrokerConfig::from_toml_str("kafka_listen = \"0.0.0.0:9093\"\n").unwrap();
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("kafka_listen") && e.contains("allow-anonymous"), "{e}");
+        let c = BrokerConfig::from_toml_str(
+            "kafka_listen = \"127.0.0.1:9093\"\n[auth]\nmode = \"mtls\"\n",
+        )
+        .unwrap();
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("kafka_listen") && e.contains("SASL"), "{e}");
+    }
+
+    #[test]
     fn object_store_section() {
         let c = BrokerConfig::from_toml_str(
             "[object_store]\nurl = \"s3://b/p\"\nfetch_timeout_ms = 5000\n",
