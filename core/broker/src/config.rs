@@ -628,7 +628,10 @@ mod tests {
         c.validate().unwrap();
         let c = BrokerConfig::from_toml_str("kafka_listen = \"0.0.0.0:9093\"\n").unwrap();
         let e = c.validate().unwrap_err().to_string();
-        assert!(e.contains("kafka_listen") && e.contains("allow-anonymous"), "{e}");
+        assert!(
+            e.contains("kafka_listen") && e.contains("allow-anonymous"),
+            "{e}"
+        );
         let c = BrokerConfig::from_toml_str(
             "kafka_listen = \"127.0.0.1:9093\"\n[auth]\nmode = \"mtls\"\n",
         )
