@@ -11,6 +11,11 @@ Usage: python kafka_clients.py COMMAND BOOTSTRAP TOPIC [N]
                     records and check each against record(i)
   consume-plain     kafka-python: read N records, print "key\\tvalue" per line (for
                     records written by `rill produce`)
+  commit            confluent-kafka: commit offset N+p for each partition p of TOPIC
+                    in group "commit-<TOPIC>" (assign, no subscription), then read
+                    them back with a new consumer's committed()
+  admin             confluent-kafka AdminClient: describe_cluster, and describe_configs
+                    of TOPIC (retention.ms and cleanup.policy present)
 
 record(i): key b"key-<i>", value b"value-<i>" (every 97th a tombstone: None),
 headers [("i", b"<i>"), ("bin", b"\\x00\\xff")], timestamp BASE_MS + i.
@@ -178,6 +183,47 @@ def consume_plain(bootstrap, topic, n):
         print(line)
 
 
+def commit(bootstrap, topic, n):
+    from confluent_kafka import Consumer, TopicPartition
+
+    conf = {
+        "bootstrap.servers": bootstrap,
+        "group.id": "commit-" + topic,
+        "enable.auto.commit": False,
+    }
+    c = Consumer(conf)
+    wanted = [TopicPartition(topic, p, n + p) for p in range(PARTITIONS)]
+    c.assign(wanted)
+    c.commit(offsets=wanted, asynchronous=False)
+    c.close()
+    c = Consumer(conf)
+    got = c.committed([TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=30)
+    c.close()
+    for tp in got:
+        if tp.error is not None or tp.offset != n + tp.partition:
+            fail("committed offset of %s-%d: %r (error %r), expected %d" % (topic, tp.partition, tp.offset, tp.error, n + tp.partition))
+    print("committed %d" % len(got))
+
+
+def admin(bootstrap, topic):
+    from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+
+    a = AdminClient({"bootstrap.servers": bootstrap})
+    cluster = a.describe_cluster(request_timeout=30).result(timeout=30)
+    if len(cluster.nodes) != 1 or cluster.controller is None:
+        fail("describe_cluster: %r" % cluster)
+    host, port = bootstrap.rsplit(":", 1)
+    node = cluster.nodes[0]
+    if node.host != host or node.port != int(port):
+        fail("describe_cluster names %s:%s, expected %s" % (node.host, node.port, bootstrap))
+    res = ConfigResource(ResourceType.TOPIC, topic)
+    configs = a.describe_configs([res])[res].result(timeout=30)
+    for key in ("retention.ms", "cleanup.policy"):
+        if key not in configs:
+            fail("describe_configs of %s lacks %s: %s" % (topic, key, sorted(configs)))
+    print("admin ok: cluster %s, %d configs" % (cluster.cluster_id, len(configs)))
+
+
 def main():
     if len(sys.argv) < 4:
         fail(__doc__)
@@ -193,6 +239,10 @@ def main():
         consume_python(bootstrap, topic, n)
     elif command == "consume-plain":
         consume_plain(bootstrap, topic, n)
+    elif command == "commit":
+        commit(bootstrap, topic, n)
+    elif command == "admin":
+        admin(bootstrap, topic)
     else:
         fail("unknown command %r" % command)
 

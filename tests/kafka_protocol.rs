@@ -7,7 +7,9 @@
 //!
 //! - confluent-kafka: admin create, 10,000 keyed records with acks=all and
 //!   idempotence on, read back from the beginning (assign) with keys, values,
-//!   headers, timestamps and tombstones checked; kafka-python reads them too.
+//!   headers, timestamps and tombstones checked; kafka-python reads them too;
+//!   offsets committed and read back (assign, no subscription); DescribeCluster
+//!   and DescribeConfigs through the AdminClient.
 //! - Cross-protocol: confluent-kafka produces, `rill consume` reads; `rill
 //!   produce` writes, kafka-python reads.
 //!
@@ -108,6 +110,12 @@ fn kafka_clients_create_produce_idempotently_and_read_everything_back() {
     assert!(out.contains("consumed 10000"), "{out}");
     let out = run_script(&broker, &["consume-python", &kafka, topic, "10000"]);
     assert!(out.contains("consumed 10000"), "{out}");
+    // Committed offsets (FindCoordinator, OffsetCommit, OffsetFetch) and the
+    // admin apis (DescribeCluster, DescribeConfigs).
+    let out = run_script(&broker, &["commit", &kafka, topic, "100"]);
+    assert!(out.contains("committed 3"), "{out}");
+    let out = run_script(&broker, &["admin", &kafka, topic]);
+    assert!(out.contains("admin ok"), "{out}");
     // The same records, seen through the QUIC path.
     let described = broker.rill_ok(&["topic", "describe", topic]);
     assert!(described.contains(topic), "{described}");
