@@ -73,12 +73,15 @@ fn python() -> PathBuf {
     python
 }
 
-/// A broker with a Kafka listener on a free loopback port, and that address.
-fn kafka_broker() -> (TestBroker, String) {
+/// A broker with a Kafka listener on a free loopback port, that address, and
+/// the broker's metrics port.
+fn kafka_broker() -> (TestBroker, String, u16) {
     let port = free_tcp_port();
     let addr = format!("127.0.0.1:{port}");
-    let broker = TestBroker::start_with(&["--kafka-listen", &addr]);
-    (broker, addr)
+    let metrics_port = free_tcp_port();
+    let metrics = format!("127.0.0.1:{metrics_port}");
+    let broker = TestBroker::start_with(&["--kafka-listen", &addr, "--metrics", &metrics]);
+    (broker, addr, metrics_port)
 }
 
 /// Runs the client script; its stdout. Fails the test, with the broker's log,
@@ -101,7 +104,7 @@ fn run_script(broker: &TestBroker, args: &[&str]) -> String {
 
 #[test]
 fn kafka_clients_create_produce_idempotently_and_read_everything_back() {
-    let (broker, kafka) = kafka_broker();
+    let (broker, kafka, metrics_port) = kafka_broker();
     let topic = "kafka-clients";
     run_script(&broker, &["create", &kafka, topic]);
     let out = run_script(&broker, &["produce", &kafka, topic, "10000"]);
@@ -114,8 +117,27 @@ fn kafka_clients_create_produce_idempotently_and_read_everything_back() {
     // admin apis (DescribeCluster, DescribeConfigs).
     let out = run_script(&broker, &["commit", &kafka, topic, "100"]);
     assert!(out.contains("committed 3"), "{out}");
+    // The same offsets, through the QUIC path.
+    let group = format!("commit-{topic}");
+    let committed = committed_offsets(&broker.rill_ok(&["group", "describe", &group]), &group);
+    let expected: Committed = (0..3u32)
+        .map(|p| ((topic.to_string(), p), 100 + i64::from(p)))
+        .collect();
+    assert_eq!(committed, expected, "rill group describe {group}");
     let out = run_script(&broker, &["admin", &kafka, topic]);
     assert!(out.contains("admin ok"), "{out}");
+    // Kafka requests went through the broker's router: its metrics count them.
+    let text = scrape_metrics(metrics_port);
+    for api in [
+        "produce",
+        "fetch",
+        "init_producer_id",
+        "create_topics",
+        "offset_commit",
+    ] {
+        let n = metric(&text, "rill_requests_total", &format!("api=\"{api}\""));
+        assert!(n >= 1.0, "rill_requests_total{{api={api}}} = {n}");
+    }
     // The same records, seen through the QUIC path.
     let described = broker.rill_ok(&["topic", "describe", topic]);
     assert!(described.contains(topic), "{described}");
@@ -123,7 +145,7 @@ fn kafka_clients_create_produce_idempotently_and_read_everything_back() {
 
 #[test]
 fn records_cross_between_kafka_clients_and_rill_commands() {
-    let (broker, kafka) = kafka_broker();
+    let (broker, kafka, _) = kafka_broker();
 
     // Kafka client -> rill consume.
     let topic = "from-kafka";
