@@ -248,6 +248,48 @@ async fn an_unsupported_api_versions_version_is_answered_at_version_0() {
     env.stop().await;
 }
 
+/// Array counts far beyond the frame (i32::MAX, a huge varint) right after a
+/// valid header of every api and version we serve, behind a few bytes of
+/// other fields: decoding must refuse them, not try to allocate them (the
+/// kafka-protocol 0.18.0 release would ask for gigabytes and abort).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn array_counts_beyond_the_frame_are_refused_without_allocating() {
+    let env = Env::start().await;
+    let bomb = [0x7f, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x07];
+    for (key, min, max) in rill_kafka::SUPPORTED {
+        for version in *min..=*max {
+            for filler in [0x00u8, 0xff] {
+                for prefix in 0..9 {
+                    let header = RequestHeader::default()
+                        .with_request_api_key(*key as i16)
+                        .with_request_api_version(version)
+                        .with_correlation_id(1);
+                    let mut frame = BytesMut::new();
+                    frame.put_i32(0);
+                    header
+                        .encode(&mut frame, key.request_header_version(version))
+                        .unwrap();
+                    frame.put_bytes(filler, prefix);
+                    frame.extend_from_slice(&bomb);
+                    let size = (frame.len() - 4) as i32;
+                    frame[..4].copy_from_slice(&size.to_be_bytes());
+                    let mut stream = TcpStream::connect(env.kafka).await.unwrap();
+                    let _ = stream.write_all(&frame).await;
+                    // A frame that happens to decode is answered; then the
+                    // broker sees the end of the stream and closes.
+                    let _ = stream.shutdown().await;
+                    let mut sink = Vec::new();
+                    let _ = tokio::time::timeout(STEP, stream.read_to_end(&mut sink))
+                        .await
+                        .expect("the broker answers or closes within STEP");
+                }
+            }
+        }
+    }
+    good_client_round(&env, "frames-after-bombs").await;
+    env.stop().await;
+}
+
 /// A frame that is random after a plausible header, or cut short, or claims
 /// an absurd size: each closes its own connection (or is answered), the broker
 /// never falls over, and a good client is served afterwards.
