@@ -306,7 +306,7 @@ async fn random_and_truncated_frames_leave_the_broker_serving() {
             0 | 1 => {
                 let key = keys[rng.random_range(0..keys.len())];
                 let body_len = rng.random_range(0..200);
-                frame.put_i32(8 + body_len as i32);
+                frame.put_i32(8 + body_len);
                 frame.put_i16(key);
                 frame.put_i16(rng.random_range(-1..16));
                 frame.put_i32(round);
