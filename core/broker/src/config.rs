@@ -172,6 +172,8 @@ impl Default for ObjectStoreConfig {
 /// | `auto_create_topics` | false | produce/metadata to an unknown topic creates it |
 /// | `num_partitions` | 1 | partitions of a topic created without a count |
 /// | `default_replication_factor` | 1 | replication factor of a topic created without one |
+/// | `kafka_listen` | unset (off) | `host:port` (TCP) of the Kafka-protocol listener (rill-kafka) |
+/// | `kafka_advertised_addr` | `kafka_listen` | `host:port` Kafka clients are told to use |
 /// | `max_request_bytes` | 64 MiB | largest request frame accepted |
 /// | `max_connections` | 1024 | connections beyond this are closed with a reason (far beyond it, refused before the handshake) |
 /// | `max_connections_per_ip` | 256 | connections from one IP address beyond this are refused before the TLS handshake |
@@ -201,6 +203,8 @@ pub struct BrokerConfig {
     pub id: i32,
     pub listen: SocketAddr,
     pub advertised_addr: Option<String>,
+    pub kafka_listen: Option<SocketAddr>,
+    pub kafka_advertised_addr: Option<String>,
     pub data_dir: PathBuf,
     pub tls: TlsConfig,
     pub auth: AuthConfig,
@@ -240,6 +244,8 @@ impl Default for BrokerConfig {
             id: 0,
             listen: SocketAddr::from(([127, 0, 0, 1], rill_proto::wire::DEFAULT_PORT)),
             advertised_addr: None,
+            kafka_listen: None,
+            kafka_advertised_addr: None,
             data_dir: PathBuf::from("./rill-data"),
             tls: TlsConfig::default(),
             auth: AuthConfig::default(),
@@ -428,6 +434,31 @@ impl BrokerConfig {
                 ),
             ));
         }
+        if let Some(kafka) = self.kafka_listen {
+            if self.auth.mode == AuthMode::Mtls {
+                return Err(bad(
+                    "kafka_listen",
+                    format!(
+                        "the Kafka listener ({kafka}) has no TLS or SASL yet, so with auth mode mtls \
+                         it could not tell who a client is: unset kafka_listen (--kafka-listen), or \
+                         run with --auth none"
+                    ),
+                ));
+            }
+            if self.auth.mode == AuthMode::None
+                && !self.auth.allow_anonymous
+                && !kafka.ip().is_loopback()
+            {
+                return Err(bad(
+                    "kafka_listen",
+                    format!(
+                        "{kafka} is not a loopback address and auth mode is none: anyone who can \
+                         reach it could read, write and delete every topic; pass --allow-anonymous \
+                         ([auth] allow_anonymous = true) to accept that"
+                    ),
+                ));
+            }
+        }
         if let Some(os) = &self.object_store {
             if os.url.trim().is_empty() {
                 return Err(bad(
@@ -589,6 +620,24 @@ mod tests {
             c.topic_defaults.get("retention.ms").map(String::as_str),
             Some("604800000")
         );
+    }
+
+    #[test]
+    fn kafka_listener_needs_loopback_or_allow_anonymous_and_no_mtls() {
+        let c = BrokerConfig::from_toml_str("kafka_listen = \"127.0.0.1:9093\"\n").unwrap();
+        c.validate().unwrap();
+        let c = BrokerConfig::from_toml_str("kafka_listen = \"0.0.0.0:9093\"\n").unwrap();
+        let e = c.validate().unwrap_err().to_string();
+        assert!(
+            e.contains("kafka_listen") && e.contains("allow-anonymous"),
+            "{e}"
+        );
+        let c = BrokerConfig::from_toml_str(
+            "kafka_listen = \"127.0.0.1:9093\"\n[auth]\nmode = \"mtls\"\n",
+        )
+        .unwrap();
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("kafka_listen") && e.contains("SASL"), "{e}");
     }
 
     #[test]

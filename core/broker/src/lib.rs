@@ -29,7 +29,8 @@
 //! (ReplicaState), [`topic_configs`] (the table of topic configs), [`topics`]
 //! (TopicRegistry: the local partitions), `router` (every api registered once:
 //! decode, version, authorize, metrics, encode), [`handlers`] (the data and admin
-//! apis), `server` (QUIC accept / stream loop), [`limits`] (the request memory
+//! apis), `server` (QUIC accept / stream loop), [`front_door`] (typed calls
+//! through the router for another protocol's listener: rill-kafka), [`limits`] (the request memory
 //! budget, connections per IP, element caps per request), [`metrics`], [`tier`] (tiered
 //! storage: uploads, manifests,
 //! remote reads).
@@ -38,6 +39,7 @@ pub mod auth;
 pub mod cluster;
 pub mod config;
 pub mod error;
+pub mod front_door;
 pub mod group;
 pub mod handlers;
 pub mod limits;
@@ -275,6 +277,15 @@ impl BrokerHandle {
     /// The address clients are told to use (`advertised_addr`, else `local_addr`).
     pub fn advertised_addr(&self) -> &str {
         &self.state.advertised
+    }
+
+    /// The way in for another protocol's listener (rill-kafka): typed calls
+    /// through this broker's router, in its shutdown scope.
+    pub fn front_door(&self) -> Arc<front_door::FrontDoor> {
+        Arc::new(front_door::FrontDoor::new(
+            self.state.clone(),
+            self.tracker.clone(),
+        ))
     }
 
     /// This broker's id.

@@ -508,6 +508,46 @@ impl Router {
     }
 }
 
+impl Router {
+    /// Serves one typed request through [`Router::route`], the same path as a
+    /// QUIC frame (version check, counts, authorization, handler, quota,
+    /// metrics), for a front door that speaks another protocol (rill-kafka).
+    /// The meta is encoded and the answer's meta decoded (small; batches in
+    /// `payload` and in the answer pass through untouched). `Ok(None)`: the
+    /// request asked for no answer (Produce with acks=None).
+    pub async fn call<R: ApiRequest>(
+        &self,
+        caller: &Arc<Caller>,
+        request: &R,
+        payload: Bytes,
+    ) -> Result<Option<(R::Response, Vec<Bytes>)>, ErrorInfo> {
+        let meta = Bytes::from(encode_meta(request));
+        let served = self
+            .route(
+                caller,
+                R::KEY as u16,
+                R::VERSION,
+                meta,
+                payload,
+                Instant::now(),
+            )
+            .await;
+        match served.reply {
+            Reply::Nothing => Ok(None),
+            Reply::Frame { meta, payload } => {
+                match decode_meta::<ResponseMeta<R::Response>>(&meta) {
+                    Ok(Ok(response)) => Ok(Some((response, payload))),
+                    Ok(Err(error)) => Err(error),
+                    Err(e) => Err(ErrorInfo::new(
+                        ErrorCode::InternalError,
+                        format!("{} answer did not decode: {e}", R::KEY.name()),
+                    )),
+                }
+            }
+        }
+    }
+}
+
 /// Delays a Produce or Fetch answer while its principal is over its byte-rate
 /// quota (Kafka's throttling: the response waits, it does not fail).
 async fn throttle(state: &BrokerState, caller: &Caller, api: ApiKey, produced: u64, reply: &Reply) {

@@ -35,6 +35,13 @@ pub struct BrokerArgs {
     /// Address clients are told to connect to (default: the listen address).
     #[arg(long, value_name = "HOST:PORT")]
     pub advertised_addr: Option<String>,
+    /// Serve the Kafka protocol (TCP) on this address too, for Kafka clients
+    /// and tools (off when unset).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub kafka_listen: Option<SocketAddr>,
+    /// Address Kafka clients are told to connect to (default: --kafka-listen).
+    #[arg(long, value_name = "HOST:PORT", requires = "kafka_listen")]
+    pub kafka_advertised_addr: Option<String>,
     /// Broker certificate chain (PEM); default: issued by the development CA.
     #[arg(long, value_name = "FILE", requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
@@ -107,6 +114,12 @@ pub fn build_config(args: &BrokerArgs) -> anyhow::Result<BrokerConfig> {
     if let Some(advertised) = &args.advertised_addr {
         config.advertised_addr = Some(advertised.clone());
     }
+    if let Some(kafka) = args.kafka_listen {
+        config.kafka_listen = Some(kafka);
+    }
+    if let Some(advertised) = &args.kafka_advertised_addr {
+        config.kafka_advertised_addr = Some(advertised.clone());
+    }
     if let Some(cert) = &args.tls_cert {
         config.tls.cert = Some(cert.clone());
     }
@@ -165,6 +178,13 @@ pub async fn run(args: BrokerArgs) -> anyhow::Result<()> {
     let handle = Broker::start(config)
         .await
         .with_context(|| format!("cannot start broker {id}"))?;
+
+    // The Kafka listener: a second front door to the same broker (its tasks
+    // are in the broker's shutdown scope).
+    if let Err(e) = rill_kafka::start(handle.front_door()).await {
+        let _ = handle.shutdown().await;
+        return Err(e).with_context(|| format!("cannot start broker {id}"));
+    }
 
     {
         let mut stdout = std::io::stdout().lock();
@@ -280,6 +300,8 @@ mod tests {
             listen: Some("127.0.0.1:0".parse().unwrap()),
             data: Some("/tmp/x".into()),
             advertised_addr: None,
+            kafka_listen: None,
+            kafka_advertised_addr: None,
             tls_cert: None,
             tls_key: None,
             tls_ca: None,

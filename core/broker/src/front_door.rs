@@ -1,0 +1,100 @@
+//! `FrontDoor`: the way into a running broker for a listener that speaks
+//! another protocol (rill-kafka's Kafka-protocol TCP listener). It hands out
+//! what such a listener needs and nothing of the broker's insides: typed calls
+//! through the broker's one [`Router`] (so version checks, element counts,
+//! authorization, quotas and metrics apply as on the QUIC path), the config,
+//! the shutdown scope, and a place in the broker's connection count.
+//!
+//! Invariants:
+//! - Every request a front door serves goes through `Router::route`, the same
+//!   code path as a QUIC frame; a front door never calls a handler directly.
+//! - A connection holds a [`ConnectionPlace`] for as long as it is open; the
+//!   broker's `max_connections` counts QUIC and front-door connections together.
+
+use crate::config::BrokerConfig;
+use crate::router::Router;
+use crate::state::BrokerState;
+use bytes::Bytes;
+use rill_proto::wire::{ApiRequest, ErrorInfo};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+pub use crate::auth::{Caller, Principal};
+
+/// A running broker, as another protocol's listener sees it.
+pub struct FrontDoor {
+    state: Arc<BrokerState>,
+    router: Router,
+    tracker: TaskTracker,
+}
+
+impl std::fmt::Debug for FrontDoor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FrontDoor")
+            .field("broker", &self.state.config.id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl FrontDoor {
+    pub(crate) fn new(state: Arc<BrokerState>, tracker: TaskTracker) -> FrontDoor {
+        FrontDoor {
+            router: Router::new(state.clone()),
+            state,
+            tracker,
+        }
+    }
+
+    /// Serves one typed request from `caller` as the QUIC path would (see
+    /// `Router::call`): `Ok(None)` when the request asked for no answer.
+    pub async fn call<R: ApiRequest>(
+        &self,
+        caller: &Arc<Caller>,
+        request: &R,
+        payload: Bytes,
+    ) -> Result<Option<(R::Response, Vec<Bytes>)>, ErrorInfo> {
+        self.router.call(caller, request, payload).await
+    }
+
+    /// The broker's config (ids, limits, auth mode, the Kafka listener's addresses).
+    pub fn config(&self) -> &BrokerConfig {
+        &self.state.config
+    }
+
+    /// The cluster id.
+    pub fn cluster_id(&self) -> &str {
+        &self.state.cluster_id
+    }
+
+    /// Cancelled when the broker starts shutting down.
+    pub fn shutdown(&self) -> CancellationToken {
+        self.state.shutdown.clone()
+    }
+
+    /// The broker's task scope: shutdown waits (bounded) for its tasks.
+    pub fn tracker(&self) -> TaskTracker {
+        self.tracker.clone()
+    }
+
+    /// A place in the broker's connection count, or `None` when the broker
+    /// has `max_connections` open already.
+    pub fn open_connection(&self) -> Option<ConnectionPlace> {
+        let open = self.state.connections.fetch_add(1, Ordering::AcqRel);
+        let place = ConnectionPlace(self.state.clone());
+        self.state.metrics.connections.increment(1.0);
+        (open < self.state.config.max_connections).then_some(place)
+    }
+}
+
+/// One open connection in the broker's count; released on drop.
+#[derive(Debug)]
+pub struct ConnectionPlace(Arc<BrokerState>);
+
+impl Drop for ConnectionPlace {
+    fn drop(&mut self) {
+        self.0.connections.fetch_sub(1, Ordering::AcqRel);
+        self.0.metrics.connections.decrement(1.0);
+    }
+}

@@ -1,0 +1,354 @@
+//! The Kafka listener in process, spoken to over loopback TCP with frames
+//! encoded by the `kafka-protocol` crate (as a client would), and with random,
+//! truncated and oversized frames: the broker must keep serving good clients.
+
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::{Decodable, Encodable, Request, StrBytes};
+use rand::{Rng, SeedableRng};
+use rill_broker::{Broker, BrokerConfig, BrokerHandle};
+use rill_proto::{BatchBuilder, Compression, Record};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Bound on every test step, so a hang fails instead of blocking CI.
+const STEP: Duration = Duration::from_secs(30);
+
+fn config(data: &Path, home: &Path) -> BrokerConfig {
+    BrokerConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        kafka_listen: Some("127.0.0.1:0".parse().unwrap()),
+        data_dir: data.to_path_buf(),
+        rill_home: Some(home.to_path_buf()),
+        shutdown_timeout_ms: 5000,
+        ..BrokerConfig::default()
+    }
+}
+
+struct Env {
+    _data: tempfile::TempDir,
+    _home: tempfile::TempDir,
+    broker: Option<BrokerHandle>,
+    kafka: SocketAddr,
+}
+
+impl Env {
+    async fn start() -> Env {
+        let data = tempfile::tempdir().unwrap();
+        let home = tempfile::tempdir().unwrap();
+        let broker = tokio::time::timeout(STEP, Broker::start(config(data.path(), home.path())))
+            .await
+            .unwrap()
+            .unwrap();
+        let kafka = rill_kafka::start(broker.front_door())
+            .await
+            .unwrap()
+            .expect("kafka_listen is set");
+        Env {
+            _data: data,
+            _home: home,
+            broker: Some(broker),
+            kafka: kafka.local_addr(),
+        }
+    }
+
+    async fn stop(mut self) {
+        let broker = self.broker.take().unwrap();
+        tokio::time::timeout(STEP, broker.shutdown())
+            .await
+            .unwrap()
+            .unwrap();
+    }
+
+    async fn connect(&self) -> Client {
+        Client {
+            stream: TcpStream::connect(self.kafka).await.unwrap(),
+            correlation_id: 0,
+        }
+    }
+}
+
+struct Client {
+    stream: TcpStream,
+    correlation_id: i32,
+}
+
+impl Client {
+    /// Sends `request` at `version` and reads its response.
+    async fn call<R: Request>(&mut self, version: i16, request: &R) -> R::Response {
+        self.correlation_id += 1;
+        let key = ApiKey::try_from(R::KEY).unwrap();
+        let header = RequestHeader::default()
+            .with_request_api_key(R::KEY)
+            .with_request_api_version(version)
+            .with_correlation_id(self.correlation_id)
+            .with_client_id(Some(StrBytes::from_static_str("frames-test")));
+        let mut frame = BytesMut::new();
+        frame.put_i32(0);
+        header
+            .encode(&mut frame, key.request_header_version(version))
+            .unwrap();
+        request.encode(&mut frame, version).unwrap();
+        let size = (frame.len() - 4) as i32;
+        frame[..4].copy_from_slice(&size.to_be_bytes());
+        tokio::time::timeout(STEP, self.stream.write_all(&frame))
+            .await
+            .unwrap()
+            .unwrap();
+        let mut body = self.read_frame().await.expect("a response");
+        let header =
+            ResponseHeader::decode(&mut body, key.response_header_version(version)).unwrap();
+        assert_eq!(header.correlation_id, self.correlation_id);
+        R::Response::decode(&mut body, version).unwrap()
+    }
+
+    /// One response frame's body, or `None` when the broker closed the connection.
+    async fn read_frame(&mut self) -> Option<Bytes> {
+        let mut size = [0u8; 4];
+        match tokio::time::timeout(STEP, self.stream.read_exact(&mut size))
+            .await
+            .expect("the broker answers or closes within STEP")
+        {
+            Ok(_) => {}
+            Err(_) => return None,
+        }
+        let mut body = vec![0u8; i32::from_be_bytes(size) as usize];
+        self.stream.read_exact(&mut body).await.ok()?;
+        Some(Bytes::from(body))
+    }
+}
+
+fn topic(name: &str) -> TopicName {
+    TopicName(StrBytes::from_string(name.to_string()))
+}
+
+/// A good client's whole round: versions, create, produce, fetch.
+async fn good_client_round(env: &Env, name: &str) {
+    let mut c = env.connect().await;
+    let versions = c.call(3, &ApiVersionsRequest::default()).await;
+    assert_eq!(versions.error_code, 0);
+    assert!(
+        versions
+            .api_keys
+            .iter()
+            .any(|k| k.api_key == ApiKey::Produce as i16 && k.max_version >= 9)
+    );
+    let created = c
+        .call(
+            5,
+            &CreateTopicsRequest::default().with_topics(vec![
+                create_topics_request::CreatableTopic::default()
+                    .with_name(topic(name))
+                    .with_num_partitions(1)
+                    .with_replication_factor(1),
+            ]),
+        )
+        .await;
+    assert_eq!(created.topics[0].error_code, 0, "{:?}", created.topics[0]);
+    let metadata = c
+        .call(
+            9,
+            &MetadataRequest::default().with_topics(Some(vec![
+                metadata_request::MetadataRequestTopic::default().with_name(Some(topic(name))),
+            ])),
+        )
+        .await;
+    assert_eq!(metadata.brokers[0].port, env.kafka.port() as i32);
+    assert_eq!(metadata.topics[0].error_code, 0);
+    assert_eq!(metadata.topics[0].partitions[0].leader_id.0, 0);
+
+    let mut batch = BatchBuilder::new(Compression::None);
+    for i in 0..3 {
+        batch.push(&Record::from_value(
+            Bytes::from(format!("value-{i}")),
+            1_700_000_000_000,
+        ));
+    }
+    let produced = c
+        .call(
+            9,
+            &ProduceRequest::default()
+                .with_acks(-1)
+                .with_timeout_ms(5000)
+                .with_topic_data(vec![
+                    produce_request::TopicProduceData::default()
+                        .with_name(topic(name))
+                        .with_partition_data(vec![
+                            produce_request::PartitionProduceData::default()
+                                .with_index(0)
+                                .with_records(Some(batch.build())),
+                        ]),
+                ]),
+        )
+        .await;
+    let p = &produced.responses[0].partition_responses[0];
+    assert_eq!(p.error_code, 0, "{p:?}");
+    assert_eq!(p.base_offset, 0);
+
+    let fetched = c
+        .call(
+            12,
+            &FetchRequest::default()
+                .with_max_wait_ms(100)
+                .with_max_bytes(1 << 20)
+                .with_topics(vec![
+                    fetch_request::FetchTopic::default()
+                        .with_topic(topic(name))
+                        .with_partitions(vec![
+                            fetch_request::FetchPartition::default()
+                                .with_partition(0)
+                                .with_fetch_offset(0)
+                                .with_partition_max_bytes(1 << 20),
+                        ]),
+                ]),
+        )
+        .await;
+    let p = &fetched.responses[0].partitions[0];
+    assert_eq!(p.error_code, 0, "{p:?}");
+    assert_eq!(p.high_watermark, 3);
+    let records = p.records.clone().unwrap();
+    let view = rill_proto::batch::BatchView::new(&records).unwrap();
+    assert_eq!(view.records().unwrap().len(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kafka_client_creates_produces_and_fetches() {
+    let env = Env::start().await;
+    good_client_round(&env, "frames-good").await;
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unsupported_api_versions_version_is_answered_at_version_0() {
+    let env = Env::start().await;
+    let mut c = env.connect().await;
+    // ApiVersions v99: the header says so; the body is whatever.
+    let mut frame = BytesMut::new();
+    frame.put_i32(0);
+    frame.put_i16(ApiKey::ApiVersions as i16);
+    frame.put_i16(99);
+    frame.put_i32(7);
+    frame.put_i16(-1);
+    frame.put_u8(0);
+    let size = (frame.len() - 4) as i32;
+    frame[..4].copy_from_slice(&size.to_be_bytes());
+    c.stream.write_all(&frame).await.unwrap();
+    let mut body = c
+        .read_frame()
+        .await
+        .expect("an answer, not a closed connection");
+    let header = ResponseHeader::decode(&mut body, 0).unwrap();
+    assert_eq!(header.correlation_id, 7);
+    let response = ApiVersionsResponse::decode(&mut body, 0).unwrap();
+    assert_eq!(response.error_code, 35, "UNSUPPORTED_VERSION");
+    assert!(!response.api_keys.is_empty());
+    env.stop().await;
+}
+
+/// Array counts far beyond the frame (i32::MAX, a huge varint) right after a
+/// valid header of every api and version we serve, behind a few bytes of
+/// other fields: decoding must refuse them, not try to allocate them (the
+/// kafka-protocol 0.18.0 release would ask for gigabytes and abort).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn array_counts_beyond_the_frame_are_refused_without_allocating() {
+    let env = Env::start().await;
+    let bomb = [0x7f, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x07];
+    for (key, min, max) in rill_kafka::SUPPORTED {
+        for version in *min..=*max {
+            for filler in [0x00u8, 0xff] {
+                for prefix in 0..9 {
+                    let header = RequestHeader::default()
+                        .with_request_api_key(*key as i16)
+                        .with_request_api_version(version)
+                        .with_correlation_id(1);
+                    let mut frame = BytesMut::new();
+                    frame.put_i32(0);
+                    header
+                        .encode(&mut frame, key.request_header_version(version))
+                        .unwrap();
+                    frame.put_bytes(filler, prefix);
+                    frame.extend_from_slice(&bomb);
+                    let size = (frame.len() - 4) as i32;
+                    frame[..4].copy_from_slice(&size.to_be_bytes());
+                    let mut stream = TcpStream::connect(env.kafka).await.unwrap();
+                    let _ = stream.write_all(&frame).await;
+                    // A frame that happens to decode is answered; then the
+                    // broker sees the end of the stream and closes.
+                    let _ = stream.shutdown().await;
+                    let mut sink = Vec::new();
+                    let _ = tokio::time::timeout(STEP, stream.read_to_end(&mut sink))
+                        .await
+                        .expect("the broker answers or closes within STEP");
+                }
+            }
+        }
+    }
+    good_client_round(&env, "frames-after-bombs").await;
+    env.stop().await;
+}
+
+/// A frame that is random after a plausible header, or cut short, or claims
+/// an absurd size: each closes its own connection (or is answered), the broker
+/// never falls over, and a good client is served afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_and_truncated_frames_leave_the_broker_serving() {
+    let env = Env::start().await;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(19);
+    let keys: Vec<i16> = (0..=75).collect();
+    for round in 0..400 {
+        let mut stream = TcpStream::connect(env.kafka).await.unwrap();
+        let mut frame = BytesMut::new();
+        match round % 4 {
+            // A plausible header for a real api and version, then random bytes.
+            0 | 1 => {
+                let key = keys[rng.random_range(0..keys.len())];
+                let body_len = rng.random_range(0..200);
+                frame.put_i32(8 + body_len);
+                frame.put_i16(key);
+                frame.put_i16(rng.random_range(-1..16));
+                frame.put_i32(round);
+                for _ in 0..body_len {
+                    frame.put_u8(rng.random());
+                }
+                // Array lengths the size of the frame and beyond.
+                if round % 8 == 1 {
+                    frame.put_i32(i32::MAX);
+                }
+            }
+            // Entirely random, size included.
+            2 => {
+                for _ in 0..rng.random_range(1..64) {
+                    frame.put_u8(rng.random());
+                }
+            }
+            // A size that promises more than is sent, then the client leaves.
+            _ => {
+                frame.put_i32(1000);
+                frame.put_i16(ApiKey::Metadata as i16);
+                frame.put_i16(9);
+            }
+        }
+        let _ = stream.write_all(&frame).await;
+        let _ = stream.shutdown().await;
+        // Read until the broker answers or closes (bounded).
+        let mut sink = Vec::new();
+        let _ = tokio::time::timeout(STEP, stream.read_to_end(&mut sink))
+            .await
+            .expect("the broker closes a bad connection within STEP");
+    }
+    // Frames larger than max_request_bytes are refused before being read.
+    let mut stream = TcpStream::connect(env.kafka).await.unwrap();
+    stream.write_all(&i32::MAX.to_be_bytes()).await.unwrap();
+    let mut sink = Vec::new();
+    let n = tokio::time::timeout(STEP, stream.read_to_end(&mut sink))
+        .await
+        .unwrap()
+        .unwrap_or(0);
+    assert_eq!(n, 0, "an oversized frame closes the connection");
+
+    good_client_round(&env, "frames-after-fuzz").await;
+    env.stop().await;
+}

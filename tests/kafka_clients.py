@@ -1,0 +1,251 @@
+"""Real Kafka clients against Rill's Kafka listener, driven by tests/kafka_protocol.rs.
+
+Usage: python kafka_clients.py COMMAND BOOTSTRAP TOPIC [N]
+
+  create            confluent-kafka AdminClient: create TOPIC (3 partitions)
+  produce           confluent-kafka Producer (acks=all, idempotence on): N records
+                    record(i) for i in 0..N, then flush; every delivery must succeed
+  consume           confluent-kafka Consumer, assign() from the beginning: read N
+                    records and check each against record(i)
+  consume-python    kafka-python KafkaConsumer, assign() from the beginning: read N
+                    records and check each against record(i)
+  consume-plain     kafka-python: read N records, print "key\\tvalue" per line (for
+                    records written by `rill produce`)
+  commit            confluent-kafka: commit offset N+p for each partition p of TOPIC
+                    in group "commit-<TOPIC>" (assign, no subscription), then read
+                    them back with a new consumer's committed()
+  admin             confluent-kafka AdminClient: describe_cluster, and describe_configs
+                    of TOPIC (retention.ms and cleanup.policy present)
+
+record(i): key b"key-<i>", value b"value-<i>" (every 97th a tombstone: None),
+headers [("i", b"<i>"), ("bin", b"\\x00\\xff")], timestamp BASE_MS + i.
+Exits non-zero with a message on the first mismatch.
+"""
+
+import sys
+import time
+
+BASE_MS = 1_700_000_000_000
+PARTITIONS = 3
+DEADLINE_S = 90
+
+
+def record(i):
+    value = None if i % 97 == 0 else b"value-%d" % i
+    return b"key-%d" % i, value, [("i", b"%d" % i), ("bin", b"\x00\xff")], BASE_MS + i
+
+
+def fail(msg):
+    print("FAIL: " + msg, file=sys.stderr)
+    sys.exit(1)
+
+
+def create(bootstrap, topic):
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS, replication_factor=1)])
+    for name, f in futures.items():
+        f.result(timeout=30)
+    md = admin.list_topics(topic, timeout=30)
+    parts = md.topics[topic].partitions
+    if len(parts) != PARTITIONS:
+        fail("topic %s has %d partitions, expected %d" % (topic, len(parts), PARTITIONS))
+    print("created %s" % topic)
+
+
+def produce(bootstrap, topic, n):
+    from confluent_kafka import Producer
+
+    p = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": "all",
+            "enable.idempotence": True,
+            "linger.ms": 5,
+        }
+    )
+    errors = []
+    delivered = [0]
+
+    def on_delivery(err, msg):
+        if err is not None:
+            errors.append(str(err))
+        else:
+            delivered[0] += 1
+
+    for i in range(n):
+        key, value, headers, ts = record(i)
+        while True:
+            try:
+                p.produce(topic, key=key, value=value, headers=headers, timestamp=ts, on_delivery=on_delivery)
+                break
+            except BufferError:
+                p.poll(0.1)
+        p.poll(0)
+    left = p.flush(DEADLINE_S)
+    if left:
+        fail("%d records not delivered within %ds" % (left, DEADLINE_S))
+    if errors:
+        fail("delivery errors: %s" % errors[:5])
+    if delivered[0] != n:
+        fail("delivered %d of %d" % (delivered[0], n))
+    print("produced %d" % n)
+
+
+def check(seen, i, key, value, headers, ts):
+    ekey, evalue, eheaders, ets = record(i)
+    if key != ekey or value != evalue:
+        fail("record %d: key/value %r/%r, expected %r/%r" % (i, key, value, ekey, evalue))
+    if headers != eheaders:
+        fail("record %d: headers %r, expected %r" % (i, headers, eheaders))
+    if ts != ets:
+        fail("record %d: timestamp %r, expected %r" % (i, ts, ets))
+    if i in seen:
+        fail("record %d read twice" % i)
+    seen.add(i)
+
+
+def index_of(key):
+    if key is None or not key.startswith(b"key-"):
+        fail("unexpected key %r" % (key,))
+    return int(key[4:])
+
+
+def consume(bootstrap, topic, n):
+    from confluent_kafka import Consumer, TopicPartition, OFFSET_BEGINNING
+
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "kafka-clients-test",
+            "enable.auto.commit": False,
+        }
+    )
+    c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+    seen = set()
+    last = {}
+    deadline = time.time() + DEADLINE_S
+    while len(seen) < n and time.time() < deadline:
+        for msg in c.consume(num_messages=1000, timeout=1.0):
+            if msg.error():
+                fail("consume error: %s" % msg.error())
+            p, off = msg.partition(), msg.offset()
+            if last.get(p, -1) >= off:
+                fail("partition %d: offset %d after %d" % (p, off, last[p]))
+            last[p] = off
+            ts_type, ts = msg.timestamp()
+            headers = [(k, v) for k, v in (msg.headers() or [])]
+            check(seen, index_of(msg.key()), msg.key(), msg.value(), headers, ts)
+    c.close()
+    if len(seen) != n:
+        fail("read %d of %d records" % (len(seen), n))
+    print("consumed %d" % n)
+
+
+def python_consumer(bootstrap, topic):
+    from kafka import KafkaConsumer, TopicPartition
+
+    c = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None)
+    parts = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+    c.assign(parts)
+    c.seek_to_beginning(*parts)
+    return c
+
+
+def consume_python(bootstrap, topic, n):
+    c = python_consumer(bootstrap, topic)
+    seen = set()
+    deadline = time.time() + DEADLINE_S
+    while len(seen) < n and time.time() < deadline:
+        for tp, msgs in c.poll(timeout_ms=1000).items():
+            for msg in msgs:
+                headers = [(k, v) for k, v in msg.headers]
+                check(seen, index_of(msg.key), msg.key, msg.value, headers, msg.timestamp)
+    c.close()
+    if len(seen) != n:
+        fail("read %d of %d records" % (len(seen), n))
+    print("consumed %d" % n)
+
+
+def consume_plain(bootstrap, topic, n):
+    c = python_consumer(bootstrap, topic)
+    out = []
+    deadline = time.time() + DEADLINE_S
+    while len(out) < n and time.time() < deadline:
+        for tp, msgs in c.poll(timeout_ms=1000).items():
+            for msg in msgs:
+                out.append("%s\t%s" % ((msg.key or b"").decode(), (msg.value or b"").decode()))
+    c.close()
+    if len(out) != n:
+        fail("read %d of %d records" % (len(out), n))
+    for line in out:
+        print(line)
+
+
+def commit(bootstrap, topic, n):
+    from confluent_kafka import Consumer, TopicPartition
+
+    conf = {
+        "bootstrap.servers": bootstrap,
+        "group.id": "commit-" + topic,
+        "enable.auto.commit": False,
+    }
+    c = Consumer(conf)
+    wanted = [TopicPartition(topic, p, n + p) for p in range(PARTITIONS)]
+    c.assign(wanted)
+    c.commit(offsets=wanted, asynchronous=False)
+    c.close()
+    c = Consumer(conf)
+    got = c.committed([TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=30)
+    c.close()
+    for tp in got:
+        if tp.error is not None or tp.offset != n + tp.partition:
+            fail("committed offset of %s-%d: %r (error %r), expected %d" % (topic, tp.partition, tp.offset, tp.error, n + tp.partition))
+    print("committed %d" % len(got))
+
+
+def admin(bootstrap, topic):
+    from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+
+    a = AdminClient({"bootstrap.servers": bootstrap})
+    cluster = a.describe_cluster(request_timeout=30).result(timeout=30)
+    if len(cluster.nodes) != 1 or cluster.controller is None:
+        fail("describe_cluster: %r" % cluster)
+    host, port = bootstrap.rsplit(":", 1)
+    node = cluster.nodes[0]
+    if node.host != host or node.port != int(port):
+        fail("describe_cluster names %s:%s, expected %s" % (node.host, node.port, bootstrap))
+    res = ConfigResource(ResourceType.TOPIC, topic)
+    configs = a.describe_configs([res])[res].result(timeout=30)
+    for key in ("retention.ms", "cleanup.policy"):
+        if key not in configs:
+            fail("describe_configs of %s lacks %s: %s" % (topic, key, sorted(configs)))
+    print("admin ok: cluster %s, %d configs" % (cluster.cluster_id, len(configs)))
+
+
+def main():
+    if len(sys.argv) < 4:
+        fail(__doc__)
+    command, bootstrap, topic = sys.argv[1:4]
+    n = int(sys.argv[4]) if len(sys.argv) > 4 else 0
+    if command == "create":
+        create(bootstrap, topic)
+    elif command == "produce":
+        produce(bootstrap, topic, n)
+    elif command == "consume":
+        consume(bootstrap, topic, n)
+    elif command == "consume-python":
+        consume_python(bootstrap, topic, n)
+    elif command == "consume-plain":
+        consume_plain(bootstrap, topic, n)
+    elif command == "commit":
+        commit(bootstrap, topic, n)
+    elif command == "admin":
+        admin(bootstrap, topic)
+    else:
+        fail("unknown command %r" % command)
+
+
+if __name__ == "__main__":
+    main()
