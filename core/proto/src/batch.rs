@@ -743,6 +743,8 @@ mod tests {
     fn arb_compression() -> impl Strategy<Value = Compression> {
         prop_oneof![
             Just(Compression::None),
+            Just(Compression::Gzip),
+            Just(Compression::Snappy),
             Just(Compression::Lz4),
             Just(Compression::Zstd)
         ]
