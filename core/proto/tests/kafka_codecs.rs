@@ -11,6 +11,8 @@
 //!   gzip, raw snappy (no framing), lz4 frames via LZ4F, zstd; records as above
 //!   with `"librdkafka " + codec * 10`.
 //!
+//! `fixtures/kafka_codecs.py` makes these batches again.
+//!
 //! Plus payload fixtures: Rill's legacy lz4 block form (python `lz4.block` with
 //! `store_size`, the same bytes as `lz4_flex::compress_prepend_size`), an lz4
 //! frame with block and content checksums, concatenated snappy-java streams and
