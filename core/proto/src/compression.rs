@@ -33,7 +33,9 @@
 //!   the first four bytes: the frame magic, read as a legacy size, is 407,708,164
 //!   bytes, far past the bound on a records section
 //!   ([`MAX_UNCOMPRESSED_RECORDS_BYTES`], 64 MiB), so no legacy batch ever began
-//!   with it (the writer never produced a section that large).
+//!   with it (the writer never produced a section that large). Kafka clients
+//!   read only frames, so such a batch is rewritten
+//!   ([`crate::batch::lz4_legacy_to_frame`]) before it goes to one.
 //! - **zstd**: one zstd frame (level 1); reading accepts several frames.
 //!
 //! Every decompression is bounded: a caller passes the most bytes it accepts
@@ -182,11 +184,11 @@ pub fn decompress(codec: Compression, data: &[u8], max_len: usize) -> Result<Vec
             }
         }
         Compression::Lz4 => {
-            if data.len() >= 4 && data[..4] == LZ4_FRAME_MAGIC.to_le_bytes() {
+            if is_legacy_lz4(data) {
+                lz4_legacy_block_decompress(data, max_len)
+            } else {
                 lz4_frames_complete(data)?;
                 read_bounded("lz4", lz4_flex::frame::FrameDecoder::new(data), max_len)
-            } else {
-                lz4_legacy_block_decompress(data, max_len)
             }
         }
         Compression::Zstd => {
@@ -198,6 +200,14 @@ pub fn decompress(codec: Compression, data: &[u8], max_len: usize) -> Result<Vec
             })
         }
     }
+}
+
+/// Whether an lz4 records section is in Rill's legacy block form rather than
+/// an LZ4 frame. Kafka clients read only frames: a batch in the legacy form
+/// must be rewritten ([`crate::batch::lz4_legacy_to_frame`]) before it is
+/// served to one.
+pub fn is_legacy_lz4(section: &[u8]) -> bool {
+    !(section.len() >= 4 && section[..4] == LZ4_FRAME_MAGIC.to_le_bytes())
 }
 
 fn bound_exceeded(codec: &'static str, max_len: usize) -> DecodeError {

@@ -287,6 +287,54 @@ fn legacy_lz4_blocks_still_read() {
     validate_produced(&old, None, 5_000).unwrap();
 }
 
+/// A legacy batch rewritten for Kafka clients: same header fields and records,
+/// the section now a frame; frames and other codecs are left alone; a damaged
+/// legacy batch is an error, not resealed.
+#[test]
+fn legacy_lz4_batches_are_rewritten_as_frames() {
+    let mut b = BatchBuilder::new(Compression::None).producer(rill_proto::ProducerId(42), 3, 7);
+    for i in 0..300 {
+        b.push(&Record::from_value(
+            format!("legacy value {i} {}", "z".repeat(i)),
+            9_000 + i as i64,
+        ));
+    }
+    let plain = b.build_at(Offset(1_000), rill_proto::LeaderEpoch(5));
+    let old = with_section(
+        &plain,
+        Compression::Lz4,
+        &lz4_flex::compress_prepend_size(section(&plain)),
+    );
+    let new = rill_proto::batch::lz4_legacy_to_frame(&old)
+        .unwrap()
+        .unwrap();
+    assert!(!rill_proto::compression::is_legacy_lz4(section(&new)));
+    assert_eq!(&section(&new)[..4], &[0x04, 0x22, 0x4d, 0x18]);
+    let (old_view, new_view) = (BatchView::new(&old).unwrap(), BatchView::new(&new).unwrap());
+    new_view.verify_crc().unwrap();
+    let mut expected_header = old_view.header;
+    expected_header.batch_length = new_view.header.batch_length;
+    expected_header.crc = new_view.header.crc;
+    assert_eq!(new_view.header, expected_header);
+    assert_eq!(new_view.records().unwrap(), old_view.records().unwrap());
+    // Nothing to do for frames or other codecs.
+    assert_eq!(rill_proto::batch::lz4_legacy_to_frame(&new).unwrap(), None);
+    for codec in Compression::ALL {
+        let mut b = BatchBuilder::new(codec);
+        b.push(&Record::from_value("v", 1));
+        assert_eq!(
+            rill_proto::batch::lz4_legacy_to_frame(&b.build()).unwrap(),
+            None
+        );
+    }
+    // A damaged legacy batch is refused.
+    let mut bad = old.clone();
+    let n = bad.len();
+    bad[n - 1] ^= 1;
+    let err = rill_proto::batch::lz4_legacy_to_frame(&bad).unwrap_err();
+    assert!(matches!(err, DecodeError::CrcMismatch { .. }), "{err}");
+}
+
 #[test]
 fn reads_lz4_frames_with_checksums_and_content_size() {
     let framed = hex(
@@ -442,6 +490,36 @@ fn attribute_codes_and_names_are_kafkas() {
         assert!(err.contains("gzip=1, snappy=2"), "{err}");
     }
     assert!("brotli".parse::<Compression>().is_err());
+}
+
+/// Prints a Rill-written batch per codec as hex, for
+/// `fixtures/rill_batches_in_kafka_clients.py`, which checks that librdkafka's
+/// consumer and kafka-python read them:
+/// `cargo test -p rill-proto --test kafka_codecs -- --ignored --nocapture print_rill_batches`
+#[test]
+#[ignore = "prints fixtures for a script; asserts nothing"]
+fn print_rill_batches() {
+    for codec in Compression::ALL {
+        let mut b = BatchBuilder::new(codec);
+        for i in 0..200 {
+            b.push(&Record {
+                key: Some(Bytes::from(format!("k{i}"))),
+                value: (i % 50 != 49)
+                    .then(|| Bytes::from(format!("rill {codec} value {i} {}", "x".repeat(i * 3)))),
+                headers: if i == 0 {
+                    vec![Header {
+                        key: "h".into(),
+                        value: Bytes::from_static(b"v"),
+                    }]
+                } else {
+                    vec![]
+                },
+                timestamp_ms: 1_700_000_000_000 + i as i64,
+            });
+        }
+        let hex: String = b.build().iter().map(|b| format!("{b:02x}")).collect();
+        println!("BATCH {codec} {hex}");
+    }
 }
 
 /// Each codec's magic, so random tails get past the form detection.
