@@ -177,6 +177,34 @@ fn keys_offsets_and_partitions_round_trip() {
     );
 }
 
+/// `rill produce --compression` takes each of Kafka's codecs, and what it wrote
+/// reads back through `rill consume`.
+#[test]
+fn produce_with_every_codec() {
+    let broker = TestBroker::start();
+    for codec in ["none", "gzip", "snappy", "lz4", "zstd"] {
+        let topic = format!("codec-{codec}");
+        broker.rill_ok(&["topic", "create", &topic]);
+        let input: String = (0..300)
+            .map(|i| format!("{codec} record {i} {}\n", "r".repeat(i % 40)))
+            .collect();
+        broker.rill_stdin_ok(
+            &["produce", &topic, "--compression", codec],
+            input.as_bytes(),
+        );
+        let out = broker.rill_ok(&[
+            "consume",
+            &topic,
+            "--from-beginning",
+            "--max-messages",
+            "300",
+            "--timeout-ms",
+            "5000",
+        ]);
+        assert_eq!(out, input, "{codec}");
+    }
+}
+
 /// acks=0 is fire-and-forget, but `rill produce` still hands every record to the
 /// network before it exits (on loopback they all arrive).
 #[test]

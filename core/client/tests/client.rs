@@ -494,7 +494,12 @@ async fn no_broker_says_what_to_do() {
 async fn compressed_batches_round_trip() {
     let env = Env::start().await;
     let client = env.client().await;
-    for (name, codec) in [("lz4", Compression::Lz4), ("zstd", Compression::Zstd)] {
+    for (name, codec) in [
+        ("gzip", Compression::Gzip),
+        ("snappy", Compression::Snappy),
+        ("lz4", Compression::Lz4),
+        ("zstd", Compression::Zstd),
+    ] {
         step("create", client.admin().create_topic(topic(name, 1)))
             .await
             .unwrap();

@@ -2,7 +2,7 @@
 //! 1 KiB records in 16 KiB and 64 KiB batches; plus a one-shot "append 2 GiB then
 //! fsync" figure comparable to `dd bs=1M count=2048 conv=fdatasync`; and the
 //! leader's record checks before an append (`rill_proto::validation`), for the
-//! same batches uncompressed, lz4 and zstd, to set beside the append figures.
+//! same batches uncompressed and with each codec (gzip, snappy, lz4, zstd), to set beside the append figures.
 //!
 //! Run: `CARGO_TARGET_DIR=/work/targets/log cargo bench -p rill-log --bench log`.
 //! Files go to `$RILL_BENCH_DIR` (default: the system temp dir) and are deleted.
@@ -112,7 +112,7 @@ fn validate_benches(c: &mut Criterion) {
         before_max_ms: i64::MAX,
         after_max_ms: 3_600_000,
     });
-    for codec in [Compression::None, Compression::Lz4, Compression::Zstd] {
+    for codec in Compression::ALL {
         for (record_bytes, batch_bytes) in [(100, 64 << 10), (1024, 64 << 10)] {
             let (batch, records) = make_batch_with(codec, record_bytes, batch_bytes);
             // Throughput in uncompressed bytes, comparable to the append figures.

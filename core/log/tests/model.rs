@@ -38,7 +38,7 @@ fn op() -> impl Strategy<Value = Op> {
         0u16..1000,
     );
     prop_oneof![
-        12 => (proptest::collection::vec(rec, 1..6), 0u8..3, proptest::bool::weighted(0.1))
+        12 => (proptest::collection::vec(rec, 1..6), 0u8..5, proptest::bool::weighted(0.1))
             .prop_map(|(r, c, e)| Op::Append(r, c, e)),
         3 => (any::<u16>(), 1u16..2000).prop_map(|(f, m)| Op::Read(f, m)),
         1 => Just(Op::Roll),
@@ -364,8 +364,7 @@ fn run(ops: Vec<Op>) -> Model {
                 if bump {
                     epoch += 1;
                 }
-                let compression =
-                    [Compression::None, Compression::Lz4, Compression::Zstd][comp as usize];
+                let compression = Compression::ALL[comp as usize];
                 let mut b = BatchBuilder::new(compression);
                 // The model encodes its own copy, at its offset and epoch.
                 let mut own = BatchBuilder::new(compression);

@@ -353,6 +353,36 @@ pub fn set_producer(batch: &mut [u8], id: ProducerId, epoch: i16, base_sequence:
     batch[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
 }
 
+/// One whole batch (at the start of `batch`) whose lz4 records section is in
+/// Rill's legacy block form, rewritten as Kafka writes lz4: the same records in
+/// an LZ4 frame, with the batch length and CRC recomputed (every other field
+/// kept). `None` when there is nothing to rewrite: not lz4, or already a frame.
+/// The stored CRC is checked first, so a damaged batch is an error rather than
+/// one resealed with a fresh CRC.
+pub fn lz4_legacy_to_frame(batch: &[u8]) -> Result<Option<Vec<u8>>, DecodeError> {
+    let view = BatchView::new(batch)?;
+    if view.header.compression()? != Compression::Lz4
+        || !compression::is_legacy_lz4(view.records_section())
+    {
+        return Ok(None);
+    }
+    view.verify_crc()?;
+    let plain = compression::decompress(
+        Compression::Lz4,
+        view.records_section(),
+        MAX_UNCOMPRESSED_RECORDS_BYTES,
+    )?;
+    let framed = compression::compress(Compression::Lz4, &plain);
+    let mut out = Vec::with_capacity(BATCH_HEADER_LEN + framed.len());
+    out.extend_from_slice(&view.as_bytes()[..BATCH_HEADER_LEN]);
+    out.extend_from_slice(&framed);
+    let batch_length = (out.len() - LOG_OVERHEAD) as i32;
+    out[8..12].copy_from_slice(&batch_length.to_be_bytes());
+    let crc = crc32c::crc32c(&out[ATTRIBUTES_OFFSET..]);
+    out[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
+    Ok(Some(out))
+}
+
 /// The records section of one whole batch held in `batch` (whose header is
 /// `header`), decompressed: a slice of `batch` when uncompressed, else one new
 /// buffer, bounded by [`MAX_UNCOMPRESSED_RECORDS_BYTES`]. Does not check the CRC.
@@ -743,6 +773,8 @@ mod tests {
     fn arb_compression() -> impl Strategy<Value = Compression> {
         prop_oneof![
             Just(Compression::None),
+            Just(Compression::Gzip),
+            Just(Compression::Snappy),
             Just(Compression::Lz4),
             Just(Compression::Zstd)
         ]

@@ -27,7 +27,9 @@ pub enum DecodeError {
     UnsupportedMagic(i8),
     #[error("CRC mismatch: stored {stored:#010x}, computed {computed:#010x}")]
     CrcMismatch { stored: u32, computed: u32 },
-    #[error("unsupported compression code {0} (Rill supports none=0, lz4=3, zstd=4)")]
+    #[error(
+        "unsupported compression code {0} (Rill supports none=0, gzip=1, snappy=2, lz4=3, zstd=4)"
+    )]
     UnsupportedCompression(u8),
     #[error("{codec} decompression failed: {reason}")]
     Decompress { codec: &'static str, reason: String },

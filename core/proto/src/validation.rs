@@ -366,7 +366,7 @@ mod tests {
 
     #[test]
     fn good_batches_pass_with_every_codec_and_several_batches() {
-        for codec in [Compression::None, Compression::Lz4, Compression::Zstd] {
+        for codec in Compression::ALL {
             let mut two = build(codec, &[NOW, NOW - 5, NOW + 10]);
             two.extend(build(codec, &[1, NO_TIMESTAMP]));
             validate_produced(&two, BOUNDS, NOW).unwrap();
@@ -562,7 +562,7 @@ mod tests {
 
     #[test]
     fn an_unknown_codec_is_refused() {
-        for code in [1i16, 2, 5, 7] {
+        for code in [5i16, 6, 7] {
             let mut bytes = build(Compression::None, &[NOW]);
             bytes[21..23].copy_from_slice(&code.to_be_bytes());
             reseal(&mut bytes);
@@ -615,8 +615,7 @@ mod tests {
             seed
         };
         for round in 0..3000 {
-            let codec =
-                [Compression::None, Compression::Lz4, Compression::Zstd][(next() % 3) as usize];
+            let codec = Compression::ALL[(next() % 5) as usize];
             let n = 1 + (next() % 4) as usize;
             let ts: Vec<i64> = (0..n).map(|_| NOW + (next() % 100) as i64).collect();
             let mut bytes = build(codec, &ts);

@@ -91,6 +91,7 @@ pub struct ProducerArgs {
     /// 0, 1 or all.
     #[arg(long, default_value = "1")]
     pub acks: Acks,
+    /// Batch compression: none, gzip, snappy, lz4 or zstd.
     #[arg(long, default_value = "none")]
     pub compression: Compression,
     /// Target batch size in bytes.

@@ -43,7 +43,7 @@ pub struct ProduceArgs {
     /// Write every record to this partition (default: by key hash, or spread when no key).
     #[arg(long, value_name = "N")]
     pub partition: Option<u32>,
-    /// Batch compression.
+    /// Batch compression, with Kafka's codecs: none, gzip, snappy, lz4, zstd.
     #[arg(long, value_enum, default_value_t = CompressionArg::None)]
     pub compression: CompressionArg,
     /// How long a batch may wait for more records before it is sent.
@@ -59,6 +59,8 @@ pub struct ProduceArgs {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum CompressionArg {
     None,
+    Gzip,
+    Snappy,
     Lz4,
     Zstd,
 }
@@ -67,6 +69,8 @@ impl From<CompressionArg> for rill_proto::Compression {
     fn from(c: CompressionArg) -> Self {
         match c {
             CompressionArg::None => rill_proto::Compression::None,
+            CompressionArg::Gzip => rill_proto::Compression::Gzip,
+            CompressionArg::Snappy => rill_proto::Compression::Snappy,
             CompressionArg::Lz4 => rill_proto::Compression::Lz4,
             CompressionArg::Zstd => rill_proto::Compression::Zstd,
         }
