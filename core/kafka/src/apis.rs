@@ -412,6 +412,45 @@ fn with_produce_error(
 }
 
 /// One buffer of `chunks` (no copy when there is one).
+/// A partition's fetched batches as Kafka clients read them: an lz4 batch in
+/// Rill's legacy block form (written before Rill wrote LZ4 frames) rewritten
+/// as a frame ([`rill_proto::batch::lz4_legacy_to_frame`]); everything else,
+/// and a partial batch at the end, passes through as it lies on disk (no copy
+/// unless something is rewritten).
+pub(crate) fn kafka_readable(records: Bytes) -> Bytes {
+    let mut done = 0;
+    let mut out: Option<BytesMut> = None;
+    for view in rill_proto::batch::batches(&records) {
+        let Ok(view) = view else { break };
+        let bytes = view.as_bytes();
+        match rill_proto::batch::lz4_legacy_to_frame(bytes) {
+            Ok(Some(framed)) => out
+                .get_or_insert_with(|| BytesMut::from(&records[..done]))
+                .extend_from_slice(&framed),
+            Ok(None) => {
+                if let Some(o) = &mut out {
+                    o.extend_from_slice(bytes);
+                }
+            }
+            Err(e) => {
+                // Served as it is: the client's CRC check says it is damaged.
+                tracing::warn!(error = %e, "a legacy lz4 batch could not be rewritten for a Kafka client");
+                if let Some(o) = &mut out {
+                    o.extend_from_slice(bytes);
+                }
+            }
+        }
+        done += bytes.len();
+    }
+    match out {
+        None => records,
+        Some(mut o) => {
+            o.extend_from_slice(&records[done..]);
+            o.freeze()
+        }
+    }
+}
+
 fn concat(chunks: Vec<Bytes>) -> Bytes {
     if chunks.len() == 1 {
         return chunks.into_iter().next().unwrap_or_default();
@@ -480,7 +519,7 @@ async fn fetch(
                 let mut payload = concat(payload);
                 for p in response.partitions {
                     let n = (p.bytes_len as usize).min(payload.len());
-                    let records = payload.split_to(n);
+                    let records = kafka_readable(payload.split_to(n));
                     answers.insert((p.topic.clone(), p.partition as i32), (p, records));
                 }
             }
@@ -1116,5 +1155,58 @@ async fn describe_cluster(shared: &Shared, caller: &Arc<Caller>) -> km::Describe
         Err(e) => out
             .with_error_code(to_kafka(e.code))
             .with_error_message(message(&e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rill_proto::batch::{BATCH_HEADER_LEN, BatchView, batches};
+    use rill_proto::{BatchBuilder, Compression, Record};
+
+    /// A batch of `n` records as Rill wrote lz4 before it wrote frames.
+    fn legacy_lz4(n: usize) -> Vec<u8> {
+        let mut b = BatchBuilder::new(Compression::None);
+        for i in 0..n {
+            b.push(&Record::from_value(format!("old {i}"), 1_000 + i as i64));
+        }
+        let plain = b.build();
+        let mut out = plain[..BATCH_HEADER_LEN].to_vec();
+        out.extend_from_slice(&lz4_flex::compress_prepend_size(&plain[BATCH_HEADER_LEN..]));
+        let length = (out.len() - 12) as i32;
+        out[8..12].copy_from_slice(&length.to_be_bytes());
+        let attributes = i16::from_be_bytes([out[21], out[22]]) | 3;
+        out[21..23].copy_from_slice(&attributes.to_be_bytes());
+        let crc = crc32c::crc32c(&out[21..]);
+        out[17..21].copy_from_slice(&crc.to_be_bytes());
+        out
+    }
+
+    #[test]
+    fn legacy_lz4_batches_reach_kafka_clients_as_frames() {
+        let mut current = BatchBuilder::new(Compression::Zstd);
+        current.push(&Record::from_value("new", 5));
+        let current = current.build();
+        let old = legacy_lz4(20);
+        let mut fetched = current.to_vec();
+        fetched.extend_from_slice(&old);
+        fetched.extend_from_slice(&current);
+        // A fetch may end inside a batch: that tail passes through.
+        fetched.extend_from_slice(&old[..30]);
+        let served = kafka_readable(Bytes::from(fetched.clone()));
+        let views: Vec<BatchView<'_>> = batches(&served).map_while(Result::ok).collect();
+        assert_eq!(views.len(), 3);
+        assert_eq!(views[0].as_bytes(), &current[..]);
+        assert_eq!(views[2].as_bytes(), &current[..]);
+        let section = &views[1].as_bytes()[BATCH_HEADER_LEN..];
+        assert_eq!(&section[..4], &[0x04, 0x22, 0x4d, 0x18], "an LZ4 frame");
+        views[1].verify_crc().unwrap();
+        let old_records = BatchView::new(&old).unwrap().records().unwrap();
+        assert_eq!(views[1].records().unwrap(), old_records);
+        assert!(served.ends_with(&old[..30]));
+        // Nothing to rewrite: the same bytes, not a copy.
+        let plain = Bytes::from(current.to_vec());
+        let again = kafka_readable(plain.clone());
+        assert_eq!(again.as_ptr(), plain.as_ptr());
     }
 }
