@@ -214,8 +214,14 @@ fn a_transform_runs_with_the_rights_of_its_deployer() {
         assert!(std::time::Instant::now() < deadline, "not halted: {text}");
         std::thread::sleep(std::time::Duration::from_millis(250));
     };
+    let state = text
+        .lines()
+        .find(|l| l.contains("state:"))
+        .unwrap_or_default();
     assert!(
-        text.contains("User:alice") && text.contains("p-out"),
+        state.contains("halted")
+            && state.contains("(User:alice)")
+            && state.contains("may not write topic \"p-out\""),
         "{text}"
     );
     let everything = [

@@ -175,10 +175,14 @@ impl Deployment {
     /// The record's request to the broker that writes it (see
     /// [`rill_client::Admin::write_transform`]).
     pub fn write_request(&self, owner: Option<String>) -> TransformWriteRequest {
+        let mut outputs = self.outputs.clone();
+        if self.on_error == ErrorPolicy::DeadLetter {
+            outputs.push(self.dlq_topic());
+        }
         TransformWriteRequest {
             name: self.name.clone(),
             inputs: self.inputs.clone(),
-            outputs: self.outputs.clone(),
+            outputs,
             value: Some(self.encode()),
             owner,
         }
@@ -256,6 +260,7 @@ pub fn group_id(name: &str) -> String {
 }
 
 pub fn dlq_topic(name: &str) -> String {
+    // The same as rill_proto's DeploymentHead::written_topics.
     format!("{name}.dlq")
 }
 
@@ -319,6 +324,32 @@ mod tests {
         other[0] = 9;
         let e = Deployment::decode(&other).unwrap_err().to_string();
         assert!(e.contains("format version 9"), "{e}");
+    }
+
+    /// The broker reads the start of the record with its own mirror of these
+    /// fields (rill_proto's DeploymentHead): it must agree with the record.
+    #[test]
+    fn the_brokers_head_reads_what_this_writes() {
+        use rill_proto::wire::{DEPLOYMENT_FORMAT_VERSION as BROKER_READS, DeploymentHead};
+        assert_eq!(BROKER_READS, DEPLOYMENT_FORMAT_VERSION);
+        for policy in [
+            ErrorPolicy::Skip,
+            ErrorPolicy::DeadLetter,
+            ErrorPolicy::Halt,
+        ] {
+            let mut d = sample();
+            d.on_error = policy;
+            d.inputs = vec!["a".into(), "b".into()];
+            let head = DeploymentHead::decode(&d.encode()).unwrap();
+            assert_eq!(head.name, d.name);
+            assert_eq!(head.inputs, d.inputs);
+            assert_eq!(head.outputs, d.outputs);
+            assert_eq!(format!("{:?}", head.on_error), format!("{policy:?}"));
+            // What the request declares is what the broker derives.
+            let req = d.write_request(None);
+            assert_eq!(req.outputs, head.written_topics());
+            assert_eq!(req.inputs, head.inputs);
+        }
     }
 
     #[test]

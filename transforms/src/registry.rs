@@ -187,8 +187,21 @@ pub async fn load_deployments(
 ) -> Result<BTreeMap<String, Deployment>, TransformError> {
     ensure_internal_topics(client).await?;
     let mut out = BTreeMap::new();
-    for (_, r) in read_table(client, TRANSFORMS_TOPIC).await? {
-        let mut d = Deployment::decode(r.value.as_deref().unwrap_or_default())?;
+    for (key, r) in read_table(client, TRANSFORMS_TOPIC).await? {
+        // A record that does not decode, or holds another name than its key,
+        // is skipped (the supervisors refuse to run it), not fatal to every
+        // command.
+        let mut d = match Deployment::decode(r.value.as_deref().unwrap_or_default()) {
+            Ok(d) if d.name.as_bytes() == key.as_slice() => d,
+            Ok(d) => {
+                tracing::warn!(key = %String::from_utf8_lossy(&key), name = %d.name, "skipping a deployment record stored under another name");
+                continue;
+            }
+            Err(e) => {
+                tracing::warn!(key = %String::from_utf8_lossy(&key), error = %e, "skipping a deployment record");
+                continue;
+            }
+        };
         d.owner = deployer(&r);
         out.insert(d.name.clone(), d);
     }

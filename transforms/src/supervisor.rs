@@ -214,11 +214,8 @@ pub async fn supervise(
                         halted.state = RunState::Halted {
                             reason: format!("this host cannot run the module: {e}"),
                         };
-                        let owner = if as_deployer {
-                            halted.owner.clone()
-                        } else {
-                            None
-                        };
+                        let owner = as_deployer
+                            .then(|| halted.owner.clone().unwrap_or_else(|| "Anonymous".into()));
                         if let Err(e) = store_deployment(&client, &halted, owner).await {
                             tracing::warn!(transform = %name, error = %e, "cannot record the halt");
                         }

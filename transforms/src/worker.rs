@@ -61,11 +61,16 @@ pub fn group_config(d: &Deployment) -> GroupConfig {
 /// stops the transform within about this long.
 pub const ACCESS_RECHECK: Duration = Duration::from_secs(1);
 
+/// The principal of a deployment record that names none.
+const NO_DEPLOYER: &str = "Anonymous";
+
 /// The rights a deployment's principal needs, checked by a runner whose
 /// client is a broker (which may do everything itself): before it starts, and
 /// again before it writes, at most [`ACCESS_RECHECK`] after the last check.
 struct DeployerAccess {
     principal: String,
+    /// The record named its principal (an older one did not).
+    recorded: bool,
     checks: Vec<(AclOperation, AclResource)>,
     checked_at: Option<Instant>,
 }
@@ -73,8 +78,8 @@ struct DeployerAccess {
 impl DeployerAccess {
     fn new(d: &Deployment) -> DeployerAccess {
         DeployerAccess {
-            // A record written before deployments carried their principal.
-            principal: d.owner.clone().unwrap_or_else(|| "Anonymous".into()),
+            principal: d.owner.clone().unwrap_or_else(|| NO_DEPLOYER.into()),
+            recorded: d.owner.is_some(),
             checks: d.access_checks(),
             checked_at: None,
         }
@@ -92,6 +97,14 @@ impl DeployerAccess {
         {
             return Ok(None);
         }
+        if self.principal.starts_with("Broker:") {
+            // Only a client's rights are lent to a transform, never a broker's
+            // (which may write internal topics).
+            return Ok(Some(format!(
+                "transform {name} is recorded to run as {}, a broker: deploy it again as a client principal",
+                self.principal
+            )));
+        }
         let denied = client
             .admin()
             .check_access(&self.principal, self.checks.clone())
@@ -100,12 +113,20 @@ impl DeployerAccess {
             self.checked_at = Some(Instant::now());
             return Ok(None);
         }
+        if !self.recorded {
+            return Ok(Some(format!(
+                "transform {name} has no deployer recorded (deployed by an older Rill), so it runs \
+                 as {NO_DEPLOYER}, which may not do all it needs: {}. Deploy it again",
+                denied.join("; ")
+            )));
+        }
         Ok(Some(format!(
-            "transform {name} runs as the principal that deployed it ({}), which may not do \
-             all it needs: {}. Grant it (`rill acl add`) and `rill transform resume {name}`, \
-             or deploy it again as a principal that may",
-            self.principal,
-            denied.join("; ")
+            "transform {name} runs as the principal that deployed it ({p}), which may not do \
+             all it needs: {}. Grant {p} those rights (`rill acl add`) and resume it as {p} \
+             (`rill transform resume {name}` stores it again as whoever runs it), or deploy it \
+             again as a principal that may",
+            denied.join("; "),
+            p = self.principal,
         )))
     }
 }
@@ -123,7 +144,10 @@ pub async fn run_deployment(
     mut stop: watch::Receiver<bool>,
 ) -> Result<RunEnd, TransformError> {
     let mut access = as_deployer.then(|| DeployerAccess::new(&d));
-    let owner = |h: &Deployment| if as_deployer { h.owner.clone() } else { None };
+    // A broker recording a halt keeps the deployment's principal (and never
+    // lends its own to a record that named none).
+    let owner =
+        |h: &Deployment| as_deployer.then(|| h.owner.clone().unwrap_or_else(|| NO_DEPLOYER.into()));
     if let Some(a) = &mut access
         && let Some(reason) = a.refused(&client, &d.name).await?
     {

@@ -18,7 +18,9 @@
 //!    (`__transform-<name>-state`) by a principal allowed to alter (to delete:
 //!    delete) that transform, and the status and log topics
 //!    (`__transform_status`, `__transform_logs`, what standalone workers
-//!    report) by one allowed to alter the cluster. The deployments
+//!    report) written (not deleted or altered) by one allowed to alter the
+//!    cluster. A transform's consumer group (`__transform-<name>`) is used only
+//!    by brokers and by who may alter (delete) that transform. The deployments
 //!    (`__transforms`) are written only through TransformWrite, which checks
 //!    the deployer's rights and stamps the record with its principal.
 //! 3. With `--auth none` everything else is allowed. With `--auth mtls` a super
@@ -153,6 +155,11 @@ pub fn is_internal_topic(topic: &str) -> bool {
     topic.starts_with("__")
 }
 
+/// The transform whose consumer group `group` is (`__transform-<name>`).
+fn transform_group(group: &str) -> Option<&str> {
+    group.strip_prefix("__transform-").filter(|n| !n.is_empty())
+}
+
 /// Who besides the brokers may create, write, delete or alter an internal
 /// topic of the transform host (rule 2's exceptions); `None`: nobody, or (to
 /// create, read, describe) whom the ACLs allow.
@@ -179,7 +186,9 @@ fn transform_topic_owner(topic: &str, op: AclOperation) -> Option<Resource<'_>> 
     }
     // The instances' status and log lines (standalone `rill transform run`
     // workers report there; `rill transform delete` removes a status).
-    if topic == "__transform_status" || topic == "__transform_logs" {
+    if (topic == "__transform_status" || topic == "__transform_logs")
+        && matches!(op, AclOperation::Write | AclOperation::Create)
+    {
         return Some(Resource::Cluster(AclOperation::Alter));
     }
     // `__transforms` (the deployments) is written only through TransformWrite,
@@ -228,6 +237,29 @@ impl Authorizer {
                 } => {
                     check_replica(image, principal, api, broker, topic, partition)?;
                     continue;
+                }
+                // A transform's consumer group: who may alter (delete) that
+                // transform, not who an ACL on the group names.
+                Resource::Group(op, group) if !is_broker && transform_group(group).is_some() => {
+                    let name = transform_group(group).expect("matched above");
+                    let op = if op == AclOperation::Delete {
+                        AclOperation::Delete
+                    } else {
+                        AclOperation::Alter
+                    };
+                    let owner = Resource::Transform(op, name);
+                    if self.allowed(image, principal, owner) {
+                        continue;
+                    }
+                    return Err(ErrorInfo::new(
+                        ErrorCode::GroupAuthorizationFailed,
+                        format!(
+                            "{group:?} is the consumer group of transform {name:?}: only the brokers and \
+                             principals allowed to {} the transform use it ({principal}, {})",
+                            op.name(),
+                            api.name()
+                        ),
+                    ));
                 }
                 Resource::Topic(op, topic) if is_internal_topic(topic) && !is_broker => {
                     // A transform's own topics: by who may alter (delete) it.
@@ -559,7 +591,24 @@ mod tests {
         may("ops", Write, "__transform-copy-state").unwrap_err();
         // Status and log lines: who may alter the cluster.
         may("ops", Write, "__transform_status").unwrap();
+        may("ops", Delete, "__transform_status").unwrap_err();
+        may("ops", Alter, "__transform_logs").unwrap_err();
         may("alice", Write, "__transform_status").unwrap_err();
+        // A transform's consumer group: who may alter it, whatever the group ACLs.
+        let group = |who: &str, op, g| {
+            auth.authorize(
+                &image,
+                &user(who),
+                ApiKey::OffsetCommit,
+                &[Resource::Group(op, g)],
+            )
+        };
+        group("alice", Read, "__transform-copy").unwrap();
+        group("alice", Delete, "__transform-copy").unwrap_err();
+        let e = group("ops", Read, "__transform-copy").unwrap_err();
+        assert_eq!(e.code, ErrorCode::GroupAuthorizationFailed);
+        assert!(e.message.contains("transform \"copy\""), "{e}");
+        group("alice", Read, "__transform-other").unwrap_err();
         // With --auth none everyone may alter the cluster and every transform,
         // but still not write the deployments directly.
         let none = Authorizer::new(&AuthConfig::default());

@@ -983,8 +983,9 @@ async fn offset_for_timestamp(
 
 /// The topic of transform deployments (rill-transforms' `TRANSFORMS_TOPIC`).
 const TRANSFORMS_TOPIC: &str = "__transforms";
-/// How long a deployment write waits for its replicas.
-const TRANSFORM_WRITE_TIMEOUT_MS: u32 = 30_000;
+/// How long a deployment write waits for its replicas
+/// (below the client's request timeout, so the caller gets REQUEST_TIMED_OUT).
+const TRANSFORM_WRITE_TIMEOUT_MS: u32 = 20_000;
 
 /// Writes one deployment record (or tombstone) of `__transforms`-0 for a
 /// caller the router found allowed to deploy what it names, stamped with the
@@ -1001,7 +1002,7 @@ pub(crate) async fn transform_write(
             "TransformWrite names no transform",
         ));
     }
-    let principal = match (&caller.principal, req.owner) {
+    let principal = match (&caller.principal, req.owner.clone()) {
         (p, None) => p.stamp(),
         (Principal::Broker(_), Some(owner)) => {
             if Principal::parse_stamp(&owner).is_none() {
@@ -1027,6 +1028,9 @@ pub(crate) async fn transform_write(
             ));
         }
     };
+    if let Some(value) = &req.value {
+        check_deployment_record(&req, value)?;
+    }
     if state.registry.topic(TRANSFORMS_TOPIC).is_none() {
         return Err(ErrorInfo::new(
             ErrorCode::UnknownTopicOrPartition,
@@ -1081,6 +1085,45 @@ pub(crate) async fn transform_write(
         offset: written.base_offset.0,
         principal,
     })
+}
+
+/// A deployment record must be what the request says it is: the router
+/// checked the caller's rights on the request's name, inputs and outputs, so
+/// the record may not name others.
+fn check_deployment_record(req: &TransformWriteRequest, value: &[u8]) -> Result<(), ErrorInfo> {
+    let invalid = |why: String| {
+        Err(ErrorInfo::new(
+            ErrorCode::InvalidRequest,
+            format!("TransformWrite of {:?} refused: {why}", req.name),
+        ))
+    };
+    let head = match DeploymentHead::decode(value) {
+        Ok(h) => h,
+        Err(e) => return invalid(e),
+    };
+    if head.name != req.name {
+        return invalid(format!("the record is the deployment of {:?}", head.name));
+    }
+    let sorted = |v: &[String]| {
+        let mut v = v.to_vec();
+        v.sort();
+        v.dedup();
+        v
+    };
+    if sorted(&head.inputs) != sorted(&req.inputs) {
+        return invalid(format!(
+            "the record reads {:?}, the request says {:?}",
+            head.inputs, req.inputs
+        ));
+    }
+    let written = head.written_topics();
+    if sorted(&written) != sorted(&req.outputs) {
+        return invalid(format!(
+            "the record writes {written:?} (outputs and dead-letter topic), the request says {:?}",
+            req.outputs
+        ));
+    }
+    Ok(())
 }
 
 /// Whether a principal (a deployment's) may do each of the checks: the same

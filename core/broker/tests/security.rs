@@ -423,6 +423,135 @@ async fn internal_topics_are_not_written_by_clients_not_even_super_users() {
     broker.shutdown().await.unwrap();
 }
 
+/// A deployment record's value as rill-transforms writes it, as far as the
+/// broker reads it (version byte, then the head's fields).
+fn deployment_value(name: &str, inputs: &[&str], outputs: &[&str]) -> Vec<u8> {
+    let head = DeploymentHead {
+        name: name.into(),
+        inputs: inputs.iter().map(|s| s.to_string()).collect(),
+        outputs: outputs.iter().map(|s| s.to_string()).collect(),
+        on_error: DeploymentErrorPolicy::Skip,
+    };
+    let mut value = vec![DEPLOYMENT_FORMAT_VERSION];
+    value.extend(encode_meta(&head));
+    value.extend_from_slice(b"the rest of the record");
+    value
+}
+
+/// TransformWrite stores only what it checked: a record naming other topics
+/// or another transform than the request, or another principal to run as,
+/// is refused; `__transforms` itself is not produced to.
+#[tokio::test]
+async fn a_deployment_record_is_stored_only_as_checked() {
+    let env = Env::new();
+    let broker = env.start(AuthMode::Mtls, &["root"]).await;
+    let root = env.as_user("root", broker.local_addr()).await;
+    let alice = env.as_user("alice", broker.local_addr()).await;
+    assert_eq!(root.create("__transforms").await, None);
+    for t in ["in", "out", "secret"] {
+        assert_eq!(root.create(t).await, None);
+    }
+    root.allow(
+        "alice",
+        AclOperation::Alter,
+        AclResource::Transform("t".into()),
+    )
+    .await;
+    root.allow("alice", AclOperation::Read, AclResource::Topic("in".into()))
+        .await;
+    root.allow(
+        "alice",
+        AclOperation::Write,
+        AclResource::Topic("out".into()),
+    )
+    .await;
+    let write = |value: Vec<u8>, outputs: &[&str], owner: Option<&str>| TransformWriteRequest {
+        name: "t".into(),
+        inputs: vec!["in".into()],
+        outputs: outputs.iter().map(|s| s.to_string()).collect(),
+        value: Some(value),
+        owner: owner.map(str::to_string),
+    };
+    // Declares `out`, holds `secret`.
+    let e = alice
+        .refused(
+            &write(deployment_value("t", &["in"], &["secret"]), &["out"], None),
+            &[],
+        )
+        .await;
+    assert_eq!(e.code, ErrorCode::InvalidRequest, "{e}");
+    assert!(e.message.contains("secret"), "{e}");
+    // Declares `secret` honestly: no right to write it.
+    let e = alice
+        .refused(
+            &write(
+                deployment_value("t", &["in"], &["secret"]),
+                &["secret"],
+                None,
+            ),
+            &[],
+        )
+        .await;
+    assert_eq!(e.code, ErrorCode::TopicAuthorizationFailed, "{e}");
+    // Another transform's record under this name.
+    let e = alice
+        .refused(
+            &write(deployment_value("other", &["in"], &["out"]), &["out"], None),
+            &[],
+        )
+        .await;
+    assert!(e.message.contains("\"other\""), "{e}");
+    // Not a deployment record at all.
+    let e = alice
+        .refused(&write(b"\x07junk".to_vec(), &["out"], None), &[])
+        .await;
+    assert!(e.message.contains("format version 7"), "{e}");
+    // Running as someone else.
+    let e = alice
+        .refused(
+            &write(
+                deployment_value("t", &["in"], &["out"]),
+                &["out"],
+                Some("User:root"),
+            ),
+            &[],
+        )
+        .await;
+    assert_eq!(e.code, ErrorCode::ClusterAuthorizationFailed, "{e}");
+    // What she may deploy is stored, stamped with her.
+    let ok = alice
+        .ok(&write(
+            deployment_value("t", &["in"], &["out"]),
+            &["out"],
+            None,
+        ))
+        .await;
+    assert_eq!(ok.principal, "User:alice");
+    let fetch = FetchRequest {
+        max_wait_ms: 0,
+        min_bytes: 0,
+        max_bytes: 1 << 20,
+        replica_id: None,
+        partitions: vec![FetchPartition {
+            topic: "__transforms".into(),
+            partition: 0,
+            offset: Offset(0),
+            max_bytes: 1 << 20,
+            current_leader_epoch: None,
+        }],
+    };
+    let (_, payload) = root.call(&fetch, &[]).await;
+    let mut stamped = Vec::new();
+    for view in rill_proto::batch::batches(&payload) {
+        for r in view.unwrap().records().unwrap() {
+            let h = r.headers.iter().find(|h| h.key == DEPLOYER_HEADER).unwrap();
+            stamped.push(h.value.clone());
+        }
+    }
+    assert_eq!(stamped, vec![Bytes::from_static(b"User:alice")]);
+    broker.shutdown().await.unwrap();
+}
+
 #[tokio::test]
 async fn mtls_needs_a_certificate_from_the_ca() {
     let env = Env::new();

@@ -557,6 +557,12 @@ async fn set_state(a: NameArgs, state: RunState) -> anyhow::Result<()> {
     // Written again as the caller: it runs with the caller's rights from now.
     let runs_as = store_deployment(&client, &d, None).await?;
     println!("transform {} is {} (runs as {runs_as})", d.name, d.state);
+    if let Some(before) = d.owner.as_deref().filter(|b| *b != runs_as) {
+        eprintln!(
+            "note: transform {} ran as {before}; it runs as {runs_as} from now, with {runs_as}'s rights",
+            d.name
+        );
+    }
     Ok(())
 }
 

@@ -278,9 +278,11 @@ pub const DEPLOYER_HEADER: &str = "rill.principal";
 /// record with the principal it runs as ([`DEPLOYER_HEADER`]): the caller's, or
 /// `owner` when a broker writes on behalf of the deployment's principal (a
 /// supervisor recording that a transform halted). Nobody else may name
-/// another principal. `inputs` and `outputs` are what `value` holds; the
-/// runners check the deployer's rights again against what they really read
-/// and write ([`CheckAccessRequest`]).
+/// another principal. `inputs` and `outputs` must be what `value` holds
+/// (its [`DeploymentHead`]; `outputs` with the dead-letter topic when failed
+/// records go there): the broker refuses a record that says otherwise. The
+/// runners check the deployer's rights again before they read and write
+/// ([`CheckAccessRequest`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TransformWriteRequest {
     pub name: String,
@@ -303,6 +305,58 @@ pub struct TransformWriteResponse {
 impl ApiRequest for TransformWriteRequest {
     const KEY: ApiKey = ApiKey::TransformWrite;
     type Response = TransformWriteResponse;
+}
+
+/// The start of a deployment record (rill-transforms' `Deployment`, format
+/// version 1: the version byte, then postcard fields in this order), which is
+/// all a broker needs to check who may deploy it: the name, the topics it
+/// reads and writes, and whether failed records go to `<name>.dlq`. Postcard
+/// is not self-describing, so this mirror must keep the order and types of the
+/// first fields of `Deployment` (a test in rill-transforms decodes real
+/// records with it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeploymentHead {
+    pub name: String,
+    pub inputs: Vec<String>,
+    pub outputs: Vec<String>,
+    pub on_error: DeploymentErrorPolicy,
+}
+
+/// `ErrorPolicy` of rill-transforms, variant for variant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DeploymentErrorPolicy {
+    Skip,
+    DeadLetter,
+    Halt,
+}
+
+/// The deployment record format version [`DeploymentHead`] reads.
+pub const DEPLOYMENT_FORMAT_VERSION: u8 = 1;
+
+impl DeploymentHead {
+    /// Reads the head of a deployment record; the error says what is wrong.
+    pub fn decode(value: &[u8]) -> Result<DeploymentHead, String> {
+        match value.split_first() {
+            Some((&DEPLOYMENT_FORMAT_VERSION, rest)) => postcard::take_from_bytes(rest)
+                .map(|(head, _)| head)
+                .map_err(|e| format!("the deployment record does not decode: {e}")),
+            Some((v, _)) => Err(format!(
+                "the deployment record has format version {v}; this broker reads version \
+                 {DEPLOYMENT_FORMAT_VERSION}"
+            )),
+            None => Err("the deployment record is empty".into()),
+        }
+    }
+
+    /// Every topic the deployment writes: its outputs, and its dead-letter
+    /// topic when failed records go there.
+    pub fn written_topics(&self) -> Vec<String> {
+        let mut out = self.outputs.clone();
+        if self.on_error == DeploymentErrorPolicy::DeadLetter {
+            out.push(format!("{}.dlq", self.name));
+        }
+        out
+    }
 }
 
 /// Asks whether `principal` may do each of `checks` (brokers only: the
