@@ -14,8 +14,20 @@ Usage: python kafka_clients.py COMMAND BOOTSTRAP TOPIC [N]
   commit            confluent-kafka: commit offset N+p for each partition p of TOPIC
                     in group "commit-<TOPIC>" (assign, no subscription), then read
                     them back with a new consumer's committed()
-  admin             confluent-kafka AdminClient: describe_cluster, and describe_configs
-                    of TOPIC (retention.ms and cleanup.policy present)
+  admin             confluent-kafka AdminClient: describe_cluster, describe_configs
+                    of TOPIC (retention.ms and cleanup.policy present),
+                    incremental_alter_configs (SET, APPEND; a bad value refused
+                    naming its key) and alter_configs (replaces the overrides)
+  group-resume      kafka-python, group "resume-<TOPIC>" (subscribe, range assignor):
+                    read about half of N records, commit, close; a new consumer of
+                    the group resumes from the commits and reads the rest: every
+                    record exactly once
+  group-rebalance   confluent-kafka, group "rebalance-<TOPIC>" (cooperative-sticky),
+                    TOPIC with 6 partitions: three consumers get two partitions
+                    each, `rill group describe` (RILL_BIN, RILL_BOOTSTRAP,
+                    RILL_HOME) and the AdminClient show the three members; one
+                    closes, the other two get three each; all N records are read
+                    and the two commit
 
 record(i): key b"key-<i>", value b"value-<i>" (every 97th a tombstone: None),
 headers [("i", b"<i>"), ("bin", b"\\x00\\xff")], timestamp BASE_MS + i.
@@ -221,7 +233,175 @@ def admin(bootstrap, topic):
     for key in ("retention.ms", "cleanup.policy"):
         if key not in configs:
             fail("describe_configs of %s lacks %s: %s" % (topic, key, sorted(configs)))
+    # IncrementalAlterConfigs: SET one key, APPEND to a list; then the older
+    # AlterConfigs, which replaces every key set on the topic.
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry
+
+    res = ConfigResource(
+        ResourceType.TOPIC,
+        topic,
+        incremental_configs=[
+            ConfigEntry("retention.ms", "3600000", incremental_operation=AlterConfigOpType.SET),
+            ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.APPEND),
+        ],
+    )
+    a.incremental_alter_configs([res])[res].result(timeout=30)
+    res = ConfigResource(ResourceType.TOPIC, topic)
+    configs = a.describe_configs([res])[res].result(timeout=30)
+    if configs["retention.ms"].value != "3600000":
+        fail("retention.ms after SET: %r" % configs["retention.ms"].value)
+    if sorted(configs["cleanup.policy"].value.split(",")) != ["compact", "delete"]:
+        fail("cleanup.policy after APPEND compact: %r" % configs["cleanup.policy"].value)
+    bad = ConfigResource(
+        ResourceType.TOPIC,
+        topic,
+        incremental_configs=[ConfigEntry("retention.ms", "soon", incremental_operation=AlterConfigOpType.SET)],
+    )
+    try:
+        a.incremental_alter_configs([bad])[bad].result(timeout=30)
+        fail("retention.ms=soon was accepted")
+    except Exception as e:
+        if "retention.ms" not in str(e):
+            fail("the refusal of retention.ms=soon does not name the key: %s" % e)
+    res = ConfigResource(ResourceType.TOPIC, topic, set_config={"segment.ms": "600000"})
+    a.alter_configs([res])[res].result(timeout=30)
+    res = ConfigResource(ResourceType.TOPIC, topic)
+    configs = a.describe_configs([res])[res].result(timeout=30)
+    if configs["segment.ms"].value != "600000" or configs["retention.ms"].value == "3600000":
+        fail("after AlterConfigs: segment.ms %r, retention.ms %r" % (configs["segment.ms"].value, configs["retention.ms"].value))
     print("admin ok: cluster %s, %d configs" % (cluster.cluster_id, len(configs)))
+
+
+def group_resume(bootstrap, topic, n):
+    from kafka import KafkaConsumer
+
+    def consumer():
+        return KafkaConsumer(
+            topic,
+            bootstrap_servers=bootstrap,
+            group_id="resume-" + topic,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            session_timeout_ms=10000,
+            heartbeat_interval_ms=1000,
+        )
+
+    def read(c, until, seen):
+        deadline = time.time() + DEADLINE_S
+        while len(seen) < until and time.time() < deadline:
+            for tp, msgs in c.poll(timeout_ms=1000).items():
+                for msg in msgs:
+                    i = index_of(msg.key)
+                    if i in seen:
+                        fail("record %d read twice (offset %s-%d@%d)" % (i, tp.topic, tp.partition, msg.offset))
+                    seen.add(i)
+
+    seen = set()
+    c = consumer()
+    read(c, n // 2, seen)
+    first = len(seen)
+    if first < n // 2:
+        fail("the first consumer read %d records, expected at least %d" % (first, n // 2))
+    c.commit()
+    c.close()
+    c = consumer()
+    read(c, n, seen)
+    c.close()
+    if len(seen) != n:
+        fail("read %d of %d records across the restart" % (len(seen), n))
+    print("resumed %d+%d" % (first, len(seen) - first))
+
+
+def group_rebalance(bootstrap, topic, n):
+    import os
+    import subprocess
+    from confluent_kafka import Consumer, KafkaError
+    from confluent_kafka.admin import AdminClient
+
+    group = "rebalance-" + topic
+    conf = {
+        "bootstrap.servers": bootstrap,
+        "group.id": group,
+        "partition.assignment.strategy": "cooperative-sticky",
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        "session.timeout.ms": 10000,
+        "heartbeat.interval.ms": 500,
+    }
+    consumers = [Consumer(dict(conf, **{"client.id": "member-%d" % k})) for k in range(3)]
+    for c in consumers:
+        c.subscribe([topic])
+    seen = set()
+
+    def poll(cs):
+        for c in cs:
+            for msg in c.consume(num_messages=500, timeout=0.1):
+                if msg.error():
+                    if msg.error().code() == KafkaError._PARTITION_EOF:
+                        continue
+                    fail("consume error: %s" % msg.error())
+                seen.add(index_of(msg.key()))
+
+    def settle(cs, per):
+        deadline = time.time() + DEADLINE_S
+        while time.time() < deadline:
+            poll(cs)
+            owned = [sorted(tp.partition for tp in c.assignment()) for c in cs]
+            every = sorted(p for ps in owned for p in ps)
+            if all(len(ps) == per for ps in owned) and every == list(range(6)):
+                return owned
+        fail("the group did not settle on %d partitions each: %r" % (per, [c.assignment() for c in cs]))
+
+    owned = settle(consumers, 2)
+    print("three members: %r" % owned)
+    ids = [c.memberid() for c in consumers]
+    env = dict(os.environ)
+    out = subprocess.run(
+        [env["RILL_BIN"], "group", "describe", group], capture_output=True, text=True, timeout=60, env=env
+    )
+    if out.returncode != 0:
+        fail("rill group describe %s failed: %s" % (group, out.stderr))
+    for member in ids:
+        if member not in out.stdout:
+            fail("rill group describe %s does not show member %s:\n%s" % (group, member, out.stdout))
+    if "cooperative-sticky" not in out.stdout or "Members: 3" not in out.stdout:
+        fail("rill group describe %s:\n%s" % (group, out.stdout))
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    desc = admin.describe_consumer_groups([group])[group].result(timeout=30)
+    if len(desc.members) != 3:
+        fail("describe_consumer_groups shows %d members" % len(desc.members))
+    assigned = sorted(tp.partition for m in desc.members for tp in m.assignment.topic_partitions)
+    if assigned != list(range(6)):
+        fail("describe_consumer_groups assignments: %r" % assigned)
+
+    consumers[2].close()
+    rest = consumers[:2]
+    owned = settle(rest, 3)
+    print("two members: %r" % owned)
+    deadline = time.time() + DEADLINE_S
+    while len(seen) < n and time.time() < deadline:
+        poll(rest)
+    if len(seen) != n:
+        fail("the group read %d of %d records" % (len(seen), n))
+    # Read on to the end of every partition (a partition that moved is read
+    # again from its last commit), then commit: the committed offsets are the
+    # log ends.
+    def at_end(c):
+        for tp in c.position(c.assignment()):
+            low, high = c.get_watermark_offsets(tp, timeout=10, cached=False)
+            if tp.offset < high:
+                return False
+        return True
+
+    while not all(at_end(c) for c in rest):
+        if time.time() > deadline:
+            fail("the group did not reach the end of every partition")
+        poll(rest)
+    for c in rest:
+        c.commit(asynchronous=False)
+    for c in rest:
+        c.close()
+    print("rebalanced: read %d" % len(seen))
 
 
 def main():
@@ -243,6 +423,10 @@ def main():
         commit(bootstrap, topic, n)
     elif command == "admin":
         admin(bootstrap, topic)
+    elif command == "group-resume":
+        group_resume(bootstrap, topic, n)
+    elif command == "group-rebalance":
+        group_rebalance(bootstrap, topic, n)
     else:
         fail("unknown command %r" % command)
 

@@ -12,6 +12,11 @@
 //!   and DescribeConfigs through the AdminClient.
 //! - Cross-protocol: confluent-kafka produces, `rill consume` reads; `rill
 //!   produce` writes, kafka-python reads.
+//! - Consumer groups (Kafka's classic protocol on Rill's coordinator):
+//!   kafka-python subscribes, commits, restarts and resumes; three
+//!   confluent-kafka consumers (cooperative-sticky) share six partitions and
+//!   rebalance when one leaves; `rill group describe` shows them and their
+//!   commits.
 //!
 //! Loopback only; the broker is killed when its `TestBroker` drops.
 
@@ -75,12 +80,24 @@ fn python() -> PathBuf {
 
 /// A broker with a Kafka listener on a free loopback port, that address, and
 /// the broker's metrics port.
+/// A classic group's first rebalance waits this long for more members (the
+/// broker's default is Kafka's 3 s).
+const INITIAL_REBALANCE_DELAY: &str = "group_initial_rebalance_delay_ms = 200\n";
+
 fn kafka_broker() -> (TestBroker, String, u16) {
     let port = free_tcp_port();
     let addr = format!("127.0.0.1:{port}");
     let metrics_port = free_tcp_port();
     let metrics = format!("127.0.0.1:{metrics_port}");
-    let broker = TestBroker::start_with(&["--kafka-listen", &addr, "--metrics", &metrics]);
+    let (_dir, config) = temp_file("broker.toml", INITIAL_REBALANCE_DELAY);
+    let broker = TestBroker::start_with(&[
+        "--kafka-listen",
+        &addr,
+        "--metrics",
+        &metrics,
+        "--config",
+        config.to_str().unwrap(),
+    ]);
     (broker, addr, metrics_port)
 }
 
@@ -88,7 +105,11 @@ fn kafka_broker() -> (TestBroker, String, u16) {
 /// when the script fails.
 fn run_script(broker: &TestBroker, args: &[&str]) -> String {
     let mut cmd = Command::new(python());
-    cmd.arg(script()).args(args);
+    cmd.arg(script())
+        .args(args)
+        .env("RILL_BIN", rill_bin())
+        .env("RILL_BOOTSTRAP", broker.addr().to_string())
+        .env("RILL_HOME", broker.home());
     let out = run_bounded(&mut cmd, b"", SCRIPT_TIMEOUT);
     if !out.status.success() {
         panic!(
@@ -196,5 +217,39 @@ fn records_cross_between_kafka_clients_and_rill_commands() {
     assert_eq!(
         lines, expected,
         "kafka-python read of records rill produce wrote"
+    );
+}
+
+#[test]
+fn kafka_consumer_groups_resume_and_rebalance_on_rills_coordinator() {
+    let (broker, kafka, _) = kafka_broker();
+    let topic = "grouped";
+    broker.rill_ok(&["topic", "create", topic, "--partitions", "6"]);
+    let n = 3000;
+    let out = run_script(&broker, &["produce", &kafka, topic, &n.to_string()]);
+    assert!(out.contains("produced 3000"), "{out}");
+
+    // kafka-python (range): read half, commit, restart, resume.
+    let out = run_script(&broker, &["group-resume", &kafka, topic, &n.to_string()]);
+    assert!(out.contains("resumed"), "{out}");
+    let group = format!("resume-{topic}");
+    let committed = committed_offsets(&broker.rill_ok(&["group", "describe", &group]), &group);
+    let first: i64 = committed.values().sum();
+    assert!(
+        first >= n / 2 && first < n,
+        "the first consumer of {group} committed {first} of {n} records: {committed:?}"
+    );
+
+    // confluent-kafka (cooperative-sticky): 3 members, then 2.
+    let out = run_script(&broker, &["group-rebalance", &kafka, topic, &n.to_string()]);
+    assert!(out.contains("rebalanced: read 3000"), "{out}");
+    let group = format!("rebalance-{topic}");
+    let described = broker.rill_ok(&["group", "describe", &group]);
+    let committed = committed_offsets(&described, &group);
+    assert_eq!(committed.len(), 6, "{described}");
+    assert_eq!(
+        committed.values().sum::<i64>(),
+        n,
+        "the two members committed the end of every partition: {described}"
     );
 }

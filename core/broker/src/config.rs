@@ -190,6 +190,7 @@ impl Default for ObjectStoreConfig {
 /// | `group_min_session_timeout_ms` | 1000 | shortest session timeout a group member may ask for |
 /// | `group_max_session_timeout_ms` | 1800000 | longest session timeout a group member may ask for |
 /// | `group_max_size` | 1000 | most members in one consumer group |
+/// | `group_initial_rebalance_delay_ms` | 3000 | how long a Kafka classic group's first rebalance waits for more members (Kafka's `group.initial.rebalance.delay.ms`) |
 /// | `join` | none | `host:port` of a running broker: join its cluster as a voter |
 /// | `peers` | `[]` | fixed voter list, `["0@host:port", ...]` (this broker included) |
 /// | `broker_session_timeout_ms` | 1500 | a broker silent this long is fenced by the controller |
@@ -229,6 +230,7 @@ pub struct BrokerConfig {
     pub group_min_session_timeout_ms: u32,
     pub group_max_session_timeout_ms: u32,
     pub group_max_size: usize,
+    pub group_initial_rebalance_delay_ms: u32,
     pub join: Option<String>,
     pub peers: Vec<String>,
     pub broker_session_timeout_ms: u64,
@@ -270,6 +272,7 @@ impl Default for BrokerConfig {
             group_min_session_timeout_ms: 1000,
             group_max_session_timeout_ms: 30 * 60 * 1000,
             group_max_size: 1000,
+            group_initial_rebalance_delay_ms: 3000,
             join: None,
             peers: Vec::new(),
             broker_session_timeout_ms: 1500,
@@ -396,6 +399,15 @@ impl BrokerConfig {
         }
         if self.group_max_size == 0 {
             return Err(bad("group_max_size", "must be >= 1".into()));
+        }
+        if self.group_initial_rebalance_delay_ms > 300_000 {
+            return Err(bad(
+                "group_initial_rebalance_delay_ms",
+                format!(
+                    "must be at most 300000 (5 minutes), got {}",
+                    self.group_initial_rebalance_delay_ms
+                ),
+            ));
         }
         if self.tls.cert.is_some() != self.tls.key.is_some() {
             return Err(bad(

@@ -254,6 +254,11 @@ pub const TOPICS_PER_REQUEST_MAX: usize = 10_000;
 pub const CONFIGS_PER_TOPIC_MAX: usize = 1_000;
 /// Most group ids one request may name (DescribeGroups, DeleteGroups).
 pub const GROUP_IDS_PER_REQUEST_MAX: usize = 10_000;
+/// Most members one request may name (SyncGroup's assignments, LeaveGroup).
+pub const MEMBERS_PER_REQUEST_MAX: usize = 10_000;
+/// Most protocols a member may offer in one JoinGroup (Kafka clients send
+/// one per assignor they are configured with).
+pub const PROTOCOLS_PER_JOIN_MAX: usize = 64;
 /// Most broker ids one request may list (AlterPartition's ISR).
 pub const BROKERS_PER_REQUEST_MAX: usize = 10_000;
 
@@ -264,6 +269,8 @@ enum Elements {
     Topics,
     Configs,
     GroupIds,
+    Members,
+    Protocols,
     Brokers,
 }
 
@@ -285,6 +292,16 @@ impl Elements {
                 GROUP_IDS_PER_REQUEST_MAX,
                 "group ids",
                 "GROUP_IDS_PER_REQUEST_MAX",
+            ),
+            Elements::Members => (
+                MEMBERS_PER_REQUEST_MAX,
+                "members",
+                "MEMBERS_PER_REQUEST_MAX",
+            ),
+            Elements::Protocols => (
+                PROTOCOLS_PER_JOIN_MAX,
+                "protocols",
+                "PROTOCOLS_PER_JOIN_MAX",
             ),
             Elements::Brokers => (
                 BROKERS_PER_REQUEST_MAX,
@@ -326,6 +343,7 @@ fn counts(api: ApiKey, request: &dyn Any) -> Vec<Count> {
         | ApiKey::InitProducerId
         | ApiKey::FindCoordinator
         | ApiKey::ListGroups
+        | ApiKey::GroupHeartbeat
         | ApiKey::RaftRpc
         | ApiKey::JoinCluster
         | ApiKey::BrokerHeartbeat
@@ -391,6 +409,15 @@ fn counts(api: ApiKey, request: &dyn Any) -> Vec<Count> {
         ApiKey::DeleteGroups => of::<DeleteGroupsRequest>(request, |r| {
             vec![("group_ids", r.group_ids.len(), GroupIds)]
         }),
+        ApiKey::JoinGroup => of::<JoinGroupRequest>(request, |r| {
+            vec![("protocols", r.protocols.len(), Protocols)]
+        }),
+        ApiKey::SyncGroup => of::<SyncGroupRequest>(request, |r| {
+            vec![("assignments", r.assignments.len(), Members)]
+        }),
+        ApiKey::LeaveGroup => {
+            of::<LeaveGroupRequest>(request, |r| vec![("members", r.members.len(), Members)])
+        }
         ApiKey::AlterPartition => {
             of::<AlterPartitionRequest>(request, |r| vec![("new_isr", r.new_isr.len(), Brokers)])
         }

@@ -340,6 +340,27 @@ fn table() -> Table {
         |r| groups(Delete, &r.group_ids),
         |s, _, r, _| async move { Ok(group::delete_groups(&s, r).await) },
     );
+    // Kafka's classic group protocol (the Kafka listener's JoinGroup & co.).
+    t.add::<JoinGroupRequest, _, _, _>(
+        Meta,
+        |r| vec![Resource::Group(Read, &r.group_id)],
+        |s, _, r, _| async move { Ok(group::join_group(&s, r).await) },
+    );
+    t.add::<SyncGroupRequest, _, _, _>(
+        Meta,
+        |r| vec![Resource::Group(Read, &r.group_id)],
+        |s, _, r, _| async move { Ok(group::sync_group(&s, r).await) },
+    );
+    t.add::<GroupHeartbeatRequest, _, _, _>(
+        Meta,
+        |r| vec![Resource::Group(Read, &r.group_id)],
+        |s, _, r, _| async move { Ok(group::group_heartbeat(&s, r).await) },
+    );
+    t.add::<LeaveGroupRequest, _, _, _>(
+        Meta,
+        |r| vec![Resource::Group(Read, &r.group_id)],
+        |s, _, r, _| async move { Ok(group::leave_group(&s, r).await) },
+    );
 
     // Between brokers: the metadata quorum and replication (broker principals
     // only, whatever the auth mode: see `auth::broker_only`).

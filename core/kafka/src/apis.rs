@@ -13,6 +13,7 @@
 //! the last stable offset is the high watermark.
 
 use crate::codes::{kafka, to_kafka};
+use crate::groups;
 use crate::{Closed, Shared, encode_response};
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages as km;
@@ -41,6 +42,15 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::InitProducerId, 0, 4),
     (ApiKey::DescribeConfigs, 1, 4),
     (ApiKey::DescribeCluster, 0, 1),
+    (ApiKey::JoinGroup, 0, 9),
+    (ApiKey::SyncGroup, 0, 5),
+    (ApiKey::Heartbeat, 0, 4),
+    (ApiKey::LeaveGroup, 0, 5),
+    (ApiKey::ListGroups, 0, 5),
+    (ApiKey::DescribeGroups, 0, 6),
+    (ApiKey::DeleteGroups, 0, 2),
+    (ApiKey::AlterConfigs, 0, 2),
+    (ApiKey::IncrementalAlterConfigs, 0, 1),
 ];
 
 /// The versions of `key` this listener speaks, if any.
@@ -74,7 +84,7 @@ impl Endpoint {
     }
 }
 
-fn sb(s: impl Into<String>) -> StrBytes {
+pub(crate) fn sb(s: impl Into<String>) -> StrBytes {
     StrBytes::from_string(s.into())
 }
 
@@ -82,17 +92,17 @@ fn topic_name(s: &str) -> TopicName {
     TopicName(sb(s))
 }
 
-fn message(info: &ErrorInfo) -> Option<StrBytes> {
+pub(crate) fn message(info: &ErrorInfo) -> Option<StrBytes> {
     Some(sb(info.message.clone()))
 }
 
-fn code(error: &Option<ErrorInfo>) -> i16 {
+pub(crate) fn code(error: &Option<ErrorInfo>) -> i16 {
     error.as_ref().map_or(kafka::NONE, |e| to_kafka(e.code))
 }
 
 /// The error a call failed with, or `INTERNAL_ERROR` if a call that must
 /// answer did not.
-fn failed(api: &str) -> ErrorInfo {
+pub(crate) fn failed(api: &str) -> ErrorInfo {
     ErrorInfo::new(
         ErrorCode::InternalError,
         format!("{api}: the broker gave no answer"),
@@ -125,9 +135,15 @@ pub(crate) async fn serve(
     caller: &Arc<Caller>,
     key: ApiKey,
     version: i16,
-    correlation_id: i32,
+    header: &km::RequestHeader,
     mut body: Bytes,
 ) -> Result<Option<Bytes>, Closed> {
+    let correlation_id = header.correlation_id;
+    let client_id = header
+        .client_id
+        .as_ref()
+        .map(|c| c.to_string())
+        .unwrap_or_default();
     macro_rules! answer {
         ($response:expr) => {
             encode_response(key, version, correlation_id, &$response).map(Some)
@@ -188,6 +204,42 @@ pub(crate) async fn serve(
         ApiKey::DescribeCluster => {
             let _: km::DescribeClusterRequest = decode(key, version, &mut body)?;
             answer!(describe_cluster(shared, caller).await)
+        }
+        ApiKey::JoinGroup => {
+            let r = decode(key, version, &mut body)?;
+            answer!(groups::join_group(shared, caller, version, &client_id, r).await)
+        }
+        ApiKey::SyncGroup => {
+            let r = decode(key, version, &mut body)?;
+            answer!(groups::sync_group(shared, caller, version, r).await)
+        }
+        ApiKey::Heartbeat => {
+            let r = decode(key, version, &mut body)?;
+            answer!(groups::heartbeat(shared, caller, r).await)
+        }
+        ApiKey::LeaveGroup => {
+            let r = decode(key, version, &mut body)?;
+            answer!(groups::leave_group(shared, caller, version, r).await)
+        }
+        ApiKey::ListGroups => {
+            let r = decode(key, version, &mut body)?;
+            answer!(groups::list_groups(shared, caller, r).await)
+        }
+        ApiKey::DescribeGroups => {
+            let r = decode(key, version, &mut body)?;
+            answer!(groups::describe_groups(shared, caller, r).await)
+        }
+        ApiKey::AlterConfigs => {
+            let r = decode(key, version, &mut body)?;
+            answer!(crate::configs::alter_configs(shared, caller, r).await)
+        }
+        ApiKey::IncrementalAlterConfigs => {
+            let r = decode(key, version, &mut body)?;
+            answer!(crate::configs::incremental_alter_configs(shared, caller, r).await)
+        }
+        ApiKey::DeleteGroups => {
+            let r = decode(key, version, &mut body)?;
+            answer!(groups::delete_groups(shared, caller, r).await)
         }
         other => Err(Closed::Because(format!(
             "{other:?} is not served by this broker's Kafka listener"

@@ -24,8 +24,10 @@ pub mod kafka {
     pub const NOT_ENOUGH_REPLICAS_AFTER_APPEND: i16 = 20;
     pub const INVALID_REQUIRED_ACKS: i16 = 21;
     pub const INCONSISTENT_GROUP_PROTOCOL: i16 = 23;
+    pub const ILLEGAL_GENERATION: i16 = 22;
     pub const INVALID_GROUP_ID: i16 = 24;
     pub const UNKNOWN_MEMBER_ID: i16 = 25;
+    pub const REBALANCE_IN_PROGRESS: i16 = 27;
     pub const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
     pub const GROUP_AUTHORIZATION_FAILED: i16 = 30;
     pub const CLUSTER_AUTHORIZATION_FAILED: i16 = 31;
@@ -46,6 +48,7 @@ pub mod kafka {
     pub const GROUP_ID_NOT_FOUND: i16 = 69;
     pub const FETCH_SESSION_ID_NOT_FOUND: i16 = 70;
     pub const FENCED_LEADER_EPOCH: i16 = 74;
+    pub const MEMBER_ID_REQUIRED: i16 = 79;
     pub const UNKNOWN_LEADER_EPOCH: i16 = 75;
     pub const GROUP_MAX_SIZE_REACHED: i16 = 81;
     pub const INVALID_RECORD: i16 = 87;
@@ -94,6 +97,9 @@ pub fn to_kafka(code: ErrorCode) -> i16 {
         ErrorCode::RemoteStorageUnavailable => KAFKA_STORAGE_ERROR,
         ErrorCode::GroupMaxSizeReached => GROUP_MAX_SIZE_REACHED,
         ErrorCode::InconsistentGroupProtocol => INCONSISTENT_GROUP_PROTOCOL,
+        ErrorCode::IllegalGeneration => ILLEGAL_GENERATION,
+        ErrorCode::RebalanceInProgress => REBALANCE_IN_PROGRESS,
+        ErrorCode::MemberIdRequired => MEMBER_ID_REQUIRED,
         ErrorCode::NotEnoughReplicasAfterAppend => NOT_ENOUGH_REPLICAS_AFTER_APPEND,
         // The quorum is electing: the partition's leader is not known yet.
         ErrorCode::ClusterNotReady => LEADER_NOT_AVAILABLE,

@@ -31,6 +31,8 @@
 
 mod apis;
 pub mod codes;
+mod configs;
+mod groups;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
@@ -287,7 +289,7 @@ pub(crate) async fn handle_frame(
             range.end()
         )));
     }
-    apis::serve(shared, caller, key, version, correlation_id, body).await
+    apis::serve(shared, caller, key, version, &header, body).await
 }
 
 /// A response frame: size, response header, body.

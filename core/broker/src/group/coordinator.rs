@@ -37,6 +37,9 @@ use rill_proto::wire::*;
 use super::assignor::{self, ASSIGNORS, MemberSpec, Tp};
 use super::records::{GroupRecord, GroupValue, OffsetValue};
 
+mod classic;
+pub use classic::{Pending, consumer_protocol};
+
 /// Monotonic milliseconds, as the shell counts them.
 pub type Millis = u64;
 
@@ -61,6 +64,9 @@ pub struct CoordinatorConfig {
     pub session_timeout_ms_max: u32,
     pub members_per_group_max: usize,
     pub groups_max: usize,
+    /// How long a classic group's first rebalance waits for more members
+    /// (Kafka's `group.initial.rebalance.delay.ms`).
+    pub initial_rebalance_delay_ms: u32,
 }
 
 impl Default for CoordinatorConfig {
@@ -70,6 +76,7 @@ impl Default for CoordinatorConfig {
             session_timeout_ms_max: 30 * 60 * 1000,
             members_per_group_max: 1000,
             groups_max: 10_000,
+            initial_rebalance_delay_ms: 3000,
         }
     }
 }
@@ -121,6 +128,38 @@ pub mod input {
     #[derive(Debug, Clone)]
     pub struct Tick;
 
+    /// A classic member's JoinGroup; `new_member_id` is the id a new member
+    /// gets (the shell makes it unique).
+    #[derive(Debug, Clone)]
+    pub struct JoinGroup {
+        pub request: JoinGroupRequest,
+        pub new_member_id: String,
+    }
+
+    /// Whether a waiting JoinGroup's answer is there.
+    #[derive(Debug, Clone)]
+    pub struct JoinResult {
+        pub group_id: String,
+        pub member_id: String,
+    }
+
+    #[derive(Debug, Clone)]
+    pub struct SyncGroup(pub SyncGroupRequest);
+
+    /// Whether a waiting SyncGroup's answer is there.
+    #[derive(Debug, Clone)]
+    pub struct SyncResult {
+        pub group_id: String,
+        pub member_id: String,
+        pub generation: i32,
+    }
+
+    #[derive(Debug, Clone)]
+    pub struct GroupHeartbeat(pub GroupHeartbeatRequest);
+
+    #[derive(Debug, Clone)]
+    pub struct LeaveGroup(pub LeaveGroupRequest);
+
     /// A record that is durable in `__consumer_offsets` (written or loaded).
     #[derive(Debug, Clone)]
     pub struct Replay(pub GroupRecord);
@@ -135,8 +174,8 @@ impl Input for input::Heartbeat {
 
 impl Input for input::CommitOffsets {
     type Reply = OffsetCommitResponse;
-    fn apply(self, c: &mut GroupCoordinator, _now: Millis) -> Output<Self::Reply> {
-        c.commit(self.request, self.wall_ms)
+    fn apply(self, c: &mut GroupCoordinator, now: Millis) -> Output<Self::Reply> {
+        c.commit(now, self.request, self.wall_ms)
     }
 }
 
@@ -165,6 +204,48 @@ impl Input for input::DeleteGroups {
     type Reply = DeleteGroupsResponse;
     fn apply(self, c: &mut GroupCoordinator, _now: Millis) -> Output<Self::Reply> {
         c.delete(self.0)
+    }
+}
+
+impl Input for input::JoinGroup {
+    type Reply = Pending<JoinGroupResponse>;
+    fn apply(self, c: &mut GroupCoordinator, now: Millis) -> Output<Self::Reply> {
+        c.join_group(now, self.request, self.new_member_id)
+    }
+}
+
+impl Input for input::JoinResult {
+    type Reply = Pending<JoinGroupResponse>;
+    fn apply(self, c: &mut GroupCoordinator, _now: Millis) -> Output<Self::Reply> {
+        Output::reply(c.join_result(&self.group_id, &self.member_id))
+    }
+}
+
+impl Input for input::SyncGroup {
+    type Reply = Pending<SyncGroupResponse>;
+    fn apply(self, c: &mut GroupCoordinator, now: Millis) -> Output<Self::Reply> {
+        Output::reply(c.sync_group(now, self.0))
+    }
+}
+
+impl Input for input::SyncResult {
+    type Reply = Pending<SyncGroupResponse>;
+    fn apply(self, c: &mut GroupCoordinator, _now: Millis) -> Output<Self::Reply> {
+        Output::reply(c.sync_answer(&self.group_id, &self.member_id, self.generation))
+    }
+}
+
+impl Input for input::GroupHeartbeat {
+    type Reply = GroupHeartbeatResponse;
+    fn apply(self, c: &mut GroupCoordinator, now: Millis) -> Output<Self::Reply> {
+        Output::reply(c.group_heartbeat(now, self.0))
+    }
+}
+
+impl Input for input::LeaveGroup {
+    type Reply = LeaveGroupResponse;
+    fn apply(self, c: &mut GroupCoordinator, now: Millis) -> Output<Self::Reply> {
+        c.leave_group(now, self.0)
     }
 }
 
@@ -228,6 +309,8 @@ struct Group {
     /// Partition counts of the subscribed topics as of the last heartbeat.
     topics: BTreeMap<String, u32>,
     offsets: BTreeMap<Tp, OffsetValue>,
+    /// Members of Kafka's classic protocol (none while `members` has any).
+    classic: classic::Classic,
 }
 
 impl Group {
@@ -235,8 +318,19 @@ impl Group {
         self.epoch += 1;
     }
 
+    /// Whether the group has members of either protocol.
+    fn has_members(&self) -> bool {
+        !self.members.is_empty() || !self.classic.members.is_empty()
+    }
+
+    fn member_count(&self) -> usize {
+        self.members.len() + self.classic.members.len()
+    }
+
     fn state(&self) -> &'static str {
-        if self.members.is_empty() {
+        if !self.classic.members.is_empty() || self.classic.phase != classic::Phase::Empty {
+            self.classic.phase.name()
+        } else if self.members.is_empty() {
             "Empty"
         } else if self.members.iter().any(|(id, m)| {
             !m.revoking.is_empty() || self.target.get(id).is_none_or(|t| *t != m.assigned)
@@ -414,6 +508,20 @@ impl GroupCoordinator {
     /// Panics if an invariant is broken (see the module doc).
     pub fn check_invariants(&self) {
         for (gid, g) in &self.groups {
+            assert!(
+                g.members.is_empty() || g.classic.members.is_empty(),
+                "group {gid} has members of both protocols"
+            );
+            if matches!(
+                g.classic.phase,
+                classic::Phase::CompletingRebalance | classic::Phase::Stable
+            ) {
+                let leader = g.classic.leader.as_ref();
+                assert!(
+                    leader.is_some_and(|l| g.classic.members.contains_key(l)),
+                    "group {gid}: classic leader {leader:?} is not a member"
+                );
+            }
             let mut holders: BTreeMap<&Tp, &str> = BTreeMap::new();
             for (mid, m) in &g.members {
                 assert!(
@@ -435,15 +543,29 @@ impl GroupCoordinator {
     pub fn next_deadline(&self) -> Option<Millis> {
         self.groups
             .values()
-            .flat_map(|g| g.members.values().map(|m| m.deadline))
+            .flat_map(|g| {
+                let c = &g.classic;
+                // A rebalance ends by time at its deadline, or when the
+                // initial delay is over (if everyone has joined by then).
+                let rebalance = (c.phase == classic::Phase::PreparingRebalance).then(|| {
+                    match c.initial_until {
+                        0 => c.join_deadline,
+                        t => t.min(c.join_deadline),
+                    }
+                });
+                g.members
+                    .values()
+                    .map(|m| m.deadline)
+                    .chain(c.members.values().map(|m| m.deadline))
+                    .chain(c.pending.values().copied())
+                    .chain(rebalance)
+            })
             .min()
     }
 
     /// Whether the group has members (live, or static ones that left for a moment).
     pub fn has_members(&self, group_id: &str) -> bool {
-        self.groups
-            .get(group_id)
-            .is_some_and(|g| !g.members.is_empty())
+        self.groups.get(group_id).is_some_and(Group::has_members)
     }
 
     fn validate_heartbeat(&self, req: &ConsumerGroupHeartbeatRequest) -> Result<(), ErrorInfo> {
@@ -597,6 +719,19 @@ impl GroupCoordinator {
         }
         let members_max = self.config.members_per_group_max;
         let g = self.groups.get_mut(&gid).expect("present");
+        if !g.classic.members.is_empty() {
+            let n = g.classic.members.len();
+            return Output::reply(heartbeat_error(
+                err(
+                    ErrorCode::InconsistentGroupProtocol,
+                    format!(
+                        "group {gid} has {n} member(s) using Kafka's classic group protocol; a member of \
+                         Rill's consumer-group protocol cannot join it (use another group id)"
+                    ),
+                ),
+                &req,
+            ));
+        }
         let others_assignor = g.members.keys().any(|k| *k != mid);
         if others_assignor && g.assignor != req.assignor {
             let assignor = g.assignor.clone();
@@ -761,6 +896,7 @@ impl GroupCoordinator {
 
     fn commit(
         &mut self,
+        now: Millis,
         req: OffsetCommitRequest,
         wall_ms: TimestampMs,
     ) -> Output<OffsetCommitResponse> {
@@ -784,8 +920,25 @@ impl GroupCoordinator {
             ));
         }
         let gid = &req.group_id;
+        // A classic member is fenced by its generation; it owns what its
+        // leader gave it, which the coordinator does not read.
+        let classic = match &req.member {
+            Some((mid, generation))
+                if self
+                    .groups
+                    .get(gid)
+                    .is_some_and(|g| !g.classic.members.is_empty()) =>
+            {
+                if let Err(e) = self.check_classic_commit(now, gid, mid, *generation) {
+                    return whole(e);
+                }
+                true
+            }
+            _ => false,
+        };
         let group = self.groups.get(gid);
         let owner: Option<&Member> = match &req.member {
+            Some(_) if classic => None,
             Some((mid, epoch)) => {
                 let Some(m) = group.and_then(|g| g.members.get(mid)) else {
                     return whole(ErrorInfo::new(
@@ -810,15 +963,21 @@ impl GroupCoordinator {
             }
             None => {
                 if let Some(g) = group
-                    && !g.members.is_empty()
+                    && g.has_members()
                 {
-                    let ids: Vec<&str> = g.members.keys().map(String::as_str).take(5).collect();
+                    let ids: Vec<&str> = g
+                        .members
+                        .keys()
+                        .chain(g.classic.members.keys())
+                        .map(String::as_str)
+                        .take(5)
+                        .collect();
                     return whole(ErrorInfo::new(
                         ErrorCode::NonEmptyGroup,
                         format!(
                             "group {gid} has {} member(s) ({}): stop them, or wait for their session timeout, \
                              before resetting its offsets (see `rill group describe {gid}`)",
-                            g.members.len(),
+                            g.member_count(),
                             ids.join(", ")
                         ),
                     ));
@@ -935,7 +1094,7 @@ impl GroupCoordinator {
                 .map(|(id, g)| GroupListing {
                     group_id: id.clone(),
                     state: g.state().to_string(),
-                    members: g.members.len() as u32,
+                    members: g.member_count() as u32,
                 })
                 .collect(),
         }
@@ -963,20 +1122,23 @@ impl GroupCoordinator {
                     state: g.state().to_string(),
                     group_epoch: g.epoch,
                     assignor: g.assignor.clone(),
-                    members: g
-                        .members
-                        .iter()
-                        .map(|(id, m)| GroupMemberDescription {
-                            member_id: id.clone(),
-                            instance_id: m.instance_id.clone(),
-                            client_id: m.client_id.clone(),
-                            member_epoch: m.epoch,
-                            subscribed_topics: m.subscribed.clone(),
-                            assignment: to_topic_partitions(&m.assigned),
-                            revoking: to_topic_partitions(&m.revoking),
-                            left: m.left,
-                        })
-                        .collect(),
+                    members: if !g.classic.members.is_empty() {
+                        Self::describe_classic(g)
+                    } else {
+                        g.members
+                            .iter()
+                            .map(|(id, m)| GroupMemberDescription {
+                                member_id: id.clone(),
+                                instance_id: m.instance_id.clone(),
+                                client_id: m.client_id.clone(),
+                                member_epoch: m.epoch,
+                                subscribed_topics: m.subscribed.clone(),
+                                assignment: to_topic_partitions(&m.assigned),
+                                revoking: to_topic_partitions(&m.revoking),
+                                left: m.left,
+                            })
+                            .collect()
+                    },
                     offsets: g
                         .offsets
                         .keys()
@@ -998,11 +1160,11 @@ impl GroupCoordinator {
                     ErrorCode::GroupIdNotFound,
                     format!("group {gid} does not exist"),
                 ),
-                Some(g) if !g.members.is_empty() => err(
+                Some(g) if g.has_members() => err(
                     ErrorCode::NonEmptyGroup,
                     format!(
                         "group {gid} has {} member(s): stop them, or wait for their session timeout, before deleting it",
-                        g.members.len()
+                        g.member_count()
                     ),
                 ),
                 Some(g) => {
@@ -1049,8 +1211,9 @@ impl GroupCoordinator {
             if !expired.is_empty() {
                 records.extend(self.epoch_record(&gid));
             }
+            self.classic_tick(&gid, now, &mut records);
             let g = &self.groups[&gid];
-            if g.members.is_empty() && g.offsets.is_empty() {
+            if !g.has_members() && g.classic.is_empty() && g.offsets.is_empty() {
                 let persisted = g.persisted_epoch > 0;
                 self.groups.remove(&gid);
                 if persisted {
@@ -1090,7 +1253,7 @@ impl GroupCoordinator {
                     let g = self.groups.entry(group).or_default();
                     g.epoch = g.epoch.max(v.group_epoch);
                     g.persisted_epoch = g.persisted_epoch.max(v.group_epoch);
-                    if g.members.is_empty() {
+                    if !g.has_members() {
                         g.assignor = v.assignor;
                     }
                 }
@@ -1098,7 +1261,7 @@ impl GroupCoordinator {
                     if self
                         .groups
                         .get(&group)
-                        .is_some_and(|g| g.members.is_empty())
+                        .is_some_and(|g| !g.has_members() && g.classic.is_empty())
                     {
                         self.groups.remove(&group);
                     }

@@ -20,7 +20,9 @@ mod coordinator_tests;
 pub mod records;
 pub(crate) mod service;
 
-pub use coordinator::{CoordinatorConfig, GroupCoordinator, Input, Output, input};
+pub use coordinator::{
+    CoordinatorConfig, GroupCoordinator, Input, Output, Pending, consumer_protocol, input,
+};
 pub use records::GroupRecord;
 pub(crate) use service::GroupService;
 

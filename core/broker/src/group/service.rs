@@ -54,7 +54,7 @@ use rill_proto::types::now_ms;
 use rill_proto::wire::*;
 use rill_proto::{BatchBuilder, Compression, LeaderEpoch, Offset, Record};
 
-use super::coordinator::{CoordinatorConfig, GroupCoordinator, Input, Millis, input};
+use super::coordinator::{CoordinatorConfig, GroupCoordinator, Input, Millis, Pending, input};
 use super::records::GroupRecord;
 use super::{OFFSETS_TOPIC, offsets_partition_for};
 use crate::cluster::api as cluster_api;
@@ -69,6 +69,12 @@ use crate::topics::{TopicRegistry, TopicSpec};
 pub const GROUP_TICK_INTERVAL: Duration = Duration::from_millis(100);
 /// Longest a commit waits for its records to reach every in-sync replica.
 pub const REPLICATION_WAIT: Duration = Duration::from_secs(5);
+/// How long a classic member's JoinGroup or SyncGroup waits for the other
+/// members beyond its rebalance timeout (the coordinator ends a rebalance by
+/// then; this only bounds a wait that something else went wrong in).
+const CLASSIC_WAIT_SLACK: Duration = Duration::from_secs(5);
+/// Longest wait of one JoinGroup or SyncGroup, whatever the member asks.
+const CLASSIC_WAIT_MAX: Duration = Duration::from_secs(30 * 60);
 /// Bytes read per step while loading `__consumer_offsets`.
 const LOAD_READ_BYTES: usize = 1024 * 1024;
 
@@ -153,6 +159,12 @@ pub struct GroupService {
     inner: Mutex<Inner>,
     /// Woken whenever a write turn passes on.
     turn_moved: tokio::sync::Notify,
+    /// Woken after every step: JoinGroup and SyncGroup waiters look again.
+    changed: tokio::sync::Notify,
+    /// Makes the ids given to new classic members unique: this broker, its
+    /// start time, a counter.
+    member_id_base: String,
+    member_ids: std::sync::atomic::AtomicU64,
     /// One load at a time per `__consumer_offsets` partition.
     loads: Mutex<BTreeMap<u32, Arc<tokio::sync::Mutex<()>>>>,
     config: CoordinatorConfig,
@@ -174,10 +186,12 @@ impl std::fmt::Debug for GroupService {
 
 impl GroupService {
     pub fn new(config: &BrokerConfig) -> GroupService {
+        let broker_id = config.id;
         let config = CoordinatorConfig {
             session_timeout_ms_min: config.group_min_session_timeout_ms,
             session_timeout_ms_max: config.group_max_session_timeout_ms,
             members_per_group_max: config.group_max_size,
+            initial_rebalance_delay_ms: config.group_initial_rebalance_delay_ms,
             ..CoordinatorConfig::default()
         };
         GroupService {
@@ -190,6 +204,15 @@ impl GroupService {
                 abandoned: BTreeSet::new(),
             }),
             turn_moved: tokio::sync::Notify::new(),
+            changed: tokio::sync::Notify::new(),
+            member_id_base: format!(
+                "{}-{:x}",
+                broker_id,
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos())
+            ),
+            member_ids: std::sync::atomic::AtomicU64::new(0),
             loads: Mutex::new(BTreeMap::new()),
             config,
             clock_base: Instant::now(),
@@ -201,6 +224,21 @@ impl GroupService {
 
     fn now(&self) -> Millis {
         self.clock_base.elapsed().as_millis() as Millis
+    }
+
+    /// A member id no other member of any group has had: Kafka's form,
+    /// the client id and a unique suffix.
+    fn new_member_id(&self, client_id: &str) -> String {
+        let client: String = client_id
+            .chars()
+            .filter(|c| !c.is_control())
+            .take(64)
+            .collect();
+        let client = if client.is_empty() { "member" } else { &client };
+        let n = self
+            .member_ids
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        format!("{client}-{}-{n}", self.member_id_base)
     }
 
     /// Whether partition `p` is loaded in its current leader epoch.
@@ -313,6 +351,14 @@ impl GroupService {
         Ok(())
     }
 
+    /// Runs a step that only reads (it writes no records and wakes no
+    /// waiter): a waiting JoinGroup or SyncGroup looking for its answer.
+    fn look<I: Input>(&self, input: I) -> I::Reply {
+        let out = self.inner.lock().coordinator.step(self.now(), input);
+        debug_assert!(out.records.is_empty(), "a look writes nothing");
+        out.reply
+    }
+
     /// Runs one step and makes its records durable: appended on the leader and
     /// replayed (in step order, see the module doc), then replicated to the ISR.
     /// Err: the records were not appended (nothing was replayed), or not
@@ -325,6 +371,7 @@ impl GroupService {
         let (out, turn) = {
             let mut inner = self.inner.lock();
             let out = inner.coordinator.step(self.now(), input);
+            self.changed.notify_waiters();
             if out.records.is_empty() {
                 return (out.reply, Ok(()));
             }
@@ -846,6 +893,155 @@ pub(crate) async fn delete_groups(
         }
     }
     resp.results.extend(results);
+    resp
+}
+
+// ---------------------------------------------------------------- classic groups
+
+/// Asks the coordinator `make()` until it answers, waking whenever the
+/// coordinator changed (a look itself changes nothing, so it wakes nobody),
+/// for at most `wait`; then `gave_up` (with why).
+async fn await_answer<I, R>(
+    state: &Arc<BrokerState>,
+    make: impl Fn() -> I,
+    wait: Duration,
+    gave_up: impl FnOnce(ErrorInfo) -> R,
+) -> R
+where
+    I: Input<Reply = Pending<R>>,
+{
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        let changed = state.groups.changed.notified();
+        tokio::pin!(changed);
+        changed.as_mut().enable();
+        if let Pending::Done(r) = state.groups.look(make()) {
+            return r;
+        }
+        tokio::select! {
+            _ = changed => {}
+            _ = tokio::time::sleep_until(deadline) => {
+                return gave_up(ErrorInfo::new(
+                    ErrorCode::RebalanceInProgress,
+                    format!("the group's rebalance did not complete within {wait:?}: join again"),
+                ));
+            }
+            _ = state.shutdown.cancelled() => {
+                return gave_up(ErrorInfo::new(
+                    ErrorCode::NotCoordinator,
+                    format!("broker {} is shutting down: find the group's coordinator again", state.config.id),
+                ));
+            }
+        }
+    }
+}
+
+/// How long a member's JoinGroup or SyncGroup may wait for the others.
+fn classic_wait(rebalance_timeout_ms: u32) -> Duration {
+    (Duration::from_millis(u64::from(rebalance_timeout_ms)) + CLASSIC_WAIT_SLACK)
+        .min(CLASSIC_WAIT_MAX)
+}
+
+/// JoinGroup (Kafka's classic protocol): answered when the group's
+/// rebalance completes.
+pub(crate) async fn join_group(
+    state: &Arc<BrokerState>,
+    req: JoinGroupRequest,
+) -> JoinGroupResponse {
+    let failed = |e: ErrorInfo, member_id: String| JoinGroupResponse {
+        error: Some(e),
+        generation: -1,
+        protocol_type: String::new(),
+        protocol_name: String::new(),
+        leader: String::new(),
+        member_id,
+        members: Vec::new(),
+    };
+    if let Err(e) = check_coordinator(state, &req.group_id).await {
+        return failed(e, req.member_id);
+    }
+    let new_member_id = state.groups.new_member_id(&req.client_id);
+    let member_id = if req.member_id.is_empty() {
+        new_member_id.clone()
+    } else {
+        req.member_id.clone()
+    };
+    let group_id = req.group_id.clone();
+    let wait = classic_wait(req.rebalance_timeout_ms.max(req.session_timeout_ms));
+    let input = input::JoinGroup {
+        request: req,
+        new_member_id,
+    };
+    let (reply, written) = state.groups.step(state, input).await;
+    if let Err(e) = written {
+        tracing::warn!(error = %e, "could not record a group generation");
+    }
+    if let Pending::Done(r) = reply {
+        return r;
+    }
+    let make = || input::JoinResult {
+        group_id: group_id.clone(),
+        member_id: member_id.clone(),
+    };
+    await_answer(state, make, wait, |e| failed(e, member_id.clone())).await
+}
+
+/// SyncGroup: answered when the group's leader has given the assignment.
+pub(crate) async fn sync_group(
+    state: &Arc<BrokerState>,
+    req: SyncGroupRequest,
+) -> SyncGroupResponse {
+    let failed = |e: ErrorInfo| SyncGroupResponse {
+        error: Some(e),
+        protocol_type: String::new(),
+        protocol_name: String::new(),
+        assignment: Vec::new(),
+    };
+    if let Err(e) = check_coordinator(state, &req.group_id).await {
+        return failed(e);
+    }
+    let (group_id, member_id, generation) =
+        (req.group_id.clone(), req.member_id.clone(), req.generation);
+    if let Pending::Done(r) = state.groups.step(state, input::SyncGroup(req)).await.0 {
+        return r;
+    }
+    let make = || input::SyncResult {
+        group_id: group_id.clone(),
+        member_id: member_id.clone(),
+        generation,
+    };
+    // The leader syncs within its session timeout or is removed; the
+    // coordinator's largest session timeout bounds that.
+    let wait = classic_wait(state.groups.config.session_timeout_ms_max);
+    await_answer(state, make, wait, failed).await
+}
+
+/// Heartbeat (Kafka's classic protocol).
+pub(crate) async fn group_heartbeat(
+    state: &Arc<BrokerState>,
+    req: GroupHeartbeatRequest,
+) -> GroupHeartbeatResponse {
+    if let Err(e) = check_coordinator(state, &req.group_id).await {
+        return GroupHeartbeatResponse { error: Some(e) };
+    }
+    state.groups.step(state, input::GroupHeartbeat(req)).await.0
+}
+
+/// LeaveGroup (Kafka's classic protocol): the group rebalances without them.
+pub(crate) async fn leave_group(
+    state: &Arc<BrokerState>,
+    req: LeaveGroupRequest,
+) -> LeaveGroupResponse {
+    if let Err(e) = check_coordinator(state, &req.group_id).await {
+        return LeaveGroupResponse {
+            error: Some(e),
+            members: Vec::new(),
+        };
+    }
+    let (resp, written) = state.groups.step(state, input::LeaveGroup(req)).await;
+    if let Err(e) = written {
+        tracing::warn!(error = %e, "could not record a group generation");
+    }
     resp
 }
 

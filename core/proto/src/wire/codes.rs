@@ -91,6 +91,9 @@ error_codes! {
     RemoteStorageUnavailable = 55, true, "The object store holding tiered segments did not answer in time; retry later.";
     GroupMaxSizeReached = 34, false, "The group has as many members as the broker allows.";
     InconsistentGroupProtocol = 35, false, "The member's assignor differs from the group's, or is unknown.";
+    IllegalGeneration = 43, false, "A classic group member's generation is not the group's (a rebalance ran since): rejoin.";
+    RebalanceInProgress = 44, false, "The group is rebalancing: the member rejoins (JoinGroup) to get its new assignment.";
+    MemberIdRequired = 45, false, "A new member of a classic group must join again with the member id the broker gave it.";
     NotEnoughReplicasAfterAppend = 40, true, "The batch was written, but the ISR shrank below min.insync.replicas before it was replicated.";
     ClusterNotReady = 41, true, "The metadata quorum has no leader yet (election in progress); retry shortly.";
     ClusterAuthorizationFailed = 60, false, "Only a broker of the cluster, or a principal allowed on the cluster, may call this api.";

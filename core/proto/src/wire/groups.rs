@@ -256,6 +256,155 @@ impl ApiRequest for DeleteGroupsRequest {
     type Response = DeleteGroupsResponse;
 }
 
+// ---------------------------------------------------------------- classic groups
+//
+// Kafka's classic group protocol (JoinGroup, SyncGroup, Heartbeat, LeaveGroup),
+// for Kafka clients that assign partitions themselves (range,
+// cooperative-sticky, ...): the coordinator collects the members' protocol
+// metadata, hands it to the leader, and passes the leader's assignment on.
+// The metadata and assignment bytes are the clients' own (opaque here). Served
+// by the same coordinator and `__consumer_offsets` as the groups above; a
+// group is of one kind or the other while it has members.
+
+/// One protocol a joining member supports, with its metadata (for consumers,
+/// Kafka's ConsumerProtocolSubscription).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JoinProtocol {
+    pub name: String,
+    pub metadata: Vec<u8>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JoinGroupRequest {
+    pub group_id: String,
+    /// Empty for a new member: the coordinator gives it an id.
+    pub member_id: String,
+    pub instance_id: Option<String>,
+    pub client_id: String,
+    /// Where the member connects from (DescribeGroups shows it).
+    pub client_host: String,
+    pub session_timeout_ms: u32,
+    /// How long the coordinator waits for members to rejoin in a rebalance.
+    pub rebalance_timeout_ms: u32,
+    /// `consumer` for Kafka consumers.
+    pub protocol_type: String,
+    /// In the member's order of preference.
+    pub protocols: Vec<JoinProtocol>,
+    /// A new member gets MEMBER_ID_REQUIRED with its id and joins again with
+    /// it (Kafka's JoinGroup v4+); otherwise it joins at once.
+    pub require_known_member_id: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JoinGroupMember {
+    pub member_id: String,
+    pub instance_id: Option<String>,
+    pub metadata: Vec<u8>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JoinGroupResponse {
+    /// MEMBER_ID_REQUIRED (with `member_id` set), UNKNOWN_MEMBER_ID,
+    /// INCONSISTENT_GROUP_PROTOCOL, REBALANCE_IN_PROGRESS, NOT_COORDINATOR...
+    pub error: Option<ErrorInfo>,
+    pub generation: i32,
+    pub protocol_type: String,
+    /// The protocol every member supports, chosen by the members' votes.
+    pub protocol_name: String,
+    pub leader: String,
+    pub member_id: String,
+    /// Every member with its metadata, for the leader only (it assigns).
+    pub members: Vec<JoinGroupMember>,
+}
+
+impl ApiRequest for JoinGroupRequest {
+    const KEY: ApiKey = ApiKey::JoinGroup;
+    type Response = JoinGroupResponse;
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SyncAssignment {
+    pub member_id: String,
+    pub assignment: Vec<u8>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SyncGroupRequest {
+    pub group_id: String,
+    pub generation: i32,
+    pub member_id: String,
+    pub instance_id: Option<String>,
+    /// Checked against the group's when given.
+    pub protocol_type: Option<String>,
+    pub protocol_name: Option<String>,
+    /// The leader's assignment of every member; empty from the others.
+    pub assignments: Vec<SyncAssignment>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SyncGroupResponse {
+    pub error: Option<ErrorInfo>,
+    pub protocol_type: String,
+    pub protocol_name: String,
+    /// This member's assignment (for consumers, Kafka's ConsumerProtocolAssignment).
+    pub assignment: Vec<u8>,
+}
+
+impl ApiRequest for SyncGroupRequest {
+    const KEY: ApiKey = ApiKey::SyncGroup;
+    type Response = SyncGroupResponse;
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupHeartbeatRequest {
+    pub group_id: String,
+    pub generation: i32,
+    pub member_id: String,
+    pub instance_id: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupHeartbeatResponse {
+    /// REBALANCE_IN_PROGRESS: rejoin; ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID.
+    pub error: Option<ErrorInfo>,
+}
+
+impl ApiRequest for GroupHeartbeatRequest {
+    const KEY: ApiKey = ApiKey::GroupHeartbeat;
+    type Response = GroupHeartbeatResponse;
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeavingMember {
+    /// Empty when the member is named by its instance id.
+    pub member_id: String,
+    pub instance_id: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaveGroupRequest {
+    pub group_id: String,
+    pub members: Vec<LeavingMember>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeftMember {
+    pub member_id: String,
+    pub instance_id: Option<String>,
+    pub error: Option<ErrorInfo>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaveGroupResponse {
+    pub error: Option<ErrorInfo>,
+    pub members: Vec<LeftMember>,
+}
+
+impl ApiRequest for LeaveGroupRequest {
+    const KEY: ApiKey = ApiKey::LeaveGroup;
+    type Response = LeaveGroupResponse;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

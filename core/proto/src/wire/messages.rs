@@ -36,6 +36,11 @@ pub enum ApiKey {
     ListGroups = 13,
     DescribeGroups = 14,
     DeleteGroups = 15,
+    /// Kafka's classic group protocol (issue 19).
+    JoinGroup = 16,
+    SyncGroup = 17,
+    GroupHeartbeat = 18,
+    LeaveGroup = 19,
     /// Tiered storage (issue 7): per-partition local and remote log extents.
     DescribeStorage = 35,
     /// Idempotent producer (issue 4): a cluster-unique producer id.
@@ -60,7 +65,7 @@ pub enum ApiKey {
 }
 
 impl ApiKey {
-    pub const ALL: [ApiKey; 32] = [
+    pub const ALL: [ApiKey; 36] = [
         ApiKey::ApiVersions,
         ApiKey::Metadata,
         ApiKey::CreateTopics,
@@ -79,6 +84,10 @@ impl ApiKey {
         ApiKey::ListGroups,
         ApiKey::DescribeGroups,
         ApiKey::DeleteGroups,
+        ApiKey::JoinGroup,
+        ApiKey::SyncGroup,
+        ApiKey::GroupHeartbeat,
+        ApiKey::LeaveGroup,
         ApiKey::RaftRpc,
         ApiKey::JoinCluster,
         ApiKey::BrokerHeartbeat,
@@ -120,6 +129,10 @@ impl ApiKey {
             ApiKey::ListGroups => "list_groups",
             ApiKey::DescribeGroups => "describe_groups",
             ApiKey::DeleteGroups => "delete_groups",
+            ApiKey::JoinGroup => "join_group",
+            ApiKey::SyncGroup => "sync_group",
+            ApiKey::GroupHeartbeat => "group_heartbeat",
+            ApiKey::LeaveGroup => "leave_group",
             ApiKey::RaftRpc => "raft_rpc",
             ApiKey::JoinCluster => "join_cluster",
             ApiKey::BrokerHeartbeat => "broker_heartbeat",
