@@ -129,7 +129,6 @@ pub fn broker_only(api: ApiKey) -> bool {
             | ApiKey::JoinCluster
             | ApiKey::BrokerHeartbeat
             | ApiKey::MetadataWrite
-            | ApiKey::OffsetForLeaderEpoch
             | ApiKey::AlterPartition
             | ApiKey::CheckAccess
     )

@@ -376,9 +376,13 @@ fn table() -> Table {
     t.add::<MetadataWriteRequest, _, _, _>(Meta, none, |s, _, r, _| async move {
         s.cluster.handle_metadata_write(r).await
     });
-    t.add::<OffsetForLeaderEpochRequest, _, _, _>(Meta, none, |s, _, r, _| async move {
-        cluster_api::offset_for_leader_epoch(&s, r)
-    });
+    // Followers truncating (KIP-101), and consumers checking their position
+    // after a leader change (KIP-320, Kafka clients): describe on the topic.
+    t.add::<OffsetForLeaderEpochRequest, _, _, _>(
+        Meta,
+        |r| vec![Resource::Topic(Describe, &r.topic)],
+        |s, _, r, _| async move { cluster_api::offset_for_leader_epoch(&s, r) },
+    );
     t.add::<AlterPartitionRequest, _, _, _>(Meta, none, |s, _, r, _| async move {
         cluster_api::alter_partition(&s, r).await
     });

@@ -289,15 +289,6 @@ fn internal_requests() -> Vec<(ApiKey, Vec<u8>)> {
             }),
         ),
         (
-            ApiKey::OffsetForLeaderEpoch,
-            encode_meta(&OffsetForLeaderEpochRequest {
-                topic: "orders".into(),
-                partition: 0,
-                current_leader_epoch: LeaderEpoch(0),
-                leader_epoch: LeaderEpoch(0),
-            }),
-        ),
-        (
             ApiKey::AlterPartition,
             encode_meta(&AlterPartitionRequest {
                 broker_id: 0,

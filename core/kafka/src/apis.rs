@@ -51,6 +51,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::AlterConfigs, 0, 2),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
+    (ApiKey::OffsetForLeaderEpoch, 2, 4),
+    (ApiKey::SaslHandshake, 0, 1),
 ];
 
 /// The versions of `key` this listener speaks, if any.
@@ -228,6 +230,25 @@ pub(crate) async fn serve(
         ApiKey::DescribeGroups => {
             let r = decode(key, version, &mut body)?;
             answer!(groups::describe_groups(shared, caller, r).await)
+        }
+        ApiKey::OffsetForLeaderEpoch => {
+            let r = decode(key, version, &mut body)?;
+            answer!(offset_for_leader_epoch(shared, caller, r).await)
+        }
+        ApiKey::SaslHandshake => {
+            let r: km::SaslHandshakeRequest = decode(key, version, &mut body)?;
+            tracing::info!(
+                peer = %caller.peer,
+                mechanism = %r.mechanism,
+                "a Kafka client asked for SASL, which this listener does not offer yet"
+            );
+            // No mechanism is enabled: the client reports
+            // UNSUPPORTED_SASL_MECHANISM with the (empty) list.
+            answer!(
+                km::SaslHandshakeResponse::default()
+                    .with_error_code(kafka::UNSUPPORTED_SASL_MECHANISM)
+                    .with_mechanisms(Vec::new())
+            )
         }
         ApiKey::AlterConfigs => {
             let r = decode(key, version, &mut body)?;
@@ -878,6 +899,68 @@ async fn delete_topics(
         );
     }
     km::DeleteTopicsResponse::default().with_responses(responses)
+}
+
+// ---------------------------------------------------------------- leader epochs
+
+/// KIP-320: a consumer that saw the leader epoch change asks where its
+/// epoch ends, to detect a truncated log. One Rill call per partition.
+async fn offset_for_leader_epoch(
+    shared: &Shared,
+    caller: &Arc<Caller>,
+    r: km::OffsetForLeaderEpochRequest,
+) -> km::OffsetForLeaderEpochResponse {
+    let replica = r.replica_id.0;
+    let mut topics = Vec::new();
+    for t in &r.topics {
+        let mut partitions = Vec::new();
+        for p in &t.partitions {
+            let out = km::offset_for_leader_epoch_response::EpochEndOffset::default()
+                .with_partition(p.partition)
+                .with_leader_epoch(-1)
+                .with_end_offset(-1);
+            let answer = if replica >= 0 {
+                // Followers are brokers and speak QUIC.
+                Err(ErrorInfo::new(
+                    ErrorCode::ClusterAuthorizationFailed,
+                    "OffsetForLeaderEpoch with a replica id: replicas use the brokers' own protocol",
+                ))
+            } else if p.partition < 0 {
+                Err(ErrorInfo::new(
+                    ErrorCode::UnknownTopicOrPartition,
+                    format!("partition {} of {} does not exist", p.partition, t.topic.0),
+                ))
+            } else {
+                let request = rw::OffsetForLeaderEpochRequest {
+                    topic: t.topic.0.to_string(),
+                    partition: p.partition as u32,
+                    current_leader_epoch: LeaderEpoch(p.current_leader_epoch),
+                    leader_epoch: LeaderEpoch(p.leader_epoch),
+                };
+                shared
+                    .front
+                    .call(caller, &request, Bytes::new())
+                    .await
+                    .and_then(|a| a.ok_or_else(|| failed("OffsetForLeaderEpoch")))
+                    .map(|(a, _)| a)
+            };
+            partitions.push(match answer {
+                Ok(a) => match a.leader_epoch {
+                    Some(epoch) => out
+                        .with_leader_epoch(epoch.0)
+                        .with_end_offset(a.end_offset.0),
+                    None => out,
+                },
+                Err(e) => out.with_error_code(to_kafka(e.code)),
+            });
+        }
+        topics.push(
+            km::offset_for_leader_epoch_response::OffsetForLeaderTopicResult::default()
+                .with_topic(t.topic.clone())
+                .with_partitions(partitions),
+        );
+    }
+    km::OffsetForLeaderEpochResponse::default().with_topics(topics)
 }
 
 // ---------------------------------------------------------------- groups

@@ -25,6 +25,7 @@ pub mod kafka {
     pub const INVALID_REQUIRED_ACKS: i16 = 21;
     pub const INCONSISTENT_GROUP_PROTOCOL: i16 = 23;
     pub const ILLEGAL_GENERATION: i16 = 22;
+    pub const UNSUPPORTED_SASL_MECHANISM: i16 = 33;
     pub const INVALID_GROUP_ID: i16 = 24;
     pub const UNKNOWN_MEMBER_ID: i16 = 25;
     pub const REBALANCE_IN_PROGRESS: i16 = 27;

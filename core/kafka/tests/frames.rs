@@ -221,6 +221,52 @@ async fn a_kafka_client_creates_produces_and_fetches() {
     env.stop().await;
 }
 
+/// KIP-320: a consumer asks where its leader epoch ends (after a leader
+/// change); a client asking for SASL is told no mechanism is enabled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_epochs_are_answered_to_consumers_and_sasl_is_declined() {
+    let env = Env::start().await;
+    good_client_round(&env, "epochs").await;
+    let mut c = env.connect().await;
+    let ask = |current: i32, epoch: i32| {
+        OffsetForLeaderEpochRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_topics(vec![
+                offset_for_leader_epoch_request::OffsetForLeaderTopic::default()
+                    .with_topic(topic("epochs"))
+                    .with_partitions(vec![
+                        offset_for_leader_epoch_request::OffsetForLeaderPartition::default()
+                            .with_partition(0)
+                            .with_current_leader_epoch(current)
+                            .with_leader_epoch(epoch),
+                    ]),
+            ])
+    };
+    // No current epoch known (-1): not fenced; the epoch ends at the log end.
+    let r = c.call(4, &ask(-1, 0)).await;
+    let p = &r.topics[0].partitions[0];
+    assert_eq!(
+        (p.error_code, p.leader_epoch, p.end_offset),
+        (0, 0, 3),
+        "{p:?}"
+    );
+    // A current epoch from the future: UNKNOWN_LEADER_EPOCH (75).
+    let r = c.call(4, &ask(99, 0)).await;
+    assert_eq!(r.topics[0].partitions[0].error_code, 75);
+    // A replica id: not from a Kafka client (CLUSTER_AUTHORIZATION_FAILED).
+    let r = c.call(4, &ask(-1, 0).with_replica_id(BrokerId(1))).await;
+    assert_eq!(r.topics[0].partitions[0].error_code, 31);
+    let r = c
+        .call(
+            1,
+            &SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str("PLAIN")),
+        )
+        .await;
+    assert_eq!(r.error_code, 33, "UNSUPPORTED_SASL_MECHANISM");
+    assert!(r.mechanisms.is_empty());
+    env.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unsupported_api_versions_version_is_answered_at_version_0() {
     let env = Env::start().await;

@@ -171,7 +171,8 @@ pub fn offset_for_leader_epoch(
     if !p.is_leader() {
         return Err(p.not_leader_error());
     }
-    if req.current_leader_epoch != p.leader_epoch() {
+    // A negative current epoch (a Kafka client that knows none) is not fenced.
+    if req.current_leader_epoch.0 >= 0 && req.current_leader_epoch != p.leader_epoch() {
         return Err(ErrorInfo::new(
             if req.current_leader_epoch < p.leader_epoch() {
                 ErrorCode::FencedLeaderEpoch
