@@ -17,6 +17,10 @@
 //!   confluent-kafka consumers (cooperative-sticky) share six partitions and
 //!   rebalance when one leaves; `rill group describe` shows them and their
 //!   commits.
+//! - kcat (Debian's, librdkafka 2.0): metadata, keyed produce read by `rill
+//!   consume`, `rill produce` read back, and a balanced consumer group whose
+//!   commits `rill group describe` shows. `.ci/run` installs kcat; without it
+//!   the test fails under CI and says so elsewhere.
 //!
 //! Loopback only; the broker is killed when its `TestBroker` drops.
 
@@ -251,5 +255,108 @@ fn kafka_consumer_groups_resume_and_rebalance_on_rills_coordinator() {
         committed.values().sum::<i64>(),
         n,
         "the two members committed the end of every partition: {described}"
+    );
+}
+
+/// Runs kcat with `args`, `input` on stdin; its stdout.
+fn kcat(broker: &TestBroker, args: &[&str], input: &[u8]) -> String {
+    let mut cmd = Command::new("kcat");
+    cmd.args(args);
+    let out = run_bounded(&mut cmd, input, Duration::from_secs(60));
+    assert!(
+        out.status.success(),
+        "kcat {args:?} failed ({}):\n{}\n--- broker log\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr),
+        broker.log()
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn kcat_lists_produces_consumes_and_commits_in_a_group() {
+    if Command::new("kcat").arg("-V").output().is_err() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "kcat is not installed; .ci/run installs it (apt-get install kcat)"
+        );
+        eprintln!("kcat is not installed (apt-get install kcat): skipping outside CI");
+        return;
+    }
+    let (broker, kafka, _) = kafka_broker();
+    let topic = "by-kcat";
+    broker.rill_ok(&["topic", "create", topic, "--partitions", "2"]);
+    let listed = kcat(&broker, &["-b", &kafka, "-L", "-t", topic], b"");
+    assert!(
+        listed.contains(&format!("topic \"{topic}\" with 2 partitions")),
+        "{listed}"
+    );
+
+    // kcat produces keyed records; rill consume reads them.
+    let input: String = (0..100).map(|i| format!("k{i}:v{i}\n")).collect();
+    kcat(
+        &broker,
+        &["-b", &kafka, "-P", "-t", topic, "-K:"],
+        input.as_bytes(),
+    );
+    let out = broker.rill_ok(&[
+        "consume",
+        topic,
+        "--from-beginning",
+        "--print-key",
+        "--max-messages",
+        "100",
+        "--timeout-ms",
+        "20000",
+    ]);
+    let mut got: Vec<&str> = out.lines().collect();
+    got.sort();
+    let mut expected: Vec<String> = (0..100).map(|i| format!("k{i}\tv{i}")).collect();
+    expected.sort();
+    assert_eq!(got, expected, "rill consume of what kcat produced");
+
+    // rill produce; kcat reads everything back, then as a balanced group.
+    let input: String = (100..150).map(|i| format!("k{i}:v{i}\n")).collect();
+    broker.rill_stdin_ok(
+        &["produce", topic, "--key-separator", ":"],
+        input.as_bytes(),
+    );
+    let fmt = ["-f", "%k=%s\n"];
+    let all = kcat(
+        &broker,
+        &[
+            &["-b", &kafka, "-C", "-t", topic, "-o", "beginning", "-e"][..],
+            &fmt,
+        ]
+        .concat(),
+        b"",
+    );
+    assert_eq!(all.lines().count(), 150, "{all}");
+    assert!(all.lines().any(|l| l == "k120=v120"), "{all}");
+    let grouped = kcat(
+        &broker,
+        &[
+            &[
+                "-b",
+                &kafka,
+                "-G",
+                "kcat-group",
+                topic,
+                "-o",
+                "beginning",
+                "-e",
+            ][..],
+            &fmt,
+        ]
+        .concat(),
+        b"",
+    );
+    assert_eq!(grouped.lines().count(), 150, "{grouped}");
+    let described = broker.rill_ok(&["group", "describe", "kcat-group"]);
+    let committed = committed_offsets(&described, "kcat-group");
+    assert_eq!(
+        committed.values().sum::<i64>(),
+        150,
+        "kcat's group committed the end of both partitions: {described}"
     );
 }
