@@ -23,9 +23,12 @@
 //!   ordering guarantee), except Produce with acks=0, which gets no answer.
 //! - An api or version this listener does not serve: ApiVersions answers
 //!   UNSUPPORTED_VERSION at version 0 with the supported ranges (as Kafka
-//!   does); any other is logged with the client's address and api and the
-//!   connection closed (a response at a version we cannot encode would be
-//!   misread). Real clients negotiate through ApiVersions and never get there.
+//!   does); an api it does not serve is answered UNSUPPORTED_VERSION in its
+//!   own response (`unsupported.rs`) where the response has an error field;
+//!   any other (a served api at a version outside the advertised range, a
+//!   broker-to-broker api) is logged with the client's address and api and
+//!   the connection closed. Real clients negotiate through ApiVersions and
+//!   never get there.
 //! - A malformed or oversized frame closes its connection with a log line
 //!   naming the client; it never panics, and other connections carry on.
 
@@ -33,6 +36,7 @@ mod apis;
 pub mod codes;
 mod configs;
 mod groups;
+mod unsupported;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
@@ -268,9 +272,8 @@ pub(crate) async fn handle_frame(
     })?;
     let correlation_id = header.correlation_id;
     let Some(range) = apis::supported(key) else {
-        return Err(Closed::Because(format!(
-            "{key:?} (api key {raw_key}) is not served by this broker's Kafka listener"
-        )));
+        tracing::debug!(peer = %caller.peer, "unsupported Kafka api {key:?} v{version}: answered UNSUPPORTED_VERSION");
+        return unsupported::answer(key, version, correlation_id, body).map(Some);
     };
     if !range.contains(&version) {
         if key == ApiKey::ApiVersions {

@@ -222,9 +222,10 @@ async fn a_kafka_client_creates_produces_and_fetches() {
 }
 
 /// KIP-320: a consumer asks where its leader epoch ends (after a leader
-/// change); a client asking for SASL is told no mechanism is enabled.
+/// change); an api the listener does not serve gets UNSUPPORTED_VERSION; a
+/// client asking for SASL is told no mechanism is enabled.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn leader_epochs_are_answered_to_consumers_and_sasl_is_declined() {
+async fn leader_epochs_are_answered_unsupported_apis_refused_and_sasl_declined() {
     let env = Env::start().await;
     good_client_round(&env, "epochs").await;
     let mut c = env.connect().await;
@@ -256,6 +257,26 @@ async fn leader_epochs_are_answered_to_consumers_and_sasl_is_declined() {
     // A replica id: not from a Kafka client (CLUSTER_AUTHORIZATION_FAILED).
     let r = c.call(4, &ask(-1, 0).with_replica_id(BrokerId(1))).await;
     assert_eq!(r.topics[0].partitions[0].error_code, 31);
+    // An api this listener does not serve: UNSUPPORTED_VERSION in its own
+    // response, per topic, and the connection keeps serving.
+    let r = c
+        .call(
+            3,
+            &CreatePartitionsRequest::default().with_topics(vec![
+                create_partitions_request::CreatePartitionsTopic::default()
+                    .with_name(topic("epochs"))
+                    .with_count(4),
+            ]),
+        )
+        .await;
+    assert_eq!(r.results[0].error_code, 35, "{r:?}");
+    assert!(
+        r.results[0]
+            .error_message
+            .as_ref()
+            .is_some_and(|m| m.contains("CreatePartitions")),
+        "{r:?}"
+    );
     let r = c
         .call(
             1,
