@@ -343,7 +343,9 @@ impl GroupCoordinator {
                     c.leader = Some(new_member_id.clone());
                 }
                 new_member_id
-            } else if req.require_known_member_id {
+            } else if req.require_known_member_id && req.instance_id.is_none() {
+                // KIP-394, for dynamic members only: a static member is
+                // known by its instance id.
                 c.pending.insert(
                     new_member_id.clone(),
                     now + req.session_timeout_ms as Millis,
@@ -1272,6 +1274,58 @@ mod tests {
         assert_eq!(
             r.error.map(|e| e.code),
             Some(ErrorCode::InconsistentGroupProtocol)
+        );
+    }
+
+    #[test]
+    fn a_static_members_new_incarnation_takes_its_place_and_fences_the_old_id() {
+        let mut c = coordinator();
+        let mut req = join_req("", &["range"]);
+        req.instance_id = Some("host-1".into());
+        let join_static = |c: &mut GroupCoordinator, now, req: &JoinGroupRequest| {
+            c.step(
+                now,
+                input::JoinGroup {
+                    request: req.clone(),
+                    new_member_id: format!(
+                        "m{}",
+                        NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                    ),
+                },
+            )
+            .reply
+        };
+        // A static member joins at once (no MEMBER_ID_REQUIRED round).
+        assert_eq!(join_static(&mut c, 0, &req), Pending::Wait);
+        c.step(DELAY, input::Tick);
+        let Some(old) = c
+            .groups
+            .get(G)
+            .and_then(|g| g.classic.members.keys().next().cloned())
+        else {
+            panic!("the static member is in the group")
+        };
+        let first = done(result(&mut c, DELAY, &old));
+        assert_eq!(first.generation, 1);
+        done(sync(&mut c, DELAY, &old, 1, &[(&old, b"p0")]));
+        // It restarts: same instance id, no member id. It is the only
+        // member, so the rebalance completes at once.
+        let answer = done(join_static(&mut c, 200, &req));
+        let new = answer.member_id.clone();
+        assert_ne!(new, old);
+        assert_eq!(
+            (answer.generation, answer.leader.as_str()),
+            (2, new.as_str())
+        );
+        let g = &c.groups[G];
+        assert_eq!(g.classic.members.len(), 1, "replaced, not added");
+        assert_eq!(
+            g.classic.members[&new].instance_id.as_deref(),
+            Some("host-1")
+        );
+        assert_eq!(
+            heartbeat(&mut c, 202, &old, 2),
+            Some(ErrorCode::UnknownMemberId)
         );
     }
 
