@@ -56,6 +56,11 @@ pub const OFFSET_METADATA_BYTES_MAX: usize = 4096;
 /// Heartbeat interval told to a member that is waiting for partitions to be
 /// released to it (so it takes them as soon as they are free).
 pub const RECONCILE_HEARTBEAT_INTERVAL_MS: u32 = 50;
+/// How long a group with no members and no committed offsets stays
+/// describable (state Empty) before it is forgotten; Kafka keeps such a group
+/// until its next offsets clean-up, so a describe right after the last member
+/// left still finds it.
+pub const EMPTY_GROUP_KEEP_MS: Millis = 60_000;
 
 /// The coordinator's bounds.
 #[derive(Debug, Clone)]
@@ -311,6 +316,8 @@ struct Group {
     offsets: BTreeMap<Tp, OffsetValue>,
     /// Members of Kafka's classic protocol (none while `members` has any).
     classic: classic::Classic,
+    /// When a tick first found the group with no members and no offsets.
+    empty_since: Option<Millis>,
 }
 
 impl Group {
@@ -1212,8 +1219,13 @@ impl GroupCoordinator {
                 records.extend(self.epoch_record(&gid));
             }
             self.classic_tick(&gid, now, &mut records);
-            let g = &self.groups[&gid];
-            if !g.has_members() && g.classic.is_empty() && g.offsets.is_empty() {
+            let g = self.groups.get_mut(&gid).expect("listed");
+            if g.has_members() || !g.classic.is_empty() || !g.offsets.is_empty() {
+                g.empty_since = None;
+                continue;
+            }
+            let since = *g.empty_since.get_or_insert(now);
+            if now.saturating_sub(since) >= EMPTY_GROUP_KEEP_MS {
                 let persisted = g.persisted_epoch > 0;
                 self.groups.remove(&gid);
                 if persisted {

@@ -244,6 +244,37 @@ fn a_silent_member_is_removed_after_its_session_timeout() {
 }
 
 #[test]
+fn a_group_whose_last_member_left_stays_empty_for_a_while_then_goes() {
+    let mut w = World::new(2);
+    let mut now = 0;
+    let mut ms = vec![Sim::new("a")];
+    settle(&mut w, &mut now, &mut ms);
+    let mut leave = ms[0].request("g", "uniform");
+    leave.member_epoch = -1;
+    assert!(w.heartbeat_raw(now, leave).error.is_none());
+    let describe = |w: &mut World, now| {
+        let req = DescribeGroupsRequest {
+            group_ids: vec!["g".into()],
+        };
+        w.step(now, input::DescribeGroups(req)).groups.remove(0)
+    };
+    // Ticks right after the leave keep it (a describe then sees it Empty).
+    for _ in 0..3 {
+        now += 100;
+        w.step(now, input::Tick);
+    }
+    let d = describe(&mut w, now);
+    assert!(d.error.is_none(), "{:?}", d.error);
+    assert_eq!(d.state, "Empty");
+    assert!(d.members.is_empty());
+    // Past the keep time, with no offsets, it is forgotten.
+    now += EMPTY_GROUP_KEEP_MS;
+    w.step(now, input::Tick);
+    let d = describe(&mut w, now);
+    assert_eq!(d.error.unwrap().code, ErrorCode::GroupIdNotFound);
+}
+
+#[test]
 fn a_static_member_gets_its_partitions_back_after_a_quick_restart() {
     let mut w = World::new(6);
     let mut now = 0;
