@@ -22,6 +22,11 @@ Usage: python kafka_clients.py COMMAND BOOTSTRAP TOPIC [N]
                     read about half of N records, commit, close; a new consumer of
                     the group resumes from the commits and reads the rest: every
                     record exactly once
+  produce-failover  confluent-kafka Producer (acks=all, idempotence on): first prints
+                    "brokers <id>=<host>:<port> ..." from the cluster's metadata,
+                    then N records key "fo-<i>", value "fo-<i>" in chunks of 100,
+                    flushing each and printing "acked <count>" (the test kills the
+                    partition's leader meanwhile); every delivery must succeed
   group-rebalance   confluent-kafka, group "rebalance-<TOPIC>" (cooperative-sticky),
                     TOPIC with 6 partitions: three consumers get two partitions
                     each, `rill group describe` (RILL_BIN, RILL_BOOTSTRAP,
@@ -103,6 +108,47 @@ def produce(bootstrap, topic, n):
     if delivered[0] != n:
         fail("delivered %d of %d" % (delivered[0], n))
     print("produced %d" % n)
+
+
+def produce_failover(bootstrap, topic, n):
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient
+
+    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=30)
+    brokers = sorted(md.brokers.values(), key=lambda b: b.id)
+    print("brokers " + " ".join("%d=%s:%d" % (b.id, b.host, b.port) for b in brokers), flush=True)
+    p = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": "all",
+            "enable.idempotence": True,
+            "linger.ms": 5,
+            "message.timeout.ms": 60000,
+        }
+    )
+    errors = []
+    delivered = [0]
+
+    def on_delivery(err, msg):
+        if err is not None:
+            errors.append(str(err))
+        else:
+            delivered[0] += 1
+
+    for start in range(0, n, 100):
+        for i in range(start, min(start + 100, n)):
+            v = b"fo-%d" % i
+            p.produce(topic, key=v, value=v, on_delivery=on_delivery)
+        left = p.flush(DEADLINE_S)
+        if left:
+            fail("%d records not delivered within %ds" % (left, DEADLINE_S))
+        if errors:
+            fail("delivery errors: %s" % errors[:5])
+        print("acked %d" % delivered[0], flush=True)
+        time.sleep(0.05)
+    if delivered[0] != n:
+        fail("delivered %d of %d" % (delivered[0], n))
+    print("produced %d" % n, flush=True)
 
 
 def check(seen, i, key, value, headers, ts):
@@ -425,6 +471,8 @@ def main():
         admin(bootstrap, topic)
     elif command == "group-resume":
         group_resume(bootstrap, topic, n)
+    elif command == "produce-failover":
+        produce_failover(bootstrap, topic, n)
     elif command == "group-rebalance":
         group_rebalance(bootstrap, topic, n)
     else:

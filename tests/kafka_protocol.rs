@@ -17,6 +17,10 @@
 //!   confluent-kafka consumers (cooperative-sticky) share six partitions and
 //!   rebalance when one leaves; `rill group describe` shows them and their
 //!   commits.
+//! - Three brokers, each with its own Kafka listener: the metadata names all
+//!   three; a confluent-kafka producer (acks=all, idempotent) keeps producing
+//!   while the partition's leader is SIGKILLed; every acknowledged record is
+//!   in the log once.
 //! - kcat (Debian's, librdkafka 2.0): metadata, keyed produce read by `rill
 //!   consume`, `rill produce` read back, and a balanced consumer group whose
 //!   commits `rill group describe` shows. `.ci/run` installs kcat; without it
@@ -27,8 +31,9 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::time::Duration;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use support::cluster::{TestCluster, partition0};
 use support::*;
 
 /// Longest a client script may run.
@@ -359,4 +364,99 @@ fn kcat_lists_produces_consumes_and_commits_in_a_group() {
         150,
         "kcat's group committed the end of both partitions: {described}"
     );
+}
+
+#[test]
+fn a_kafka_producer_keeps_every_acknowledged_record_when_the_leader_is_killed() {
+    let kafka_ports = std::sync::Mutex::new(std::collections::BTreeMap::new());
+    let mut c = TestCluster::start_joined_with(3, &[], |id| {
+        let port = free_tcp_port();
+        kafka_ports.lock().unwrap().insert(id, port);
+        vec!["--kafka-listen".into(), format!("127.0.0.1:{port}")]
+    });
+    let kafka_ports = kafka_ports.into_inner().unwrap();
+    c.wait_all_live();
+    let topic = "kafka-failover";
+    c.rill_ok(
+        &[
+            "topic",
+            "create",
+            topic,
+            "--partitions",
+            "1",
+            "--replication-factor",
+            "3",
+            "--config",
+            "min.insync.replicas=2",
+        ],
+        b"",
+    );
+    let describe = c.wait_for(
+        "three replicas in the ISR",
+        &["topic", "describe", topic],
+        |out| partition0(out).is_some_and(|(l, _, isr)| l.is_some() && isr == [0, 1, 2]),
+    );
+    let leader = partition0(&describe).unwrap().0.unwrap() as usize;
+    let bootstrap: Vec<String> = kafka_ports
+        .values()
+        .map(|p| format!("127.0.0.1:{p}"))
+        .collect();
+    let n = 3000;
+    let mut script = Command::new(python())
+        .arg(script())
+        .args([
+            "produce-failover",
+            &bootstrap.join(","),
+            topic,
+            &n.to_string(),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run kafka_clients.py");
+    let lines = collect_lines_on_thread(script.stdout.take().unwrap());
+    let stderr = read_to_end_on_thread(script.stderr.take().unwrap());
+    let acked = |lines: &[String]| {
+        lines
+            .iter()
+            .filter_map(|l| l.strip_prefix("acked ")?.parse::<u64>().ok())
+            .max()
+            .unwrap_or(0)
+    };
+    let deadline = Instant::now() + SCRIPT_TIMEOUT;
+    while acked(&lines.lock().unwrap()) < 1000 {
+        if Instant::now() > deadline || script.try_wait().unwrap().is_some() {
+            let _ = script.kill();
+            panic!(
+                "the producer did not reach 1000 acknowledged records: {:?}\n{}\n{}",
+                lines.lock().unwrap(),
+                String::from_utf8_lossy(&stderr.join().unwrap()),
+                c.logs()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    c.kill(leader);
+    let status = wait_bounded(&mut script, SCRIPT_TIMEOUT);
+    let stderr = String::from_utf8_lossy(&stderr.join().unwrap()).into_owned();
+    let out = lines.lock().unwrap().clone();
+    if status.is_none() {
+        let _ = script.kill();
+    }
+    assert!(
+        status.is_some_and(|s| s.success()) && out.contains(&format!("produced {n}")),
+        "the producer failed across the failover ({status:?}):\n{out:?}\n{stderr}\n{}",
+        c.logs()
+    );
+    // The clients were told of every broker at its own Kafka address.
+    let expected: Vec<String> = kafka_ports
+        .iter()
+        .map(|(id, p)| format!("{id}=127.0.0.1:{p}"))
+        .collect();
+    assert_eq!(out[0], format!("brokers {}", expected.join(" ")));
+    // Every acknowledged record, once, read from a surviving broker.
+    let live = c.brokers[(leader + 1) % 3].addr.to_string();
+    let got = values_of(&read_to_end(&live, &c.home(), topic));
+    let want: Vec<String> = (0..n).map(|i| format!("fo-{i}")).collect();
+    assert_each_exactly_once(&got, &want, "records produced across the leader's death");
 }

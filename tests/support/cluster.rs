@@ -51,6 +51,17 @@ impl TestCluster {
     /// Starts broker 0 alone, then brokers 1.. with `--join` to broker 0, as the
     /// quickstart does. `extra` is passed to every broker.
     pub fn start_joined(n: usize, extra: &[&str]) -> TestCluster {
+        TestCluster::start_joined_with(n, extra, |_| Vec::new())
+    }
+
+    /// As [`TestCluster::start_joined`], and broker `id` also gets `own(id)`
+    /// (called again for a start retried on a fresh port, so ports it picks
+    /// are fresh too).
+    pub fn start_joined_with(
+        n: usize,
+        extra: &[&str],
+        own: impl Fn(i32) -> Vec<String>,
+    ) -> TestCluster {
         let dir = tempfile::Builder::new()
             .prefix("rill-cluster-")
             .tempdir()
@@ -77,6 +88,7 @@ impl TestCluster {
                     args.push(c.brokers[0].addr.to_string());
                 }
                 args.extend(extra.iter().map(|s| s.to_string()));
+                args.extend(own(id));
                 c.brokers.push(ClusterBroker {
                     id,
                     addr,

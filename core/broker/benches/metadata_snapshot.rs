@@ -42,6 +42,7 @@ fn image() -> MetadataImage {
                 id,
                 addr: format!("10.0.0.{id}:9092"),
                 fenced: false,
+                listeners: Default::default(),
             },
         );
     }

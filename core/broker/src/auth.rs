@@ -455,10 +455,12 @@ mod tests {
         image.apply(&Command::RegisterBroker {
             id: 0,
             addr: "127.0.0.1:9092".into(),
+            listeners: Default::default(),
         });
         image.apply(&Command::RegisterBroker {
             id: 1,
             addr: "127.0.0.1:9093".into(),
+            listeners: Default::default(),
         });
         image.apply(&Command::CreateTopic {
             name: "orders".into(),

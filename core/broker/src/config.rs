@@ -446,6 +446,17 @@ impl BrokerConfig {
                 ),
             ));
         }
+        if let Some(addr) = &self.kafka_advertised_addr {
+            crate::cluster::command_checks::check_broker_addr(addr).map_err(|why| {
+                bad(
+                    "kafka_advertised_addr",
+                    format!(
+                        "{addr:?} is not an address Kafka clients can be told: {why}; set it to \
+                         HOST:PORT, e.g. broker1.example.com:9093"
+                    ),
+                )
+            })?;
+        }
         if let Some(kafka) = self.kafka_listen {
             if self.auth.mode == AuthMode::Mtls {
                 return Err(bad(
@@ -598,6 +609,19 @@ impl BrokerConfig {
             .clone()
             .unwrap_or_else(|| bound.to_string())
     }
+
+    /// The Kafka listener's address as the broker registers it in the
+    /// metadata image (so every broker's Kafka listener can name it):
+    /// `kafka_advertised_addr`, else `kafka_listen` unless its port is 0 (the
+    /// port is chosen at bind, after registration; such a listener names only
+    /// itself).
+    pub fn kafka_registered_addr(&self) -> Option<String> {
+        match (&self.kafka_advertised_addr, self.kafka_listen) {
+            (Some(a), _) => Some(a.clone()),
+            (None, Some(l)) if l.port() != 0 => Some(l.to_string()),
+            _ => None,
+        }
+    }
 }
 
 /// The smallest `max_inflight_request_bytes` that holds a request of
@@ -650,6 +674,33 @@ mod tests {
         .unwrap();
         let e = c.validate().unwrap_err().to_string();
         assert!(e.contains("kafka_listen") && e.contains("SASL"), "{e}");
+    }
+
+    #[test]
+    fn the_kafka_address_a_broker_registers_is_checked_and_never_port_0() {
+        let c = BrokerConfig::from_toml_str("kafka_listen = \"127.0.0.1:9093\"\n").unwrap();
+        assert_eq!(c.kafka_registered_addr().as_deref(), Some("127.0.0.1:9093"));
+        let c = BrokerConfig::from_toml_str("kafka_listen = \"127.0.0.1:0\"\n").unwrap();
+        assert_eq!(c.kafka_registered_addr(), None);
+        let c = BrokerConfig::from_toml_str(
+            "kafka_listen = \"127.0.0.1:0\"\nkafka_advertised_addr = \"b1.example.com:9093\"\n",
+        )
+        .unwrap();
+        c.validate().unwrap();
+        assert_eq!(
+            c.kafka_registered_addr().as_deref(),
+            Some("b1.example.com:9093")
+        );
+        let c = BrokerConfig::from_toml_str(
+            "kafka_listen = \"127.0.0.1:9093\"\nkafka_advertised_addr = \"b1 example:9093\"\n",
+        )
+        .unwrap();
+        let e = c.validate().unwrap_err().to_string();
+        assert!(
+            e.contains("kafka_advertised_addr") && e.contains("b1 example"),
+            "{e}"
+        );
+        assert_eq!(BrokerConfig::default().kafka_registered_addr(), None);
     }
 
     #[test]

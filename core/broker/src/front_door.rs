@@ -16,6 +16,7 @@ use crate::router::Router;
 use crate::state::BrokerState;
 use bytes::Bytes;
 use rill_proto::wire::{ApiRequest, ErrorInfo};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use tokio_util::sync::CancellationToken;
@@ -66,6 +67,22 @@ impl FrontDoor {
     /// The cluster id.
     pub fn cluster_id(&self) -> &str {
         &self.state.cluster_id
+    }
+
+    /// The Kafka listener addresses the metadata image holds, by broker id:
+    /// every broker that registered one and is not fenced (this broker's own
+    /// only once its registration committed).
+    pub fn kafka_addresses(&self) -> BTreeMap<i32, String> {
+        let image = self.state.cluster.image();
+        image
+            .brokers
+            .values()
+            .filter(|b| !b.fenced)
+            .filter_map(|b| {
+                let addr = b.listeners.get(crate::cluster::image::KAFKA_LISTENER)?;
+                Some((b.id, addr.clone()))
+            })
+            .collect()
     }
 
     /// Cancelled when the broker starts shutting down.

@@ -23,7 +23,7 @@ use rill_broker::front_door::Caller;
 use rill_proto::types::{LeaderEpoch, Offset};
 use rill_proto::wire as rw;
 use rill_proto::wire::{ErrorCode, ErrorInfo};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ops::RangeInclusive;
 use std::sync::Arc;
 
@@ -84,6 +84,21 @@ impl Endpoint {
             port: i32::from(port),
         })
     }
+}
+
+/// The brokers Kafka clients are told of, by id: every live broker whose
+/// Kafka address is in the metadata image, and this broker itself at its own
+/// endpoint (known even before its registration commits, or when its port
+/// was chosen at bind and so never registered).
+fn kafka_brokers(shared: &Shared) -> BTreeMap<i32, Endpoint> {
+    let mut brokers: BTreeMap<i32, Endpoint> = shared
+        .front
+        .kafka_addresses()
+        .into_iter()
+        .filter_map(|(id, addr)| Some((id, Endpoint::parse(&addr)?)))
+        .collect();
+    brokers.insert(shared.front.config().id, shared.endpoint.clone());
+    brokers
 }
 
 pub(crate) fn sb(s: impl Into<String>) -> StrBytes {
@@ -290,15 +305,17 @@ async fn metadata(
     let asked = topics.clone();
     let request = rw::MetadataRequest { topics };
     let answer = front.call(caller, &request, Bytes::new()).await;
-    // Only this broker's Kafka address is known (each broker's listener is its
-    // own); the controller is named as this broker, which forwards what
-    // needs the quorum.
-    let brokers = vec![
-        km::metadata_response::MetadataResponseBroker::default()
-            .with_node_id(BrokerId(me))
-            .with_host(sb(shared.endpoint.host.clone()))
-            .with_port(shared.endpoint.port),
-    ];
+    // Every live broker with a Kafka listener. The controller is named as
+    // this broker, which forwards what needs the quorum.
+    let brokers = kafka_brokers(shared)
+        .into_iter()
+        .map(|(id, e)| {
+            km::metadata_response::MetadataResponseBroker::default()
+                .with_node_id(BrokerId(id))
+                .with_host(sb(e.host))
+                .with_port(e.port)
+        })
+        .collect();
     let mut response = km::MetadataResponse::default()
         .with_brokers(brokers)
         .with_controller_id(BrokerId(me))
@@ -992,23 +1009,18 @@ async fn coordinator_of(
             if let Some(e) = a.error {
                 return none(e);
             }
-            if a.coordinator_id != shared.front.config().id {
-                // Each broker's Kafka address is its own config; the image
-                // does not carry it yet.
+            let Some(e) = kafka_brokers(shared).remove(&a.coordinator_id) else {
+                // Fenced, or registered without a Kafka listener: retriable,
+                // the client asks again.
                 return none(ErrorInfo::new(
                     ErrorCode::CoordinatorNotAvailable,
                     format!(
-                        "group {key}'s coordinator is broker {}, whose Kafka address this broker does not know",
+                        "group {key}'s coordinator is broker {}, which has no live Kafka listener",
                         a.coordinator_id
                     ),
                 ));
-            }
-            (
-                None,
-                a.coordinator_id,
-                shared.endpoint.host.clone(),
-                shared.endpoint.port,
-            )
+            };
+            (None, a.coordinator_id, e.host, e.port)
         }
         Err(e) => none(e),
     }
@@ -1264,8 +1276,8 @@ async fn describe_configs(
 }
 
 async fn describe_cluster(shared: &Shared, caller: &Arc<Caller>) -> km::DescribeClusterResponse {
-    // Through the router (counted, authorized as Metadata is) though only
-    // this broker's address is answered: each broker's Kafka address is its own.
+    // Through the router (counted, authorized as Metadata is); the brokers
+    // are those Metadata names.
     let request = rw::MetadataRequest {
         topics: Some(Vec::new()),
     };
@@ -1280,12 +1292,17 @@ async fn describe_cluster(shared: &Shared, caller: &Arc<Caller>) -> km::Describe
             let me = shared.front.config().id;
             out.with_cluster_id(sb(shared.front.cluster_id()))
                 .with_controller_id(BrokerId(me))
-                .with_brokers(vec![
-                    km::describe_cluster_response::DescribeClusterBroker::default()
-                        .with_broker_id(BrokerId(me))
-                        .with_host(sb(shared.endpoint.host.clone()))
-                        .with_port(shared.endpoint.port),
-                ])
+                .with_brokers(
+                    kafka_brokers(shared)
+                        .into_iter()
+                        .map(|(id, e)| {
+                            km::describe_cluster_response::DescribeClusterBroker::default()
+                                .with_broker_id(BrokerId(id))
+                                .with_host(sb(e.host))
+                                .with_port(e.port)
+                        })
+                        .collect(),
+                )
         }
         Err(e) => out
             .with_error_code(to_kafka(e.code))

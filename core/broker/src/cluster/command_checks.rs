@@ -100,10 +100,39 @@ pub fn check(image: &MetadataImage, command: &Command) -> Result<(), ErrorInfo> 
             }
             Ok(())
         }
-        Command::RegisterBroker { id, addr } => {
+        Command::RegisterBroker {
+            id,
+            addr,
+            listeners,
+        } => {
             broker_id(*id, "broker")?;
             check_broker_addr(addr)
-                .or_else(|why| invalid(format!("broker {id} registers address {addr:?}: {why}")))
+                .or_else(|why| invalid(format!("broker {id} registers address {addr:?}: {why}")))?;
+            if listeners.len() > LISTENERS_MAX {
+                return invalid(format!(
+                    "broker {id} registers {} listeners; at most {LISTENERS_MAX}",
+                    listeners.len()
+                ));
+            }
+            for (name, addr) in listeners {
+                if name.is_empty()
+                    || name.len() > LISTENER_NAME_LEN_MAX
+                    || !name
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_'))
+                {
+                    return invalid(format!(
+                        "broker {id} registers a listener named {name:?}: a name is 1 to \
+                         {LISTENER_NAME_LEN_MAX} letters, digits, '-' or '_'"
+                    ));
+                }
+                check_broker_addr(addr).or_else(|why| {
+                    invalid(format!(
+                        "broker {id} registers its {name} listener at {addr:?}: {why}"
+                    ))
+                })?;
+            }
+            Ok(())
         }
         Command::CreateTopic {
             name,
@@ -200,6 +229,11 @@ pub fn check_proposal(image: &MetadataImage, command: &Command) -> Result<(), Er
 
 /// A broker address as brokers register and join with: `HOST:PORT`, the host
 /// a name or an IP address (IPv6 in brackets), the port a number 1 to 65535.
+/// Most listeners a broker registers besides its own address.
+pub const LISTENERS_MAX: usize = 8;
+/// Longest listener name.
+pub const LISTENER_NAME_LEN_MAX: usize = 32;
+
 pub fn check_broker_addr(addr: &str) -> Result<(), String> {
     if addr.is_empty() || addr.len() > BROKER_ADDR_LEN_MAX {
         return Err(format!(
@@ -350,6 +384,7 @@ mod tests {
             let out = m.apply(&Command::RegisterBroker {
                 id,
                 addr: format!("127.0.0.1:{}", 9092 + id),
+                listeners: Default::default(),
             });
             assert!(!matches!(out, Outcome::Refused { .. }), "{out:?}");
         }
@@ -443,6 +478,7 @@ mod tests {
                 Command::RegisterBroker {
                     id: -1,
                     addr: "127.0.0.1:1".into(),
+                    listeners: Default::default(),
                 },
                 InvalidRequest,
                 "id -1",
@@ -451,6 +487,7 @@ mod tests {
                 Command::RegisterBroker {
                     id: 4,
                     addr: "nowhere".into(),
+                    listeners: Default::default(),
                 },
                 InvalidRequest,
                 "no port",
@@ -459,6 +496,7 @@ mod tests {
                 Command::RegisterBroker {
                     id: 4,
                     addr: "host:0".into(),
+                    listeners: Default::default(),
                 },
                 InvalidRequest,
                 "port \"0\"",
@@ -467,9 +505,28 @@ mod tests {
                 Command::RegisterBroker {
                     id: 4,
                     addr: "a b:9092".into(),
+                    listeners: Default::default(),
                 },
                 InvalidRequest,
                 "host \"a b\"",
+            ),
+            (
+                Command::RegisterBroker {
+                    id: 4,
+                    addr: "127.0.0.1:9092".into(),
+                    listeners: [("kafka".to_string(), "127.0.0.1:0".to_string())].into(),
+                },
+                InvalidRequest,
+                "its kafka listener at \"127.0.0.1:0\"",
+            ),
+            (
+                Command::RegisterBroker {
+                    id: 4,
+                    addr: "127.0.0.1:9092".into(),
+                    listeners: [("ka fka".to_string(), "127.0.0.1:9093".to_string())].into(),
+                },
+                InvalidRequest,
+                "a listener named \"ka fka\"",
             ),
             (create("a/b", vec![vec![0]]), InvalidTopic, "not allowed"),
             (create("..", vec![vec![0]]), InvalidTopic, "reserved"),
@@ -592,10 +649,12 @@ mod tests {
             Command::RegisterBroker {
                 id: 3,
                 addr: "broker-3.example.com:9092".into(),
+                listeners: Default::default(),
             },
             Command::RegisterBroker {
                 id: 3,
                 addr: "[::1]:9092".into(),
+                listeners: [("kafka".to_string(), "[::1]:9093".to_string())].into(),
             },
             create_as(
                 "__consumer_offsets",
@@ -687,6 +746,7 @@ mod tests {
                     id: id(&mut rng),
                     addr: ["127.0.0.1:9092", "bad", "h:0", "[::1]:1"][rng.random_range(0..4)]
                         .into(),
+                    listeners: Default::default(),
                 },
                 2 => Command::CreateTopic {
                     name: name(&mut rng),

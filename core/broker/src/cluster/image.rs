@@ -46,7 +46,14 @@ pub struct BrokerRecord {
     /// Set by the controller when the broker's session lapsed; cleared when it
     /// heartbeats again.
     pub fenced: bool,
+    /// The broker's other listeners by name ([`KAFKA_LISTENER`]: the Kafka
+    /// protocol's advertised `host:port`), as it registered them.
+    #[serde(default)]
+    pub listeners: BTreeMap<String, String>,
 }
+
+/// The name under which a broker registers its Kafka-protocol listener.
+pub const KAFKA_LISTENER: &str = "kafka";
 
 /// One partition's assignment and leadership.
 #[derive(
@@ -171,10 +178,13 @@ pub enum Command {
     SetClusterId {
         cluster_id: String,
     },
-    /// A broker (re)registers its address; it starts unfenced.
+    /// A broker (re)registers its address and its other listeners; it starts
+    /// unfenced.
     RegisterBroker {
         id: i32,
         addr: String,
+        #[serde(default)]
+        listeners: BTreeMap<String, String>,
     },
     CreateTopic {
         name: String,
@@ -426,13 +436,18 @@ impl MetadataImage {
                 }
                 Outcome::Done
             }
-            Command::RegisterBroker { id, addr } => {
+            Command::RegisterBroker {
+                id,
+                addr,
+                listeners,
+            } => {
                 self.brokers.insert(
                     *id,
                     BrokerRecord {
                         id: *id,
                         addr: addr.clone(),
                         fenced: false,
+                        listeners: listeners.clone(),
                     },
                 );
                 Outcome::Moved(self.elect_offline(*id))
@@ -685,6 +700,7 @@ mod tests {
             m.apply(&Command::RegisterBroker {
                 id,
                 addr: format!("127.0.0.1:{}", 9092 + id),
+                listeners: Default::default(),
             });
         }
         m

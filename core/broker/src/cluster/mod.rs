@@ -24,6 +24,7 @@ pub mod peers;
 pub mod raft;
 pub mod raft_format;
 pub mod raft_format_v1;
+pub mod raft_format_v2;
 pub mod reconcile;
 pub mod replication;
 pub mod sessions;
@@ -84,6 +85,8 @@ fn err(code: ErrorCode, message: impl Into<String>) -> ErrorInfo {
 pub struct Cluster {
     pub broker_id: i32,
     pub addr: String,
+    /// The other listeners this broker registers (its Kafka address).
+    listeners: BTreeMap<String, String>,
     raft: MetaRaft,
     image: watch::Receiver<Arc<MetadataImage>>,
     pub links: Arc<PeerLinks>,
@@ -160,9 +163,15 @@ impl Cluster {
         .await
         .map_err(|e| BrokerError::Task(format!("could not start the metadata quorum: {e}")))?;
         let (ready, _) = watch::channel(false);
+        let listeners = config
+            .kafka_registered_addr()
+            .map(|a| (image::KAFKA_LISTENER.to_string(), a))
+            .into_iter()
+            .collect();
         let cluster = Arc::new(Cluster {
             broker_id: config.id,
             addr,
+            listeners,
             raft,
             image,
             links,
@@ -686,6 +695,7 @@ impl Cluster {
         let mut commands = vec![Command::RegisterBroker {
             id: self.broker_id,
             addr: self.addr.clone(),
+            listeners: self.listeners.clone(),
         }];
         if !migrate.is_empty() || self.image().cluster_id.is_empty() {
             commands.insert(0, Command::SetClusterId { cluster_id });

@@ -165,7 +165,9 @@ impl LogStore {
         let mut entries = BTreeMap::new();
         let mut last_purged = None;
         let mut at = match format {
-            LogFileFormat::Current | LogFileFormat::V1 => raft_format::LOG_HEADER_LEN,
+            LogFileFormat::Current | LogFileFormat::V1 | LogFileFormat::V2 => {
+                raft_format::LOG_HEADER_LEN
+            }
             LogFileFormat::Empty | LogFileFormat::LegacyJson => 0,
         };
         while at + 8 <= bytes.len() {
@@ -182,7 +184,7 @@ impl LogStore {
             let record = match format {
                 // The checksum matched: bytes that fail validation are not a torn
                 // write but damage (or a bug), and cutting them would lose entries.
-                LogFileFormat::Current | LogFileFormat::V1 => {
+                LogFileFormat::Current | LogFileFormat::V1 | LogFileFormat::V2 => {
                     raft_format::decode_log_frame(&path, format, at, body)?
                 }
                 LogFileFormat::Empty | LogFileFormat::LegacyJson => {
@@ -200,7 +202,10 @@ impl LogStore {
             }
             at = end;
         }
-        if matches!(format, LogFileFormat::LegacyJson | LogFileFormat::V1) {
+        if matches!(
+            format,
+            LogFileFormat::LegacyJson | LogFileFormat::V1 | LogFileFormat::V2
+        ) {
             tracing::info!(file = %path.display(), entries = entries.len(), from = ?format, "rewriting the Raft log in format version {}", raft_format::FORMAT_VERSION);
         }
         if at < bytes.len() {
@@ -865,7 +870,7 @@ mod tests {
     }
 
     #[test]
-    fn a_version_1_log_and_snapshot_open_and_are_rewritten_in_version_2() {
+    fn a_version_1_log_and_snapshot_open_and_are_rewritten_in_the_current_version() {
         use super::super::raft_format_v1 as v1;
         let dir = tempfile::tempdir().unwrap();
         // A version-1 log: header, a purge and two entries in the old layout.
@@ -919,7 +924,7 @@ mod tests {
             assert_eq!(
                 on_disk[..8],
                 raft_format::log_header(),
-                "rewritten as version 2"
+                "rewritten in the current version"
             );
         }
 
@@ -930,7 +935,7 @@ mod tests {
             meta: raft_format::Snapshot::new(&meta, MetadataImage::default()).meta,
             image: v1::MetadataImageV1 {
                 cluster_id: image.cluster_id.clone(),
-                brokers: image.brokers.clone(),
+                brokers: brokers_v2(&image),
                 topics: image.topics.clone(),
                 next_producer_id: image.next_producer_id,
             },
@@ -949,6 +954,133 @@ mod tests {
         assert_eq!(inner.last_applied, meta.last_log_id);
     }
 
+    /// The image's brokers as versions 1 and 2 archived them.
+    fn brokers_v2(
+        image: &MetadataImage,
+    ) -> BTreeMap<i32, super::super::raft_format_v2::BrokerRecordV2> {
+        image
+            .brokers
+            .values()
+            .map(|b| {
+                assert!(b.listeners.is_empty(), "versions 1 and 2 have no listeners");
+                let old = super::super::raft_format_v2::BrokerRecordV2 {
+                    id: b.id,
+                    addr: b.addr.clone(),
+                    fenced: b.fenced,
+                };
+                (b.id, old)
+            })
+            .collect()
+    }
+
+    /// A header of `version` followed by `frames`, each framed as the log is.
+    fn old_log(version: u16, frames: &[rkyv::util::AlignedVec]) -> Vec<u8> {
+        let mut bytes = raft_format::log_header().to_vec();
+        bytes[4..6].copy_from_slice(&version.to_le_bytes());
+        for body in frames {
+            bytes.extend_from_slice(&(body.len() as u32).to_le_bytes());
+            bytes.extend_from_slice(&crc32c::crc32c(body).to_le_bytes());
+            bytes.extend_from_slice(body);
+        }
+        bytes
+    }
+
+    /// A snapshot file of `version` around `body`.
+    fn old_snapshot(version: u16, body: &[u8]) -> Vec<u8> {
+        let mut file = raft_format::SNAPSHOT_MAGIC.to_vec();
+        file.extend_from_slice(&version.to_le_bytes());
+        file.extend_from_slice(&0u16.to_le_bytes());
+        file.extend_from_slice(&crc32c::crc32c(body).to_le_bytes());
+        file.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        file.extend_from_slice(body);
+        file
+    }
+
+    #[test]
+    fn a_version_2_log_and_snapshot_open_with_no_listeners_and_are_rewritten() {
+        use super::super::raft_format_v2 as v2;
+        let dir = tempfile::tempdir().unwrap();
+        let id = |index| raft_format::LogIdV1 {
+            term: 2,
+            node_id: 1,
+            index,
+        };
+        let frame = |f: &v2::LogFrameV2| rkyv::to_bytes::<rkyv::rancor::Error>(f).unwrap();
+        let rule = rill_proto::wire::AclRule {
+            principal: "alice".into(),
+            operation: rill_proto::wire::AclOperation::Read,
+            resource: rill_proto::wire::AclResource::Topic("t".into()),
+        };
+        let bytes = old_log(
+            2,
+            &[
+                frame(&v2::LogFrameV2::Entry {
+                    log_id: id(5),
+                    payload: v2::PayloadV2::Normal(v2::CommandV2::RegisterBroker {
+                        id: 7,
+                        addr: "127.0.0.1:9007".into(),
+                    }),
+                }),
+                frame(&v2::LogFrameV2::Entry {
+                    log_id: id(6),
+                    payload: v2::PayloadV2::Normal(v2::CommandV2::CreateAcls {
+                        rules: vec![rule.clone()],
+                    }),
+                }),
+            ],
+        );
+        std::fs::write(dir.path().join("log"), &bytes).unwrap();
+        let expected: Vec<String> = [
+            Command::RegisterBroker {
+                id: 7,
+                addr: "127.0.0.1:9007".into(),
+                listeners: BTreeMap::new(),
+            },
+            Command::CreateAcls { rules: vec![rule] },
+        ]
+        .into_iter()
+        .zip(5..)
+        .map(|(c, i)| Entry::<TypeConfig> {
+            log_id: LogId::new(CommittedLeaderId::new(2, 1), i),
+            payload: EntryPayload::Normal(c),
+        })
+        .map(|e| serde_json::to_string(&e).unwrap())
+        .collect();
+        for _ in 0..2 {
+            let store = LogStore::open(dir.path()).unwrap();
+            assert_eq!(json_of(&store.inner.lock().entries), expected);
+            let on_disk = std::fs::read(dir.path().join("log")).unwrap();
+            assert_eq!(on_disk[..8], raft_format::log_header(), "rewritten");
+        }
+
+        let mut image = image_with_topics(2);
+        image.apply(&Command::SetQuota {
+            principal: "bob".into(),
+            quota: rill_proto::wire::Quota {
+                produce_bytes_per_s: Some(1000),
+                fetch_bytes_per_s: None,
+            },
+        });
+        let meta = snapshot_meta();
+        let old = v2::SnapshotV2 {
+            meta: raft_format::Snapshot::new(&meta, MetadataImage::default()).meta,
+            image: v2::MetadataImageV2 {
+                cluster_id: image.cluster_id.clone(),
+                brokers: brokers_v2(&image),
+                topics: image.topics.clone(),
+                next_producer_id: image.next_producer_id,
+                acls: image.acls.clone(),
+                quotas: image.quotas.clone(),
+            },
+        };
+        let body = rkyv::to_bytes::<rkyv::rancor::Error>(&old).unwrap();
+        std::fs::write(dir.path().join(SNAPSHOT_FILE), old_snapshot(2, &body)).unwrap();
+        let (sm, _) = StateMachine::open(dir.path()).unwrap();
+        let inner = sm.inner.lock();
+        assert_eq!(inner.image, image);
+        assert_eq!(inner.last_applied, meta.last_log_id);
+    }
+
     fn image_with_topics(n: usize) -> MetadataImage {
         let mut image = MetadataImage::default();
         image.apply(&Command::SetClusterId {
@@ -958,6 +1090,7 @@ mod tests {
             image.apply(&Command::RegisterBroker {
                 id,
                 addr: format!("127.0.0.1:{}", 9000 + id),
+                listeners: Default::default(),
             });
         }
         for t in 0..n {
@@ -1060,6 +1193,7 @@ mod tests {
             payload: EntryPayload::Normal(Command::RegisterBroker {
                 id,
                 addr: format!("127.0.0.1:{}", 9000 + id),
+                listeners: [("kafka".to_string(), format!("127.0.0.1:{}", 9100 + id))].into(),
             }),
         });
         let mut entries: Vec<Entry<TypeConfig>> = register.collect();
@@ -1068,6 +1202,7 @@ mod tests {
         let built = sm.build_snapshot().await.unwrap();
         let image = sm.inner.lock().image.clone();
         assert_eq!(image.topics["orders"].partitions.len(), 2);
+        assert_eq!(image.brokers[&2].listeners["kafka"], "127.0.0.1:9102");
         // What a follower receives (the Raft RPC) is still the JSON image.
         let sent: MetadataImage = serde_json::from_slice(built.snapshot.get_ref()).unwrap();
         assert_eq!(sent, image);

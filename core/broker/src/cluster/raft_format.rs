@@ -1,7 +1,9 @@
 //! The on-disk format of the metadata quorum's Raft log records and snapshot,
-//! format version 2: rkyv archives, validated with bytecheck on every read.
-//! Version 1 (before the access-control commands) is still read, through the
-//! frozen types of [`super::raft_format_v1`], and rewritten as version 2.
+//! format version 3: rkyv archives, validated with bytecheck on every read.
+//! Versions 1 (before the access-control commands) and 2 (before the brokers'
+//! listeners) are still read, through the frozen types of
+//! [`super::raft_format_v1`] and [`super::raft_format_v2`], and rewritten as
+//! version 3.
 //!
 //! openraft's own types (`Entry`, `LogId`, `Membership`, `SnapshotMeta`) are serde,
 //! not rkyv, and may change with openraft; so what goes to disk is our own mirror of
@@ -15,10 +17,10 @@
 //! - snapshot file `snapshot.rkyv`: header `"RRSN"` + u16 version + u16 zero +
 //!   u32 crc32c(body) + u32 body length (16 bytes), then `body = rkyv SnapshotV1`.
 //!
-//! Version 2 is the layout of the [`LogFrame`] and [`Snapshot`] types below,
+//! Version 3 is the layout of the [`LogFrame`] and [`Snapshot`] types below,
 //! including [`Command`] and [`MetadataImage`] as they derive it: a change to any
 //! of them that changes the archived layout must bump [`FORMAT_VERSION`] (and keep
-//! a reader for the old one, as `raft_format_v1` is for version 1).
+//! a reader for the old one, as `raft_format_v1` and `raft_format_v2` are).
 //! A file with another version is refused with an error naming the file and both
 //! versions; a record that fails validation names the file and its byte offset.
 //! Never `access_unchecked`: the bytes are always checked before they are used.
@@ -31,6 +33,7 @@
 use super::image::{Command, MetadataImage};
 use super::raft::{NodeId, TypeConfig};
 use super::raft_format_v1 as v1;
+use super::raft_format_v2 as v2;
 use openraft::{
     BasicNode, CommittedLeaderId, Entry, EntryPayload, LogId, Membership, SnapshotMeta,
     StoredMembership,
@@ -43,7 +46,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// The version of the rkyv layout written by this build.
-pub const FORMAT_VERSION: u16 = 2;
+pub const FORMAT_VERSION: u16 = 3;
 /// First bytes of a version-1+ Raft log file. (A JSON-era log starts with a frame
 /// length; as a length these bytes would exceed `RAFT_RECORD_BYTES_MAX`.)
 pub const LOG_MAGIC: [u8; 4] = *b"RRLG";
@@ -177,71 +180,80 @@ impl From<MembershipV1> for Membership<NodeId, BasicNode> {
 
 /// An entry's payload.
 #[derive(Debug, Clone, PartialEq, Eq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
-pub enum PayloadV2 {
+pub enum PayloadV3 {
     Blank,
     Normal(Command),
     Membership(MembershipV1),
 }
 
 /// One frame body of the log file (the current version).
-pub type LogFrame = LogFrameV2;
+pub type LogFrame = LogFrameV3;
 /// The snapshot file's body (the current version).
-pub type Snapshot = SnapshotV2;
+pub type Snapshot = SnapshotV3;
 
-/// One frame body of the log file, version 2.
+/// One frame body of the log file, version 3.
 #[derive(Debug, Clone, PartialEq, Eq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
-pub enum LogFrameV2 {
+pub enum LogFrameV3 {
     /// Everything up to and including this log id was purged.
     Purged(LogIdV1),
     Entry {
         log_id: LogIdV1,
-        payload: PayloadV2,
+        payload: PayloadV3,
     },
 }
 
-impl LogFrameV2 {
-    pub fn purged(log_id: &LogId<NodeId>) -> LogFrameV2 {
-        LogFrameV2::Purged(log_id.into())
+impl LogFrameV3 {
+    pub fn purged(log_id: &LogId<NodeId>) -> LogFrameV3 {
+        LogFrameV3::Purged(log_id.into())
     }
 
-    pub fn entry(e: &Entry<TypeConfig>) -> LogFrameV2 {
-        LogFrameV2::Entry {
+    pub fn entry(e: &Entry<TypeConfig>) -> LogFrameV3 {
+        LogFrameV3::Entry {
             log_id: (&e.log_id).into(),
             payload: match &e.payload {
-                EntryPayload::Blank => PayloadV2::Blank,
-                EntryPayload::Normal(c) => PayloadV2::Normal(c.clone()),
-                EntryPayload::Membership(m) => PayloadV2::Membership(m.into()),
+                EntryPayload::Blank => PayloadV3::Blank,
+                EntryPayload::Normal(c) => PayloadV3::Normal(c.clone()),
+                EntryPayload::Membership(m) => PayloadV3::Membership(m.into()),
             },
         }
     }
 
     pub fn into_record(self) -> LogRecord {
         match self {
-            LogFrameV2::Purged(l) => LogRecord::Purged((&l).into()),
-            LogFrameV2::Entry { log_id, payload } => LogRecord::Entry(Entry {
+            LogFrameV3::Purged(l) => LogRecord::Purged((&l).into()),
+            LogFrameV3::Entry { log_id, payload } => LogRecord::Entry(Entry {
                 log_id: (&log_id).into(),
                 payload: match payload {
-                    PayloadV2::Blank => EntryPayload::Blank,
-                    PayloadV2::Normal(c) => EntryPayload::Normal(c),
-                    PayloadV2::Membership(m) => EntryPayload::Membership(m.into()),
+                    PayloadV3::Blank => EntryPayload::Blank,
+                    PayloadV3::Normal(c) => EntryPayload::Normal(c),
+                    PayloadV3::Membership(m) => EntryPayload::Membership(m.into()),
                 },
             }),
         }
     }
 }
 
-impl From<v1::LogFrameV1> for LogFrameV2 {
-    fn from(f: v1::LogFrameV1) -> LogFrameV2 {
+impl From<v2::LogFrameV2> for LogFrameV3 {
+    fn from(f: v2::LogFrameV2) -> LogFrameV3 {
         match f {
-            v1::LogFrameV1::Purged(l) => LogFrameV2::Purged(l),
-            v1::LogFrameV1::Entry { log_id, payload } => LogFrameV2::Entry {
+            v2::LogFrameV2::Purged(l) => LogFrameV3::Purged(l),
+            v2::LogFrameV2::Entry { log_id, payload } => LogFrameV3::Entry {
                 log_id,
                 payload: match payload {
-                    v1::PayloadV1::Blank => PayloadV2::Blank,
-                    v1::PayloadV1::Normal(c) => PayloadV2::Normal(c.into()),
-                    v1::PayloadV1::Membership(m) => PayloadV2::Membership(m),
+                    v2::PayloadV2::Blank => PayloadV3::Blank,
+                    v2::PayloadV2::Normal(c) => PayloadV3::Normal(c.into()),
+                    v2::PayloadV2::Membership(m) => PayloadV3::Membership(m),
                 },
             },
+        }
+    }
+}
+
+impl From<v2::SnapshotV2> for SnapshotV3 {
+    fn from(s: v2::SnapshotV2) -> SnapshotV3 {
+        SnapshotV3 {
+            meta: s.meta,
+            image: s.image.into(),
         }
     }
 }
@@ -264,6 +276,9 @@ pub enum LogFileFormat {
     /// Format version 1 (rkyv, before the access-control commands); frames
     /// start after the header.
     V1,
+    /// Format version 2 (rkyv, before the brokers' listeners); frames start
+    /// after the header.
+    V2,
     /// The current format; frames start after the header.
     Current,
 }
@@ -286,6 +301,7 @@ pub fn log_file_format(file: &Path, bytes: &[u8]) -> Result<LogFileFormat, Forma
     match u16::from_le_bytes([bytes[4], bytes[5]]) {
         FORMAT_VERSION => Ok(LogFileFormat::Current),
         1 => Ok(LogFileFormat::V1),
+        2 => Ok(LogFileFormat::V2),
         found => Err(FormatError::Version {
             file: file.to_path_buf(),
             found,
@@ -310,8 +326,10 @@ pub fn decode_log_frame(
     let mut aligned = AlignedVec::<16>::with_capacity(body.len());
     aligned.extend_from_slice(body);
     let frame = match format {
-        LogFileFormat::V1 => {
-            rkyv::from_bytes::<v1::LogFrameV1, rancor::Error>(&aligned).map(LogFrame::from)
+        LogFileFormat::V1 => rkyv::from_bytes::<v1::LogFrameV1, rancor::Error>(&aligned)
+            .map(|f| LogFrame::from(v2::LogFrameV2::from(f))),
+        LogFileFormat::V2 => {
+            rkyv::from_bytes::<v2::LogFrameV2, rancor::Error>(&aligned).map(LogFrame::from)
         }
         _ => rkyv::from_bytes::<LogFrame, rancor::Error>(&aligned),
     };
@@ -347,16 +365,16 @@ pub struct SnapshotMetaV1 {
     pub snapshot_id: String,
 }
 
-/// The snapshot file's body, version 2.
+/// The snapshot file's body, version 3.
 #[derive(Debug, Clone, PartialEq, Eq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
-pub struct SnapshotV2 {
+pub struct SnapshotV3 {
     pub meta: SnapshotMetaV1,
     pub image: MetadataImage,
 }
 
-impl SnapshotV2 {
-    pub fn new(meta: &SnapshotMeta<NodeId, BasicNode>, image: MetadataImage) -> SnapshotV2 {
-        SnapshotV2 {
+impl SnapshotV3 {
+    pub fn new(meta: &SnapshotMeta<NodeId, BasicNode>, image: MetadataImage) -> SnapshotV3 {
+        SnapshotV3 {
             meta: SnapshotMetaV1 {
                 last_log_id: meta.last_log_id.as_ref().map(LogIdV1::from),
                 membership_log_id: meta.last_membership.log_id().as_ref().map(LogIdV1::from),
@@ -410,7 +428,7 @@ fn snapshot_body<'a>(file: &Path, bytes: &'a [u8]) -> Result<(u16, &'a [u8]), Fo
     }
     let u32_at = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap());
     let found = u16::from_le_bytes([bytes[4], bytes[5]]);
-    if found != FORMAT_VERSION && found != 1 {
+    if found != FORMAT_VERSION && found != 1 && found != 2 {
         return Err(FormatError::Version {
             file: file.to_path_buf(),
             found,
@@ -448,9 +466,9 @@ fn snapshot_invalid(file: &Path, e: impl std::fmt::Display) -> FormatError {
 pub fn access_snapshot<'a>(
     file: &Path,
     bytes: &'a [u8],
-) -> Result<&'a ArchivedSnapshotV2, FormatError> {
+) -> Result<&'a ArchivedSnapshotV3, FormatError> {
     match snapshot_body(file, bytes)? {
-        (FORMAT_VERSION, body) => rkyv::access::<ArchivedSnapshotV2, rancor::Error>(body)
+        (FORMAT_VERSION, body) => rkyv::access::<ArchivedSnapshotV3, rancor::Error>(body)
             .map_err(|e| snapshot_invalid(file, e)),
         (found, _) => Err(FormatError::Version {
             file: file.to_path_buf(),
@@ -459,7 +477,7 @@ pub fn access_snapshot<'a>(
     }
 }
 
-/// Validates and deserializes the owned snapshot (of this version or version 1).
+/// Validates and deserializes the owned snapshot (of this version, 1 or 2).
 pub fn decode_snapshot(file: &Path, bytes: &[u8]) -> Result<Snapshot, FormatError> {
     let not_deserialized = |e: rancor::Error| FormatError::Damaged {
         file: file.to_path_buf(),
@@ -470,10 +488,12 @@ pub fn decode_snapshot(file: &Path, bytes: &[u8]) -> Result<Snapshot, FormatErro
         (1, body) => {
             let old = rkyv::from_bytes::<v1::SnapshotV1, rancor::Error>(body)
                 .map_err(|e| snapshot_invalid(file, e))?;
-            Ok(SnapshotV2 {
-                meta: old.meta,
-                image: old.image.into(),
-            })
+            Ok(v2::SnapshotV2::from(old).into())
+        }
+        (2, body) => {
+            let old = rkyv::from_bytes::<v2::SnapshotV2, rancor::Error>(body)
+                .map_err(|e| snapshot_invalid(file, e))?;
+            Ok(old.into())
         }
         _ => {
             let archived = access_snapshot(file, bytes)?;

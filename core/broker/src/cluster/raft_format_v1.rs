@@ -1,6 +1,7 @@
 //! The archived types of quorum format version 1, frozen: read when a data
-//! directory written by an older Rill is opened, converted to the current types
-//! ([`super::raft_format`]), and rewritten in the current version.
+//! directory written by an older Rill is opened, converted to version 2's
+//! types ([`super::raft_format_v2`]) and from those to the current ones, and
+//! rewritten in the current version.
 //!
 //! Invariant: nothing here changes, ever; these are the layouts version-1 files
 //! hold. Version 2 added the access-control commands and the image's ACLs and
@@ -8,12 +9,15 @@
 //! partitions, ISR changes, log ids, membership) are unchanged, so they are
 //! reused rather than copied.
 
-use super::image::{BrokerRecord, Command, IsrChange, MetadataImage, TopicState};
+use super::image::{IsrChange, TopicState};
 use super::raft_format::{LeaderEpochV1, LogIdV1, MembershipV1, SnapshotMetaV1};
+use super::raft_format_v2::{
+    BrokerRecordV2, CommandV2 as Command, LogFrameV2, MetadataImageV2, PayloadV2, SnapshotV2,
+};
 use rill_proto::LeaderEpoch;
 use std::collections::BTreeMap;
 
-/// [`Command`] as version 1 archived it.
+/// The command as version 1 archived it.
 #[derive(Debug, Clone, PartialEq, Eq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 pub enum CommandV1 {
     SetClusterId {
@@ -107,23 +111,24 @@ impl From<CommandV1> for Command {
     }
 }
 
-/// [`MetadataImage`] as version 1 archived it (no ACLs, no quotas).
+/// The image as version 1 archived it (no ACLs, no quotas).
 #[derive(Debug, Clone, PartialEq, Eq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 pub struct MetadataImageV1 {
     pub cluster_id: String,
-    pub brokers: BTreeMap<i32, BrokerRecord>,
+    pub brokers: BTreeMap<i32, BrokerRecordV2>,
     pub topics: BTreeMap<String, TopicState>,
     pub next_producer_id: i64,
 }
 
-impl From<MetadataImageV1> for MetadataImage {
-    fn from(i: MetadataImageV1) -> MetadataImage {
-        MetadataImage {
+impl From<MetadataImageV1> for MetadataImageV2 {
+    fn from(i: MetadataImageV1) -> MetadataImageV2 {
+        MetadataImageV2 {
             cluster_id: i.cluster_id,
             brokers: i.brokers,
             topics: i.topics,
             next_producer_id: i.next_producer_id,
-            ..MetadataImage::default()
+            acls: Vec::new(),
+            quotas: BTreeMap::new(),
         }
     }
 }
@@ -148,4 +153,29 @@ pub enum LogFrameV1 {
 pub struct SnapshotV1 {
     pub meta: SnapshotMetaV1,
     pub image: MetadataImageV1,
+}
+
+impl From<LogFrameV1> for LogFrameV2 {
+    fn from(f: LogFrameV1) -> LogFrameV2 {
+        match f {
+            LogFrameV1::Purged(l) => LogFrameV2::Purged(l),
+            LogFrameV1::Entry { log_id, payload } => LogFrameV2::Entry {
+                log_id,
+                payload: match payload {
+                    PayloadV1::Blank => PayloadV2::Blank,
+                    PayloadV1::Normal(c) => PayloadV2::Normal(c.into()),
+                    PayloadV1::Membership(m) => PayloadV2::Membership(m),
+                },
+            },
+        }
+    }
+}
+
+impl From<SnapshotV1> for SnapshotV2 {
+    fn from(s: SnapshotV1) -> SnapshotV2 {
+        SnapshotV2 {
+            meta: s.meta,
+            image: s.image.into(),
+        }
+    }
 }

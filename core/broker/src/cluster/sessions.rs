@@ -120,6 +120,7 @@ mod tests {
                     id,
                     addr: format!("127.0.0.1:{}", 9092 + id),
                     fenced,
+                    listeners: Default::default(),
                 },
             );
         }

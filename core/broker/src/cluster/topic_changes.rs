@@ -162,6 +162,7 @@ mod tests {
                     id,
                     addr: String::new(),
                     fenced: fenced == Some(id),
+                    listeners: Default::default(),
                 },
             );
         }
