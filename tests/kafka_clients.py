@@ -27,6 +27,13 @@ Usage: python kafka_clients.py COMMAND BOOTSTRAP TOPIC [N]
                     then N records key "fo-<i>", value "fo-<i>" in chunks of 100,
                     flushing each and printing "acked <count>" (the test kills the
                     partition's leader meanwhile); every delivery must succeed
+  tls-acl           TLS listener with client certificates (env RILL_CA, ALICE_CERT,
+                    ALICE_KEY, BOB_CERT, BOB_KEY; TOPIC and TOPIC-secret exist,
+                    alice may write and read TOPIC only, bob nothing): alice
+                    produces N records idempotently and reads them back; alice's
+                    write to TOPIC-secret and bob's to TOPIC are refused with
+                    TOPIC_AUTHORIZATION_FAILED; a client without a certificate
+                    gets no metadata
   group-rebalance   confluent-kafka, group "rebalance-<TOPIC>" (cooperative-sticky),
                     TOPIC with 6 partitions: three consumers get two partitions
                     each, `rill group describe` (RILL_BIN, RILL_BOOTSTRAP,
@@ -149,6 +156,87 @@ def produce_failover(bootstrap, topic, n):
     if delivered[0] != n:
         fail("delivered %d of %d" % (delivered[0], n))
     print("produced %d" % n, flush=True)
+
+
+def tls_config(bootstrap, who):
+    import os
+
+    c = {
+        "bootstrap.servers": bootstrap,
+        "security.protocol": "ssl",
+        "ssl.ca.location": os.environ["RILL_CA"],
+        "broker.address.family": "v4",
+    }
+    if who is not None:
+        c["ssl.certificate.location"] = os.environ[who + "_CERT"]
+        c["ssl.key.location"] = os.environ[who + "_KEY"]
+    return c
+
+
+def produce_as(config, topic, n):
+    """Produces n records; the delivery errors (empty when all were delivered)."""
+    from confluent_kafka import Producer
+
+    p = Producer(dict(config, **{"acks": "all", "message.timeout.ms": 20000}))
+    errors = []
+
+    def on_delivery(err, msg):
+        if err is not None:
+            errors.append(err)
+
+    for i in range(n):
+        v = b"tls-%d" % i
+        p.produce(topic, key=v, value=v, on_delivery=on_delivery)
+    left = p.flush(DEADLINE_S)
+    if left:
+        fail("%d records to %s neither delivered nor failed within %ds" % (left, topic, DEADLINE_S))
+    return errors
+
+
+def expect_denied(errors, who, topic):
+    from confluent_kafka import KafkaError
+
+    if not errors:
+        fail("%s's write to %s was accepted" % (who, topic))
+    codes = set(e.code() for e in errors)
+    if codes != {KafkaError.TOPIC_AUTHORIZATION_FAILED}:
+        fail("%s's write to %s failed with %s, expected TOPIC_AUTHORIZATION_FAILED" % (who, topic, errors[:3]))
+    print("%s denied %s: %s" % (who, topic, errors[0].name()), flush=True)
+
+
+def tls_acl(bootstrap, topic, n):
+    from confluent_kafka import Consumer, KafkaException, TopicPartition, OFFSET_BEGINNING
+    from confluent_kafka.admin import AdminClient
+
+    alice = tls_config(bootstrap, "ALICE")
+    errors = produce_as(dict(alice, **{"enable.idempotence": True}), topic, n)
+    if errors:
+        fail("alice's writes to %s failed: %s" % (topic, errors[:3]))
+    print("alice produced %d" % n, flush=True)
+    expect_denied(produce_as(alice, topic + "-secret", 1), "alice", topic + "-secret")
+    expect_denied(produce_as(tls_config(bootstrap, "BOB"), topic, 1), "bob", topic)
+
+    try:
+        AdminClient(tls_config(bootstrap, None)).list_topics(timeout=5)
+        fail("a client without a certificate got metadata")
+    except KafkaException as e:
+        print("no certificate refused: %s" % e.args[0].name(), flush=True)
+
+    c = Consumer(dict(alice, **{"group.id": "tls-" + topic, "enable.auto.commit": False}))
+    c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+    seen = set()
+    deadline = time.time() + DEADLINE_S
+    while len(seen) < n and time.time() < deadline:
+        m = c.poll(0.5)
+        if m is None:
+            continue
+        if m.error():
+            fail("alice's read of %s: %s" % (topic, m.error()))
+        seen.add(m.value())
+    c.close()
+    if seen != set(b"tls-%d" % i for i in range(n)):
+        fail("alice read %d distinct records of %d" % (len(seen), n))
+    print("alice read %d" % len(seen), flush=True)
 
 
 def check(seen, i, key, value, headers, ts):
@@ -473,6 +561,8 @@ def main():
         group_resume(bootstrap, topic, n)
     elif command == "produce-failover":
         produce_failover(bootstrap, topic, n)
+    elif command == "tls-acl":
+        tls_acl(bootstrap, topic, n)
     elif command == "group-rebalance":
         group_rebalance(bootstrap, topic, n)
     else:

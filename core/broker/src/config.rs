@@ -51,6 +51,17 @@ pub struct TlsConfig {
     pub ca: Option<PathBuf>,
 }
 
+/// The Kafka-protocol listener's options (`[kafka]`); its addresses are the
+/// top-level `kafka_listen` and `kafka_advertised_addr`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct KafkaConfig {
+    /// `tls`: the listener speaks TLS (Kafka's `security.protocol=SSL`) with
+    /// the broker's certificate; a client certificate from the broker's CA
+    /// names the principal, as on QUIC, and is required with `--auth mtls`.
+    pub tls: bool,
+}
+
 /// How clients prove who they are (`[auth]`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -174,6 +185,7 @@ impl Default for ObjectStoreConfig {
 /// | `default_replication_factor` | 1 | replication factor of a topic created without one |
 /// | `kafka_listen` | unset (off) | `host:port` (TCP) of the Kafka-protocol listener (rill-kafka) |
 /// | `kafka_advertised_addr` | `kafka_listen` | `host:port` Kafka clients are told to use |
+/// | `[kafka]` `tls` | false | see [`KafkaConfig`] |
 /// | `max_request_bytes` | 64 MiB | largest request frame accepted |
 /// | `max_connections` | 1024 | connections beyond this are closed with a reason (far beyond it, refused before the handshake) |
 /// | `max_connections_per_ip` | 256 | connections from one IP address beyond this are refused before the TLS handshake |
@@ -206,6 +218,7 @@ pub struct BrokerConfig {
     pub advertised_addr: Option<String>,
     pub kafka_listen: Option<SocketAddr>,
     pub kafka_advertised_addr: Option<String>,
+    pub kafka: KafkaConfig,
     pub data_dir: PathBuf,
     pub tls: TlsConfig,
     pub auth: AuthConfig,
@@ -248,6 +261,7 @@ impl Default for BrokerConfig {
             advertised_addr: None,
             kafka_listen: None,
             kafka_advertised_addr: None,
+            kafka: KafkaConfig::default(),
             data_dir: PathBuf::from("./rill-data"),
             tls: TlsConfig::default(),
             auth: AuthConfig::default(),
@@ -458,13 +472,13 @@ impl BrokerConfig {
             })?;
         }
         if let Some(kafka) = self.kafka_listen {
-            if self.auth.mode == AuthMode::Mtls {
+            if self.auth.mode == AuthMode::Mtls && !self.kafka.tls {
                 return Err(bad(
                     "kafka_listen",
                     format!(
-                        "the Kafka listener ({kafka}) has no TLS or SASL yet, so with auth mode mtls \
-                         it could not tell who a client is: unset kafka_listen (--kafka-listen), or \
-                         run with --auth none"
+                        "with auth mode mtls the Kafka listener ({kafka}) must speak TLS to tell \
+                         who a client is (its certificate): set [kafka] tls = true \
+                         (--kafka-tls), or unset kafka_listen"
                     ),
                 ));
             }
@@ -673,7 +687,16 @@ mod tests {
         )
         .unwrap();
         let e = c.validate().unwrap_err().to_string();
-        assert!(e.contains("kafka_listen") && e.contains("SASL"), "{e}");
+        assert!(
+            e.contains("kafka_listen") && e.contains("tls = true"),
+            "{e}"
+        );
+        let c = BrokerConfig::from_toml_str(
+            "kafka_listen = \"127.0.0.1:9093\"\n[auth]\nmode = \"mtls\"\n[kafka]\ntls = true\n",
+        )
+        .unwrap();
+        c.validate().unwrap();
+        assert!(c.kafka.tls);
     }
 
     #[test]

@@ -85,6 +85,16 @@ impl FrontDoor {
             .collect()
     }
 
+    /// The TLS server configuration of a TCP listener (the Kafka protocol's):
+    /// the broker's certificate and client-certificate policy, as on QUIC
+    /// (TLS 1.3, client certificates verified against the broker's CA), and no
+    /// ALPN (Kafka clients offer none).
+    pub fn tcp_tls_config(&self) -> Result<rustls::ServerConfig, rill_net::NetError> {
+        let mut config = self.state.server_tls.rustls_config()?;
+        config.alpn_protocols.clear();
+        Ok(config)
+    }
+
     /// Cancelled when the broker starts shutting down.
     pub fn shutdown(&self) -> CancellationToken {
         self.state.shutdown.clone()

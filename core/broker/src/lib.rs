@@ -56,7 +56,7 @@ pub mod tier;
 pub mod topic_configs;
 pub mod topics;
 
-pub use config::{BrokerConfig, ObjectStoreConfig, TlsConfig, TransformsConfig};
+pub use config::{BrokerConfig, KafkaConfig, ObjectStoreConfig, TlsConfig, TransformsConfig};
 pub use error::BrokerError;
 pub use server::{CLOSE_SHUTDOWN, CLOSE_TOO_MANY_CONNECTIONS, REQUEST_READ_TIMEOUT};
 
@@ -210,6 +210,7 @@ impl Broker {
             auth: crate::auth::Authorizer::new(&config.auth),
             quotas: crate::quota::Quotas::default(),
             peer_tls: broker_tls.peer.clone(),
+            server_tls: broker_tls.server.clone(),
             config,
         });
         // A single broker opens its partitions before it serves (a log that cannot
@@ -414,6 +415,18 @@ fn broker_tls(config: &BrokerConfig) -> Result<BrokerTls, BrokerError> {
     }
     if !config.listen.ip().is_unspecified() {
         names.push(config.listen.ip().to_string());
+    }
+    // The Kafka listener (with `[kafka] tls`) presents the same certificate.
+    if let Some(addr) = &config.kafka_advertised_addr {
+        let host = addr.rsplit_once(':').map_or(addr.as_str(), |(h, _)| h);
+        names.push(
+            host.trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_string(),
+        );
+    }
+    if let Some(kafka) = config.kafka_listen.filter(|k| !k.ip().is_unspecified()) {
+        names.push(kafka.ip().to_string());
     }
     if let Some(host) = rill_net::tls::host_name() {
         names.push(host);

@@ -43,4 +43,7 @@ pub struct BrokerState {
     /// How this broker connects to its peers (and to itself, for the transform
     /// supervisor): the CA it trusts and its broker certificate.
     pub peer_tls: rill_net::ClientTls,
+    /// The certificate (and client-certificate policy) this broker presents to
+    /// clients: QUIC's, and the Kafka listener's with `[kafka] tls`.
+    pub server_tls: rill_net::ServerTls,
 }

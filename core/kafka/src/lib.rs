@@ -31,6 +31,10 @@
 //!   never get there.
 //! - A malformed or oversized frame closes its connection with a log line
 //!   naming the client; it never panics, and other connections carry on.
+//! - With `[kafka] tls` every connection is TLS (the broker's certificate and
+//!   client-certificate policy, as on QUIC); the principal is who a verified
+//!   client certificate names ([`Principal::of`]), else anonymous. Without
+//!   it, every client is anonymous (the config then refuses `--auth mtls`).
 
 mod apis;
 pub mod codes;
@@ -46,8 +50,8 @@ use rill_broker::limits::{ConnectionsPerIp, RequestBudget};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpListener;
 
 pub use apis::SUPPORTED;
 
@@ -58,6 +62,8 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
 pub const FRAME_READ_TIMEOUT: Duration = rill_broker::REQUEST_READ_TIMEOUT;
 /// Longest time to write one response.
 pub const RESPONSE_WRITE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Longest TLS handshake (with `[kafka] tls`).
+pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, thiserror::Error)]
 pub enum KafkaError {
@@ -70,6 +76,8 @@ pub enum KafkaError {
         "kafka_advertised_addr {addr:?} is not host:port with a port number; set it to the address Kafka clients should connect to, e.g. broker1.example.com:9093"
     )]
     Advertised { addr: String },
+    #[error("cannot set up TLS for the Kafka listener ([kafka] tls): {0}")]
+    Tls(#[from] rill_net::NetError),
 }
 
 /// A running Kafka-protocol listener.
@@ -105,20 +113,30 @@ pub async fn start(front: Arc<FrontDoor>) -> Result<Option<KafkaListener>, Kafka
     let endpoint = apis::Endpoint::parse(&advertised).ok_or(KafkaError::Advertised {
         addr: advertised.clone(),
     })?;
+    let tls = if front.config().kafka.tls {
+        Some(tokio_rustls::TlsAcceptor::from(Arc::new(
+            front.tcp_tls_config()?,
+        )))
+    } else {
+        None
+    };
     let shared = Arc::new(Shared {
+        tls,
         budget: RequestBudget::new(front.config().max_inflight_request_bytes),
         per_ip: ConnectionsPerIp::new(front.config().max_connections_per_ip),
         endpoint,
         front: front.clone(),
     });
     front.tracker().spawn(accept_loop(shared, listener));
-    tracing::info!(listen = %local_addr, advertised = %advertised, "Kafka listener started");
+    tracing::info!(listen = %local_addr, advertised = %advertised, tls = front.config().kafka.tls, "Kafka listener started");
     Ok(Some(KafkaListener { local_addr }))
 }
 
 /// What every connection shares.
 pub(crate) struct Shared {
     pub front: Arc<FrontDoor>,
+    /// With `[kafka] tls`: the handshake every connection starts with.
+    tls: Option<tokio_rustls::TlsAcceptor>,
     /// The bytes of Kafka request bodies held at once.
     budget: RequestBudget,
     per_ip: Arc<ConnectionsPerIp>,
@@ -155,7 +173,34 @@ async fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
         let s = shared.clone();
         shared.front.tracker().spawn(async move {
             let _held = (ip_slot, place);
-            serve_connection(s, stream, peer).await;
+            let _ = stream.set_nodelay(true);
+            let Some(acceptor) = s.tls.clone() else {
+                return serve_connection(s, stream, peer, Principal::Anonymous).await;
+            };
+            let shutdown = s.front.shutdown();
+            let handshake = tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream));
+            let stream = tokio::select! {
+                _ = shutdown.cancelled() => return,
+                h = handshake => match h {
+                    Ok(Ok(stream)) => stream,
+                    Ok(Err(e)) => {
+                        tracing::warn!(%peer, "Kafka listener: TLS handshake failed: {e}");
+                        return;
+                    }
+                    Err(_) => {
+                        tracing::warn!(%peer, "Kafka listener: TLS handshake did not finish within {TLS_HANDSHAKE_TIMEOUT:?}");
+                        return;
+                    }
+                },
+            };
+            // rustls verified the chain against the broker's CA; who its
+            // leaf names is the principal.
+            let identity = stream
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|chain| rill_net::identity_of(chain.first()?));
+            serve_connection(s, stream, peer, Principal::of(identity)).await;
         });
     }
 }
@@ -169,16 +214,15 @@ pub(crate) enum Closed {
     Because(String),
 }
 
-async fn serve_connection(shared: Arc<Shared>, mut stream: TcpStream, peer: SocketAddr) {
-    let _ = stream.set_nodelay(true);
-    let caller = Arc::new(Caller {
-        // No TLS or SASL on this listener yet: every client is anonymous, and
-        // the config refuses a Kafka listener with auth mode mtls.
-        principal: Principal::Anonymous,
-        peer,
-    });
+async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
+    shared: Arc<Shared>,
+    mut stream: S,
+    peer: SocketAddr,
+    principal: Principal,
+) {
+    let caller = Arc::new(Caller { principal, peer });
     let shutdown = shared.front.shutdown();
-    tracing::debug!(%peer, "Kafka client connected");
+    tracing::debug!(%peer, principal = ?caller.principal, "Kafka client connected");
     let closed = loop {
         let result = tokio::select! {
             _ = shutdown.cancelled() => break Closed::Quietly,
@@ -197,10 +241,10 @@ async fn serve_connection(shared: Arc<Shared>, mut stream: TcpStream, peer: Sock
 }
 
 /// Reads one frame, serves it, writes its answer.
-async fn serve_one(
+async fn serve_one<S: AsyncRead + AsyncWrite + Unpin>(
     shared: &Shared,
     caller: &Arc<Caller>,
-    stream: &mut TcpStream,
+    stream: &mut S,
 ) -> Result<(), Closed> {
     let mut size = [0u8; 4];
     match tokio::time::timeout(IDLE_TIMEOUT, stream.read_exact(&mut size)).await {
@@ -236,7 +280,12 @@ async fn serve_one(
     let response = handle_frame(shared, caller, body.freeze()).await?;
     drop(permit);
     if let Some(response) = response {
-        match tokio::time::timeout(RESPONSE_WRITE_TIMEOUT, stream.write_all(&response)).await {
+        // A TLS stream holds records until flushed; a TCP stream's flush is free.
+        let write = async {
+            stream.write_all(&response).await?;
+            stream.flush().await
+        };
+        match tokio::time::timeout(RESPONSE_WRITE_TIMEOUT, write).await {
             Err(_) => return Err(Closed::Because("response write timed out".into())),
             Ok(Err(e)) => return Err(Closed::Because(format!("write failed: {e}"))),
             Ok(Ok(())) => {}

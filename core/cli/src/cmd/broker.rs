@@ -42,6 +42,10 @@ pub struct BrokerArgs {
     /// Address Kafka clients are told to connect to (default: --kafka-listen).
     #[arg(long, value_name = "HOST:PORT", requires = "kafka_listen")]
     pub kafka_advertised_addr: Option<String>,
+    /// The Kafka listener speaks TLS (clients use security.protocol=SSL and
+    /// trust the broker's CA; a client certificate names the principal).
+    #[arg(long, requires = "kafka_listen")]
+    pub kafka_tls: bool,
     /// Broker certificate chain (PEM); default: issued by the development CA.
     #[arg(long, value_name = "FILE", requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
@@ -119,6 +123,9 @@ pub fn build_config(args: &BrokerArgs) -> anyhow::Result<BrokerConfig> {
     }
     if let Some(advertised) = &args.kafka_advertised_addr {
         config.kafka_advertised_addr = Some(advertised.clone());
+    }
+    if args.kafka_tls {
+        config.kafka.tls = true;
     }
     if let Some(cert) = &args.tls_cert {
         config.tls.cert = Some(cert.clone());
@@ -302,6 +309,7 @@ mod tests {
             advertised_addr: None,
             kafka_listen: None,
             kafka_advertised_addr: None,
+            kafka_tls: false,
             tls_cert: None,
             tls_key: None,
             tls_ca: None,
