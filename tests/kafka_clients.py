@@ -34,6 +34,14 @@ Usage: python kafka_clients.py COMMAND BOOTSTRAP TOPIC [N]
                     write to TOPIC-secret and bob's to TOPIC are refused with
                     TOPIC_AUTHORIZATION_FAILED; a client without a certificate
                     gets no metadata
+  sasl-acl          SASL_SSL (env RILL_CA, ALICE_PASSWORD, BOB_PASSWORD; alice may
+                    write and read TOPIC and read group "sasl-TOPIC", bob nothing):
+                    alice produces N records with SCRAM-SHA-256 (idempotent), one
+                    with SCRAM-SHA-512 and one with PLAIN, and reads all back; bob's
+                    write is refused with TOPIC_AUTHORIZATION_FAILED; a wrong
+                    password gets no metadata
+  sasl-login        SASL_SSL SCRAM-SHA-256 as SASL_USER/SASL_PASSWORD (env): prints
+                    "login ok" or "login failed: <error>"
   group-rebalance   confluent-kafka, group "rebalance-<TOPIC>" (cooperative-sticky),
                     TOPIC with 6 partitions: three consumers get two partitions
                     each, `rill group describe` (RILL_BIN, RILL_BOOTSTRAP,
@@ -237,6 +245,74 @@ def tls_acl(bootstrap, topic, n):
     if seen != set(b"tls-%d" % i for i in range(n)):
         fail("alice read %d distinct records of %d" % (len(seen), n))
     print("alice read %d" % len(seen), flush=True)
+
+
+def sasl_config(bootstrap, mechanism, user, password):
+    import os
+
+    return {
+        "bootstrap.servers": bootstrap,
+        "security.protocol": "sasl_ssl",
+        "ssl.ca.location": os.environ["RILL_CA"],
+        "sasl.mechanism": mechanism,
+        "sasl.username": user,
+        "sasl.password": password,
+        "broker.address.family": "v4",
+    }
+
+
+def sasl_acl(bootstrap, topic, n):
+    import os
+    from confluent_kafka import Consumer, TopicPartition, OFFSET_BEGINNING, KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    alice_pw = os.environ["ALICE_PASSWORD"]
+    alice = sasl_config(bootstrap, "SCRAM-SHA-256", "alice", alice_pw)
+    errors = produce_as(dict(alice, **{"enable.idempotence": True}), topic, n)
+    if errors:
+        fail("alice's SCRAM-SHA-256 writes failed: %s" % errors[:3])
+    print("alice SCRAM-SHA-256 produced %d" % n, flush=True)
+    for mechanism in ["SCRAM-SHA-512", "PLAIN"]:
+        errors = produce_as(sasl_config(bootstrap, mechanism, "alice", alice_pw), topic, 1)
+        if errors:
+            fail("alice's %s write failed: %s" % (mechanism, errors[:3]))
+        print("alice %s produced 1" % mechanism, flush=True)
+    bob = sasl_config(bootstrap, "SCRAM-SHA-256", "bob", os.environ["BOB_PASSWORD"])
+    expect_denied(produce_as(bob, topic, 1), "bob", topic)
+    try:
+        AdminClient(sasl_config(bootstrap, "SCRAM-SHA-256", "alice", alice_pw + "x")).list_topics(timeout=5)
+        fail("a wrong password got metadata")
+    except KafkaException as e:
+        print("wrong password refused: %s" % e.args[0].name(), flush=True)
+
+    c = Consumer(dict(alice, **{"group.id": "sasl-" + topic, "enable.auto.commit": False}))
+    c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+    count = 0
+    deadline = time.time() + DEADLINE_S
+    while count < n + 2 and time.time() < deadline:
+        m = c.poll(0.5)
+        if m is None:
+            continue
+        if m.error():
+            fail("alice's read of %s: %s" % (topic, m.error()))
+        count += 1
+    c.close()
+    if count != n + 2:
+        fail("alice read %d records of %d" % (count, n + 2))
+    print("alice read %d" % count, flush=True)
+
+
+def sasl_login(bootstrap):
+    import os
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    config = sasl_config(bootstrap, "SCRAM-SHA-256", os.environ["SASL_USER"], os.environ["SASL_PASSWORD"])
+    try:
+        AdminClient(config).list_topics(timeout=5)
+        print("login ok", flush=True)
+    except KafkaException as e:
+        print("login failed: %s" % e.args[0].name(), flush=True)
 
 
 def check(seen, i, key, value, headers, ts):
@@ -563,6 +639,10 @@ def main():
         produce_failover(bootstrap, topic, n)
     elif command == "tls-acl":
         tls_acl(bootstrap, topic, n)
+    elif command == "sasl-acl":
+        sasl_acl(bootstrap, topic, n)
+    elif command == "sasl-login":
+        sasl_login(bootstrap)
     elif command == "group-rebalance":
         group_rebalance(bootstrap, topic, n)
     else:

@@ -24,6 +24,9 @@
 //! - TLS with client certificates (`--kafka-tls`, `--auth mtls`): the
 //!   certificate names the principal, ACLs decide (an allowed and two denied
 //!   writes), a client without a certificate gets nothing.
+//! - SASL (SCRAM-SHA-256/512, PLAIN) over TLS with users from `rill user
+//!   add`: allowed and denied principals, a wrong password and a removed user
+//!   refused.
 //! - kcat (Debian's, librdkafka 2.0): metadata, keyed produce read by `rill
 //!   consume`, `rill produce` read back, and a balanced consumer group whose
 //!   commits `rill group describe` shows. `.ci/run` installs kcat; without it
@@ -583,4 +586,119 @@ fn tls_client_certificates_name_principals_whose_acls_decide() {
         &root_key,
     ]);
     assert_eq!(read.lines().count(), 200, "{read}");
+}
+
+#[test]
+fn sasl_scram_and_plain_users_are_principals_under_the_acls() {
+    let port = free_tcp_port();
+    let listen = format!("127.0.0.1:{port}");
+    let advertised = format!("localhost:{port}");
+    let broker = TestBroker::start_with(&[
+        "--auth",
+        "mtls",
+        "--super-user",
+        "root",
+        "--kafka-listen",
+        &listen,
+        "--kafka-tls",
+        "--kafka-sasl",
+        "SCRAM-SHA-256,SCRAM-SHA-512,PLAIN",
+        "--kafka-advertised-addr",
+        &advertised,
+    ]);
+    let home = broker.home();
+    let (root_cert, root_key) = issue_cert(&home, "root");
+    let root = |args: &[&str], input: &[u8]| {
+        let mut all = args.to_vec();
+        all.extend(["--tls-cert", &root_cert, "--tls-key", &root_key]);
+        let out = broker.rill_stdin(&all, input);
+        assert!(
+            out.status.success(),
+            "rill {all:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let added = root(&["user", "add", "alice", "--password-stdin"], b"alice-pw\n");
+    assert!(added.contains("Added user alice"), "{added}");
+    root(&["user", "add", "bob", "--password-stdin"], b"bob-pw\n");
+    let topic = "sasl-orders";
+    root(&["topic", "create", topic, "--partitions", "3"], b"");
+    let group = format!("sasl-{topic}");
+    for (op, flag, name) in [
+        ("write", "--topic", topic),
+        ("read", "--topic", topic),
+        ("read", "--group", group.as_str()),
+    ] {
+        root(
+            &[
+                "acl",
+                "add",
+                "--principal",
+                "alice",
+                "--operation",
+                op,
+                flag,
+                name,
+            ],
+            b"",
+        );
+    }
+    let run = |args: &[&str], env: &[(&str, &str)]| {
+        let mut cmd = Command::new(python());
+        cmd.arg(script())
+            .args(args)
+            .env("RILL_CA", home.join("ca.pem"))
+            .envs(env.iter().copied());
+        let out = run_bounded(&mut cmd, b"", SCRIPT_TIMEOUT);
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{args:?} failed ({}):\n{stdout}\n{}\n--- broker log\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr),
+            broker.log()
+        );
+        stdout
+    };
+    let out = run(
+        &["sasl-acl", &advertised, topic, "100"],
+        &[("ALICE_PASSWORD", "alice-pw"), ("BOB_PASSWORD", "bob-pw")],
+    );
+    for line in [
+        "alice SCRAM-SHA-256 produced 100".to_string(),
+        "alice SCRAM-SHA-512 produced 1".to_string(),
+        "alice PLAIN produced 1".to_string(),
+        format!("bob denied {topic}: TOPIC_AUTHORIZATION_FAILED"),
+        "alice read 102".to_string(),
+    ] {
+        assert!(out.lines().any(|l| l == line), "no {line:?} in:\n{out}");
+    }
+    assert!(out.contains("wrong password refused"), "{out}");
+    assert!(
+        broker.log().contains("SASL SCRAM authentication failed"),
+        "the failed login is logged:\n{}",
+        broker.log()
+    );
+
+    let list = root(&["user", "list"], b"");
+    assert!(
+        list.lines()
+            .any(|l| l == "alice  SCRAM-SHA-256(8192),SCRAM-SHA-512(8192)"),
+        "{list}"
+    );
+    let login = |user: &str, password: &str| {
+        run(
+            &["sasl-login", &advertised, topic],
+            &[("SASL_USER", user), ("SASL_PASSWORD", password)],
+        )
+    };
+    assert_eq!(login("bob", "bob-pw").trim(), "login ok");
+    root(&["user", "remove", "bob"], b"");
+    assert!(!root(&["user", "list"], b"").contains("bob"));
+    let out = login("bob", "bob-pw");
+    assert!(out.starts_with("login failed"), "a removed user: {out}");
+    // Without the super user's certificate, users cannot be managed.
+    let out = broker.rill_stdin(&["user", "add", "eve", "--password-stdin"], b"pw\n");
+    assert!(!out.status.success());
 }

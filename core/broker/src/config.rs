@@ -60,7 +60,15 @@ pub struct KafkaConfig {
     /// the broker's certificate; a client certificate from the broker's CA
     /// names the principal, as on QUIC, and is required with `--auth mtls`.
     pub tls: bool,
+    /// `sasl_mechanisms`: SASL on the listener (Kafka's SASL_PLAINTEXT, or
+    /// SASL_SSL with `tls`): any of `PLAIN`, `SCRAM-SHA-256`, `SCRAM-SHA-512`,
+    /// checked against the SCRAM users of the metadata quorum (`rill user`);
+    /// every client must then authenticate, and the user is its principal.
+    pub sasl_mechanisms: Vec<String>,
 }
+
+/// The SASL mechanisms the Kafka listener can offer.
+pub const KAFKA_SASL_MECHANISMS: [&str; 3] = ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"];
 
 /// How clients prove who they are (`[auth]`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
@@ -185,7 +193,7 @@ impl Default for ObjectStoreConfig {
 /// | `default_replication_factor` | 1 | replication factor of a topic created without one |
 /// | `kafka_listen` | unset (off) | `host:port` (TCP) of the Kafka-protocol listener (rill-kafka) |
 /// | `kafka_advertised_addr` | `kafka_listen` | `host:port` Kafka clients are told to use |
-/// | `[kafka]` `tls` | false | see [`KafkaConfig`] |
+/// | `[kafka]` `tls`, `sasl_mechanisms` | false, `[]` | see [`KafkaConfig`] |
 /// | `max_request_bytes` | 64 MiB | largest request frame accepted |
 /// | `max_connections` | 1024 | connections beyond this are closed with a reason (far beyond it, refused before the handshake) |
 /// | `max_connections_per_ip` | 256 | connections from one IP address beyond this are refused before the TLS handshake |
@@ -472,13 +480,31 @@ impl BrokerConfig {
             })?;
         }
         if let Some(kafka) = self.kafka_listen {
-            if self.auth.mode == AuthMode::Mtls && !self.kafka.tls {
+            if let Some(m) = self
+                .kafka
+                .sasl_mechanisms
+                .iter()
+                .find(|m| !KAFKA_SASL_MECHANISMS.contains(&m.as_str()))
+            {
+                return Err(bad(
+                    "kafka.sasl_mechanisms",
+                    format!(
+                        "{m:?} is not a SASL mechanism this broker offers; use any of {}",
+                        KAFKA_SASL_MECHANISMS.join(", ")
+                    ),
+                ));
+            }
+            if self.auth.mode == AuthMode::Mtls
+                && !self.kafka.tls
+                && self.kafka.sasl_mechanisms.is_empty()
+            {
                 return Err(bad(
                     "kafka_listen",
                     format!(
-                        "with auth mode mtls the Kafka listener ({kafka}) must speak TLS to tell \
-                         who a client is (its certificate): set [kafka] tls = true \
-                         (--kafka-tls), or unset kafka_listen"
+                        "with auth mode mtls the Kafka listener ({kafka}) must tell who a client \
+                         is: set [kafka] tls = true (--kafka-tls, client certificates) and/or \
+                         [kafka] sasl_mechanisms (--kafka-sasl, users from `rill user add`), or \
+                         unset kafka_listen"
                     ),
                 ));
             }

@@ -89,10 +89,30 @@ impl FrontDoor {
     /// the broker's certificate and client-certificate policy, as on QUIC
     /// (TLS 1.3, client certificates verified against the broker's CA), and no
     /// ALPN (Kafka clients offer none).
-    pub fn tcp_tls_config(&self) -> Result<rustls::ServerConfig, rill_net::NetError> {
-        let mut config = self.state.server_tls.rustls_config()?;
+    /// With `optional_client_cert` (a listener whose clients may
+    /// authenticate otherwise, with SASL), a certificate is asked for but not
+    /// required even with `--auth mtls`.
+    pub fn tcp_tls_config(
+        &self,
+        optional_client_cert: bool,
+    ) -> Result<rustls::ServerConfig, rill_net::NetError> {
+        let mut tls = self.state.server_tls.clone();
+        if optional_client_cert
+            && let rill_net::ServerTls::Files { client_auth, .. } = &mut tls
+            && let rill_net::ClientAuth::Required(ca) = client_auth
+        {
+            *client_auth = rill_net::ClientAuth::Optional(ca.clone());
+        }
+        let mut config = tls.rustls_config()?;
         config.alpn_protocols.clear();
         Ok(config)
+    }
+
+    /// The SCRAM credentials of `user` in the metadata image (none for an
+    /// unknown user).
+    pub fn scram_credentials(&self, user: &str) -> Vec<rill_proto::scram::ScramCredential> {
+        let image = self.state.cluster.image();
+        image.users.get(user).cloned().unwrap_or_default()
     }
 
     /// Cancelled when the broker starts shutting down.

@@ -351,7 +351,11 @@ fn counts(api: ApiKey, request: &dyn Any) -> Vec<Count> {
         | ApiKey::OffsetForLeaderEpoch
         | ApiKey::DescribeAcls
         | ApiKey::AlterQuotas
-        | ApiKey::DescribeQuotas => Vec::new(),
+        | ApiKey::DescribeQuotas
+        | ApiKey::DescribeUsers => Vec::new(),
+        // One credential per mechanism (two), checked before proposing
+        // (cluster::command_checks).
+        ApiKey::AlterUser => Vec::new(),
         // Rules per request are bounded where they are checked
         // (cluster::api::ACL_RULES_PER_REQUEST_MAX).
         ApiKey::CreateAcls | ApiKey::DeleteAcls => Vec::new(),

@@ -406,6 +406,12 @@ fn table() -> Table {
     t.add::<DescribeQuotasRequest, _, _, _>(Meta, cluster_describe, |s, _, r, _| async move {
         Ok(cluster_api::describe_quotas(&s, r))
     });
+    t.add::<AlterUserRequest, _, _, _>(Meta, cluster_alter, |s, _, r, _| async move {
+        cluster_api::alter_user(&s, r).await
+    });
+    t.add::<DescribeUsersRequest, _, _, _>(Meta, cluster_describe, |s, _, _, _| async move {
+        Ok(cluster_api::describe_users(&s))
+    });
 
     // Transform deployments: the broker writes `__transforms` for a caller
     // allowed to deploy what the record names, stamped with its principal.

@@ -61,6 +61,9 @@ enum Command {
     /// Set and list per-principal produce and fetch byte rates.
     #[command(subcommand)]
     Quota(cmd::acl::QuotaCommand),
+    /// Add, list and remove the SCRAM users of the Kafka listener's SASL.
+    #[command(subcommand)]
+    User(cmd::user::UserCommand),
     /// Issue certificates from the development CA.
     #[command(subcommand)]
     Cert(CertCommand),
@@ -110,6 +113,7 @@ fn main() -> ExitCode {
             Command::Transform(c) => cmd::transform::run(c).await,
             Command::Acl(c) => cmd::acl::run(c).await,
             Command::Quota(c) => cmd::acl::run_quota(c).await,
+            Command::User(c) => cmd::user::run(c).await,
             Command::Cert(CertCommand::Issue(args)) => cmd::cert::run(args),
         }
     });

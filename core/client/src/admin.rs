@@ -330,6 +330,31 @@ impl Admin {
         Ok(resp.quotas)
     }
 
+    /// Sets a SCRAM user's credentials (derived on this side, see
+    /// [`rill_proto::scram::ScramCredential::derive`]); an empty list
+    /// removes the user. Whether the user existed.
+    pub async fn set_user(
+        &self,
+        name: &str,
+        credentials: Vec<rill_proto::scram::ScramCredential>,
+    ) -> Result<bool, ClientError> {
+        let req = rill_proto::wire::AlterUserRequest {
+            name: name.to_string(),
+            credentials,
+        };
+        let (resp, _) = self.client.call(self.controller(), &req, &[]).await?;
+        Ok(resp.existed)
+    }
+
+    /// The SCRAM users and their mechanisms.
+    pub async fn describe_users(
+        &self,
+    ) -> Result<Vec<rill_proto::wire::UserDescription>, ClientError> {
+        let req = rill_proto::wire::DescribeUsersRequest {};
+        let (resp, _) = self.client.call(None, &req, &[]).await?;
+        Ok(resp.users)
+    }
+
     /// Writes a transform deployment record (`value`), or deletes one
     /// (`None`), through the leader of `__transforms`-0, which checks that the
     /// caller may deploy it (alter on the transform, read on `inputs`, write on

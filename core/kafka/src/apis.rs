@@ -53,6 +53,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::OffsetForLeaderEpoch, 2, 4),
     (ApiKey::SaslHandshake, 0, 1),
+    (ApiKey::SaslAuthenticate, 0, 2),
 ];
 
 /// The versions of `key` this listener speaks, if any.
@@ -249,21 +250,6 @@ pub(crate) async fn serve(
         ApiKey::OffsetForLeaderEpoch => {
             let r = decode(key, version, &mut body)?;
             answer!(offset_for_leader_epoch(shared, caller, r).await)
-        }
-        ApiKey::SaslHandshake => {
-            let r: km::SaslHandshakeRequest = decode(key, version, &mut body)?;
-            tracing::info!(
-                peer = %caller.peer,
-                mechanism = %r.mechanism,
-                "a Kafka client asked for SASL, which this listener does not offer yet"
-            );
-            // No mechanism is enabled: the client reports
-            // UNSUPPORTED_SASL_MECHANISM with the (empty) list.
-            answer!(
-                km::SaslHandshakeResponse::default()
-                    .with_error_code(kafka::UNSUPPORTED_SASL_MECHANISM)
-                    .with_mechanisms(Vec::new())
-            )
         }
         ApiKey::AlterConfigs => {
             let r = decode(key, version, &mut body)?;

@@ -33,13 +33,17 @@
 //!   naming the client; it never panics, and other connections carry on.
 //! - With `[kafka] tls` every connection is TLS (the broker's certificate and
 //!   client-certificate policy, as on QUIC); the principal is who a verified
-//!   client certificate names ([`Principal::of`]), else anonymous. Without
-//!   it, every client is anonymous (the config then refuses `--auth mtls`).
+//!   client certificate names ([`Principal::of`]), else anonymous. With
+//!   `[kafka] sasl_mechanisms` every connection authenticates first
+//!   (`sasl.rs`) and the SASL user is the principal (a client certificate is
+//!   then optional). With neither, every client is anonymous (the config then
+//!   refuses `--auth mtls`).
 
 mod apis;
 pub mod codes;
 mod configs;
 mod groups;
+mod sasl;
 mod unsupported;
 
 use bytes::{BufMut, Bytes, BytesMut};
@@ -115,7 +119,7 @@ pub async fn start(front: Arc<FrontDoor>) -> Result<Option<KafkaListener>, Kafka
     })?;
     let tls = if front.config().kafka.tls {
         Some(tokio_rustls::TlsAcceptor::from(Arc::new(
-            front.tcp_tls_config()?,
+            front.tcp_tls_config(!front.config().kafka.sasl_mechanisms.is_empty())?,
         )))
     } else {
         None
@@ -128,7 +132,7 @@ pub async fn start(front: Arc<FrontDoor>) -> Result<Option<KafkaListener>, Kafka
         front: front.clone(),
     });
     front.tracker().spawn(accept_loop(shared, listener));
-    tracing::info!(listen = %local_addr, advertised = %advertised, tls = front.config().kafka.tls, "Kafka listener started");
+    tracing::info!(listen = %local_addr, advertised = %advertised, tls = front.config().kafka.tls, sasl = ?front.config().kafka.sasl_mechanisms, "Kafka listener started");
     Ok(Some(KafkaListener { local_addr }))
 }
 
@@ -220,13 +224,16 @@ async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
     peer: SocketAddr,
     principal: Principal,
 ) {
-    let caller = Arc::new(Caller { principal, peer });
+    let mut conn = Conn {
+        caller: Arc::new(Caller { principal, peer }),
+        sasl: sasl::State::new(!shared.front.config().kafka.sasl_mechanisms.is_empty()),
+    };
     let shutdown = shared.front.shutdown();
-    tracing::debug!(%peer, principal = ?caller.principal, "Kafka client connected");
+    tracing::debug!(%peer, principal = ?conn.caller.principal, "Kafka client connected");
     let closed = loop {
         let result = tokio::select! {
             _ = shutdown.cancelled() => break Closed::Quietly,
-            r = serve_one(&shared, &caller, &mut stream) => r,
+            r = serve_one(&shared, &mut conn, &mut stream) => r,
         };
         if let Err(closed) = result {
             break closed;
@@ -240,10 +247,16 @@ async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
     }
 }
 
+/// One connection's state: who it is, and where its SASL exchange is.
+pub(crate) struct Conn {
+    pub caller: Arc<Caller>,
+    sasl: sasl::State,
+}
+
 /// Reads one frame, serves it, writes its answer.
 async fn serve_one<S: AsyncRead + AsyncWrite + Unpin>(
     shared: &Shared,
-    caller: &Arc<Caller>,
+    conn: &mut Conn,
     stream: &mut S,
 ) -> Result<(), Closed> {
     let mut size = [0u8; 4];
@@ -277,7 +290,7 @@ async fn serve_one<S: AsyncRead + AsyncWrite + Unpin>(
         Ok(Err(e)) => return Err(Closed::Because(format!("truncated frame: {e}"))),
         Ok(Ok(_)) => {}
     }
-    let response = handle_frame(shared, caller, body.freeze()).await?;
+    let (response, close_after) = handle_frame(shared, conn, body.freeze()).await?;
     drop(permit);
     if let Some(response) = response {
         // A TLS stream holds records until flushed; a TCP stream's flush is free.
@@ -291,16 +304,21 @@ async fn serve_one<S: AsyncRead + AsyncWrite + Unpin>(
             Ok(Ok(())) => {}
         }
     }
-    Ok(())
+    match close_after {
+        Some(reason) => Err(Closed::Because(reason)),
+        None => Ok(()),
+    }
 }
 
 /// One frame's body (header + request) to its response frame (size prefix
-/// included), `None` for no response (acks=0), or why to close.
+/// included), `None` for no response (acks=0), or why to close; with a
+/// reason beside the response when the connection closes after it (a failed
+/// SASL authentication).
 pub(crate) async fn handle_frame(
     shared: &Shared,
-    caller: &Arc<Caller>,
+    conn: &mut Conn,
     mut body: Bytes,
-) -> Result<Option<Bytes>, Closed> {
+) -> Result<(Option<Bytes>, Option<String>), Closed> {
     let raw_key = i16::from_be_bytes([body[0], body[1]]);
     let version = i16::from_be_bytes([body[2], body[3]]);
     let Ok(key) = ApiKey::try_from(raw_key) else {
@@ -320,9 +338,22 @@ pub(crate) async fn handle_frame(
         Closed::Because(format!("malformed {key:?} v{version} request header: {e}"))
     })?;
     let correlation_id = header.correlation_id;
+    let caller = conn.caller.clone();
+    if !conn.sasl.authenticated()
+        && !matches!(
+            key,
+            ApiKey::ApiVersions | ApiKey::SaslHandshake | ApiKey::SaslAuthenticate
+        )
+    {
+        return Err(Closed::Because(format!(
+            "{key:?} before SASL authentication (ILLEGAL_SASL_STATE): this listener requires \
+             SASL ({})",
+            shared.front.config().kafka.sasl_mechanisms.join(", ")
+        )));
+    }
     let Some(range) = apis::supported(key) else {
         tracing::debug!(peer = %caller.peer, "unsupported Kafka api {key:?} v{version}: answered UNSUPPORTED_VERSION");
-        return unsupported::answer(key, version, correlation_id, body).map(Some);
+        return unsupported::answer(key, version, correlation_id, body).map(|r| (Some(r), None));
     };
     if !range.contains(&version) {
         if key == ApiKey::ApiVersions {
@@ -332,7 +363,7 @@ pub(crate) async fn handle_frame(
                 kafka_protocol::messages::ApiVersionsResponse::default()
                     .with_error_code(codes::kafka::UNSUPPORTED_VERSION),
             );
-            return encode_response(key, 0, correlation_id, &response).map(Some);
+            return encode_response(key, 0, correlation_id, &response).map(|r| (Some(r), None));
         }
         return Err(Closed::Because(format!(
             "{key:?} version {version} is not served (this listener speaks {}..={}); the client \
@@ -341,7 +372,22 @@ pub(crate) async fn handle_frame(
             range.end()
         )));
     }
-    apis::serve(shared, caller, key, version, &header, body).await
+    if matches!(key, ApiKey::SaslHandshake | ApiKey::SaslAuthenticate) {
+        let (response, close) = sasl::serve(
+            shared,
+            &mut conn.sasl,
+            &mut conn.caller,
+            key,
+            version,
+            correlation_id,
+            body,
+        )
+        .await?;
+        return Ok((Some(response), close));
+    }
+    apis::serve(shared, &caller, key, version, &header, body)
+        .await
+        .map(|r| (r, None))
 }
 
 /// A response frame: size, response header, body.

@@ -73,7 +73,6 @@ pub(crate) fn answer(
             top_with_message!(km::ListPartitionReassignmentsResponse)
         }
         ApiKey::OffsetDelete => top!(km::OffsetDeleteResponse),
-        ApiKey::SaslAuthenticate => top_with_message!(km::SaslAuthenticateResponse),
         ApiKey::CreateDelegationToken => top!(km::CreateDelegationTokenResponse),
         ApiKey::RenewDelegationToken => top!(km::RenewDelegationTokenResponse),
         ApiKey::ExpireDelegationToken => top!(km::ExpireDelegationTokenResponse),
@@ -170,7 +169,6 @@ mod tests {
             ApiKey::AlterPartitionReassignments,
             ApiKey::ListPartitionReassignments,
             ApiKey::OffsetDelete,
-            ApiKey::SaslAuthenticate,
             ApiKey::ConsumerGroupHeartbeat,
             ApiKey::UpdateFeatures,
             ApiKey::CreatePartitions,

@@ -12,6 +12,7 @@
 pub mod batch;
 pub mod compression;
 pub mod error;
+pub mod scram;
 pub mod types;
 pub mod validation;
 pub mod varint;

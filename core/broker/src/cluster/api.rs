@@ -429,3 +429,42 @@ pub fn describe_quotas(state: &BrokerState, req: DescribeQuotasRequest) -> Descr
             .collect(),
     }
 }
+
+/// AlterUser: sets (or removes) a SCRAM user's credentials through the quorum.
+pub async fn alter_user(
+    state: &BrokerState,
+    req: AlterUserRequest,
+) -> Result<AlterUserResponse, ErrorInfo> {
+    ready(state).await?;
+    let existed = counted(
+        state
+            .cluster
+            .propose(Command::SetUser {
+                name: req.name,
+                credentials: req.credentials,
+            })
+            .await?,
+    )?;
+    Ok(AlterUserResponse {
+        existed: existed > 0,
+    })
+}
+
+/// DescribeUsers: the SCRAM users this broker's image holds, with their
+/// mechanisms and iteration counts (never a salt or a key).
+pub fn describe_users(state: &BrokerState) -> DescribeUsersResponse {
+    let image = state.cluster.image();
+    DescribeUsersResponse {
+        users: image
+            .users
+            .iter()
+            .map(|(name, creds)| UserDescription {
+                name: name.clone(),
+                mechanisms: creds
+                    .iter()
+                    .map(|c| (c.mechanism.clone(), c.iterations))
+                    .collect(),
+            })
+            .collect(),
+    }
+}

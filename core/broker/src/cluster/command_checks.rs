@@ -88,6 +88,32 @@ pub fn check(image: &MetadataImage, command: &Command) -> Result<(), ErrorInfo> 
             }
             Ok(())
         }
+        Command::SetUser { name, credentials } => {
+            if let Err(e) = rill_net::identity::check_principal_name(name) {
+                return invalid(e.to_string());
+            }
+            let mut seen = Vec::new();
+            for c in credentials {
+                let m = match c.check() {
+                    Ok(m) => m,
+                    Err(why) => return invalid(format!("user {name}: {why}")),
+                };
+                if seen.contains(&m) {
+                    return invalid(format!("user {name}: two {} credentials", m.name()));
+                }
+                seen.push(m);
+            }
+            if image.users.len() >= USERS_MAX
+                && !credentials.is_empty()
+                && !image.users.contains_key(name)
+            {
+                return refuse(
+                    ErrorCode::PolicyViolation,
+                    format!("the cluster has {USERS_MAX} SCRAM users already; remove one first"),
+                );
+            }
+            Ok(())
+        }
         Command::SetClusterId { cluster_id } => {
             if cluster_id.is_empty()
                 || cluster_id.len() > CLUSTER_ID_LEN_MAX
@@ -229,6 +255,9 @@ pub fn check_proposal(image: &MetadataImage, command: &Command) -> Result<(), Er
 
 /// A broker address as brokers register and join with: `HOST:PORT`, the host
 /// a name or an IP address (IPv6 in brackets), the port a number 1 to 65535.
+/// Most SCRAM users the image holds.
+pub const USERS_MAX: usize = 10_000;
+
 /// Most listeners a broker registers besides its own address.
 pub const LISTENERS_MAX: usize = 8;
 /// Longest listener name.
@@ -434,6 +463,10 @@ mod tests {
         }
     }
 
+    fn scram(m: rill_proto::scram::Mechanism) -> rill_proto::scram::ScramCredential {
+        rill_proto::scram::ScramCredential::derive(m, b"pw", &[9; 16], 4096)
+    }
+
     fn configs(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs
             .iter()
@@ -527,6 +560,37 @@ mod tests {
                 },
                 InvalidRequest,
                 "a listener named \"ka fka\"",
+            ),
+            (
+                Command::SetUser {
+                    name: "alice".into(),
+                    credentials: vec![
+                        scram(rill_proto::scram::Mechanism::Sha256),
+                        scram(rill_proto::scram::Mechanism::Sha256),
+                    ],
+                },
+                InvalidRequest,
+                "two SCRAM-SHA-256 credentials",
+            ),
+            (
+                Command::SetUser {
+                    name: "alice".into(),
+                    credentials: vec![{
+                        let mut c = scram(rill_proto::scram::Mechanism::Sha512);
+                        c.iterations = 10;
+                        c
+                    }],
+                },
+                InvalidRequest,
+                "10 iterations",
+            ),
+            (
+                Command::SetUser {
+                    name: "a b".into(),
+                    credentials: Vec::new(),
+                },
+                InvalidRequest,
+                "a b",
             ),
             (create("a/b", vec![vec![0]]), InvalidTopic, "not allowed"),
             (create("..", vec![vec![0]]), InvalidTopic, "reserved"),
@@ -670,6 +734,17 @@ mod tests {
             isr(0, vec![0, 1]),
             Command::ElectPreferred {
                 topics: Some(vec!["t".into(), "gone".into()]),
+            },
+            Command::SetUser {
+                name: "alice".into(),
+                credentials: vec![
+                    scram(rill_proto::scram::Mechanism::Sha256),
+                    scram(rill_proto::scram::Mechanism::Sha512),
+                ],
+            },
+            Command::SetUser {
+                name: "nobody".into(),
+                credentials: Vec::new(),
             },
             Command::FenceBroker { id: 2 },
             Command::AllocateProducerId,

@@ -21,6 +21,7 @@
 //!   topic sets `unclean.leader.election.enable=true`.
 
 use rill_proto::LeaderEpoch;
+use rill_proto::scram::ScramCredential;
 use rill_proto::wire::ErrorCode;
 use rill_proto::wire::{AclResource, AclRule, Quota};
 use serde::{Deserialize, Serialize};
@@ -159,6 +160,10 @@ pub struct MetadataImage {
     /// Byte-rate quotas by principal.
     #[serde(default)]
     pub quotas: BTreeMap<String, Quota>,
+    /// SCRAM users of the Kafka listener's SASL: their credentials, one per
+    /// mechanism.
+    #[serde(default)]
+    pub users: BTreeMap<String, Vec<ScramCredential>>,
 }
 
 /// A change to the image, as committed to the quorum log.
@@ -244,6 +249,11 @@ pub enum Command {
     SetQuota {
         principal: String,
         quota: Quota,
+    },
+    /// Sets a SCRAM user's credentials (an empty list removes the user).
+    SetUser {
+        name: String,
+        credentials: Vec<ScramCredential>,
     },
 }
 
@@ -418,6 +428,16 @@ impl MetadataImage {
                     self.quotas.insert(principal.clone(), quota.clone());
                 }
                 Outcome::Done
+            }
+            Command::SetUser { name, credentials } => {
+                let existed = if credentials.is_empty() {
+                    self.users.remove(name).is_some()
+                } else {
+                    self.users
+                        .insert(name.clone(), credentials.clone())
+                        .is_some()
+                };
+                Outcome::Count(u32::from(existed))
             }
             Command::AllocateProducerId => {
                 let id = self.next_producer_id;

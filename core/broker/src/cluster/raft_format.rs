@@ -1,7 +1,7 @@
 //! The on-disk format of the metadata quorum's Raft log records and snapshot,
 //! format version 3: rkyv archives, validated with bytecheck on every read.
 //! Versions 1 (before the access-control commands) and 2 (before the brokers'
-//! listeners) are still read, through the frozen types of
+//! listeners and the SCRAM users) are still read, through the frozen types of
 //! [`super::raft_format_v1`] and [`super::raft_format_v2`], and rewritten as
 //! version 3.
 //!

@@ -4,7 +4,8 @@
 //!
 //! Invariant: nothing here changes, ever; these are the layouts version-2 files
 //! hold. Version 3 added the brokers' listeners (a broker's Kafka address) to
-//! `RegisterBroker` and to the image's broker records; the types version 2
+//! `RegisterBroker` and to the image's broker records, and the SCRAM users
+//! (`SetUser`, the image's users); the types version 2
 //! shares with version 3 (topics, partitions, ISR changes, ACL rules, quotas,
 //! log ids, membership) are unchanged, so they are reused rather than copied.
 //! Version 1 converts into these types first ([`super::raft_format_v1`]).
@@ -169,6 +170,7 @@ impl From<MetadataImageV2> for MetadataImage {
             next_producer_id: i.next_producer_id,
             acls: i.acls,
             quotas: i.quotas,
+            users: BTreeMap::new(),
         }
     }
 }

@@ -46,6 +46,16 @@ pub struct BrokerArgs {
     /// trust the broker's CA; a client certificate names the principal).
     #[arg(long, requires = "kafka_listen")]
     pub kafka_tls: bool,
+    /// SASL mechanisms the Kafka listener offers (PLAIN, SCRAM-SHA-256,
+    /// SCRAM-SHA-512; comma-separated or repeated); users come from
+    /// `rill user add`.
+    #[arg(
+        long,
+        value_name = "MECHANISM",
+        value_delimiter = ',',
+        requires = "kafka_listen"
+    )]
+    pub kafka_sasl: Vec<String>,
     /// Broker certificate chain (PEM); default: issued by the development CA.
     #[arg(long, value_name = "FILE", requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
@@ -126,6 +136,9 @@ pub fn build_config(args: &BrokerArgs) -> anyhow::Result<BrokerConfig> {
     }
     if args.kafka_tls {
         config.kafka.tls = true;
+    }
+    if !args.kafka_sasl.is_empty() {
+        config.kafka.sasl_mechanisms = args.kafka_sasl.clone();
     }
     if let Some(cert) = &args.tls_cert {
         config.tls.cert = Some(cert.clone());
@@ -310,6 +323,7 @@ mod tests {
             kafka_listen: None,
             kafka_advertised_addr: None,
             kafka_tls: false,
+            kafka_sasl: Vec::new(),
             tls_cert: None,
             tls_key: None,
             tls_ca: None,

@@ -14,4 +14,5 @@ pub mod produce;
 pub mod topic;
 pub mod transform;
 pub mod transform_host;
+pub mod user;
 pub mod wasm_target;

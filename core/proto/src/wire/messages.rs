@@ -62,10 +62,13 @@ pub enum ApiKey {
     // Transform deployments (issue 18): 32..=33, messages in `wire::security`.
     TransformWrite = 32,
     CheckAccess = 33,
+    // SCRAM users of the Kafka listener's SASL (issue 19), in `wire::security`.
+    AlterUser = 34,
+    DescribeUsers = 37,
 }
 
 impl ApiKey {
-    pub const ALL: [ApiKey; 36] = [
+    pub const ALL: [ApiKey; 38] = [
         ApiKey::ApiVersions,
         ApiKey::Metadata,
         ApiKey::CreateTopics,
@@ -102,6 +105,8 @@ impl ApiKey {
         ApiKey::DescribeQuotas,
         ApiKey::TransformWrite,
         ApiKey::CheckAccess,
+        ApiKey::AlterUser,
+        ApiKey::DescribeUsers,
     ];
 
     pub fn from_u16(n: u16) -> Option<ApiKey> {
@@ -147,6 +152,8 @@ impl ApiKey {
             ApiKey::DescribeQuotas => "describe_quotas",
             ApiKey::TransformWrite => "transform_write",
             ApiKey::CheckAccess => "check_access",
+            ApiKey::AlterUser => "alter_user",
+            ApiKey::DescribeUsers => "describe_users",
         }
     }
 }

@@ -399,3 +399,47 @@ mod tests {
         assert_eq!(AclOperation::parse("admin"), None);
     }
 }
+
+// ---------------------------------------------------------------- SCRAM users
+
+/// Sets a user's SCRAM credentials, one per mechanism (needs alter on the
+/// cluster); an empty list removes the user. The client derives them
+/// ([`crate::scram::ScramCredential::derive`]); the password is not sent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AlterUserRequest {
+    pub name: String,
+    pub credentials: Vec<crate::scram::ScramCredential>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AlterUserResponse {
+    /// Whether the user existed before.
+    pub existed: bool,
+}
+
+impl ApiRequest for AlterUserRequest {
+    const KEY: ApiKey = ApiKey::AlterUser;
+    type Response = AlterUserResponse;
+}
+
+/// Lists the users and their mechanisms (needs describe on the cluster);
+/// never a salt or a key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DescribeUsersRequest {}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UserDescription {
+    pub name: String,
+    /// (mechanism, iterations) per credential.
+    pub mechanisms: Vec<(String, u32)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DescribeUsersResponse {
+    pub users: Vec<UserDescription>,
+}
+
+impl ApiRequest for DescribeUsersRequest {
+    const KEY: ApiKey = ApiKey::DescribeUsers;
+    type Response = DescribeUsersResponse;
+}
