@@ -42,6 +42,11 @@ Usage: python kafka_clients.py COMMAND BOOTSTRAP TOPIC [N]
                     password gets no metadata
   sasl-login        SASL_SSL SCRAM-SHA-256 as SASL_USER/SASL_PASSWORD (env): prints
                     "login ok" or "login failed: <error>"
+  group-848         confluent-kafka with group.protocol=consumer (KIP-848, the broker
+                    assigns), group "kip848-<TOPIC>", TOPIC with 6 partitions: two
+                    consumers get three partitions each, `rill group describe` and
+                    the AdminClient show both; one closes, the other gets all six,
+                    reads all N records to the end of every partition and commits
   group-rebalance   confluent-kafka, group "rebalance-<TOPIC>" (cooperative-sticky),
                     TOPIC with 6 partitions: three consumers get two partitions
                     each, `rill group describe` (RILL_BIN, RILL_BOOTSTRAP,
@@ -614,6 +619,93 @@ def group_rebalance(bootstrap, topic, n):
     print("rebalanced: read %d" % len(seen))
 
 
+def group_848(bootstrap, topic, n):
+    import os
+    import subprocess
+    from confluent_kafka import Consumer, KafkaError
+    from confluent_kafka.admin import AdminClient
+
+    group = "kip848-" + topic
+    conf = {
+        "bootstrap.servers": bootstrap,
+        "group.id": group,
+        "group.protocol": "consumer",
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+    }
+    consumers = [Consumer(dict(conf, **{"client.id": "kip848-%d" % k})) for k in range(2)]
+    for c in consumers:
+        c.subscribe([topic])
+    seen = set()
+
+    def poll(cs):
+        for c in cs:
+            for msg in c.consume(num_messages=500, timeout=0.1):
+                if msg.error():
+                    if msg.error().code() == KafkaError._PARTITION_EOF:
+                        continue
+                    fail("consume error: %s" % msg.error())
+                seen.add(index_of(msg.key()))
+
+    def settle(cs, per):
+        deadline = time.time() + DEADLINE_S
+        while time.time() < deadline:
+            poll(cs)
+            owned = [sorted(tp.partition for tp in c.assignment()) for c in cs]
+            every = sorted(p for ps in owned for p in ps)
+            if all(len(ps) == per for ps in owned) and every == list(range(6)):
+                return owned
+        fail("the group did not settle on %d partitions each: %r" % (per, [c.assignment() for c in cs]))
+
+    owned = settle(consumers, 3)
+    print("two members: %r" % owned, flush=True)
+    ids = [c.memberid() for c in consumers]
+    env = dict(os.environ)
+    out = subprocess.run(
+        [env["RILL_BIN"], "group", "describe", group], capture_output=True, text=True, timeout=60, env=env
+    )
+    if out.returncode != 0:
+        fail("rill group describe %s failed: %s" % (group, out.stderr))
+    for member in ids:
+        if not member or member not in out.stdout:
+            fail("rill group describe %s does not show member %r:\n%s" % (group, member, out.stdout))
+    if "uniform" not in out.stdout or "Members: 2" not in out.stdout:
+        fail("rill group describe %s:\n%s" % (group, out.stdout))
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    desc = admin.describe_consumer_groups([group])[group].result(timeout=30)
+    if len(desc.members) != 2:
+        fail("describe_consumer_groups shows %d members" % len(desc.members))
+    assigned = sorted(tp.partition for m in desc.members for tp in m.assignment.topic_partitions)
+    if assigned != list(range(6)):
+        fail("describe_consumer_groups assignments: %r" % assigned)
+    print("described: %s" % desc.type if hasattr(desc, "type") else "described", flush=True)
+
+    consumers[1].close()
+    rest = consumers[:1]
+    owned = settle(rest, 6)
+    print("one member: %r" % owned, flush=True)
+    deadline = time.time() + DEADLINE_S
+    while len(seen) < n and time.time() < deadline:
+        poll(rest)
+    if len(seen) != n:
+        fail("the group read %d of %d records" % (len(seen), n))
+
+    def at_end(c):
+        for tp in c.position(c.assignment()):
+            low, high = c.get_watermark_offsets(tp, timeout=10, cached=False)
+            if tp.offset < high:
+                return False
+        return True
+
+    while not at_end(rest[0]):
+        if time.time() > deadline:
+            fail("the member did not reach the end of every partition")
+        poll(rest)
+    rest[0].commit(asynchronous=False)
+    rest[0].close()
+    print("kip848: read %d" % len(seen), flush=True)
+
+
 def main():
     if len(sys.argv) < 4:
         fail(__doc__)
@@ -643,6 +735,8 @@ def main():
         sasl_acl(bootstrap, topic, n)
     elif command == "sasl-login":
         sasl_login(bootstrap)
+    elif command == "group-848":
+        group_848(bootstrap, topic, n)
     elif command == "group-rebalance":
         group_rebalance(bootstrap, topic, n)
     else:

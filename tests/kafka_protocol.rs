@@ -27,6 +27,8 @@
 //! - SASL (SCRAM-SHA-256/512, PLAIN) over TLS with users from `rill user
 //!   add`: allowed and denied principals, a wrong password and a removed user
 //!   refused.
+//! - KIP-848 (`group.protocol=consumer`): two confluent-kafka consumers
+//!   assigned by the broker, then one; commits reach the log ends.
 //! - kcat (Debian's, librdkafka 2.0): metadata, keyed produce read by `rill
 //!   consume`, `rill produce` read back, and a balanced consumer group whose
 //!   commits `rill group describe` shows. `.ci/run` installs kcat; without it
@@ -266,6 +268,27 @@ fn kafka_consumer_groups_resume_and_rebalance_on_rills_coordinator() {
         committed.values().sum::<i64>(),
         n,
         "the two members committed the end of every partition: {described}"
+    );
+}
+
+#[test]
+fn kip848_consumers_are_assigned_by_the_broker_and_commit() {
+    let (broker, kafka, _) = kafka_broker();
+    let topic = "kip848";
+    broker.rill_ok(&["topic", "create", topic, "--partitions", "6"]);
+    let n = 1200;
+    let out = run_script(&broker, &["produce", &kafka, topic, &n.to_string()]);
+    assert!(out.contains("produced 1200"), "{out}");
+    let out = run_script(&broker, &["group-848", &kafka, topic, &n.to_string()]);
+    assert!(out.contains("kip848: read 1200"), "{out}");
+    let group = format!("kip848-{topic}");
+    let described = broker.rill_ok(&["group", "describe", &group]);
+    let committed = committed_offsets(&described, &group);
+    assert_eq!(committed.len(), 6, "{described}");
+    assert_eq!(
+        committed.values().sum::<i64>(),
+        n,
+        "the member committed the end of every partition: {described}"
     );
 }
 

@@ -108,6 +108,17 @@ impl FrontDoor {
         Ok(config)
     }
 
+    /// Every topic's id (32 hex digits, a UUID) by name, from the metadata
+    /// image.
+    pub fn topic_ids(&self) -> BTreeMap<String, String> {
+        let image = self.state.cluster.image();
+        image
+            .topics
+            .values()
+            .map(|t| (t.name.clone(), t.id.clone()))
+            .collect()
+    }
+
     /// The SCRAM credentials of `user` in the metadata image (none for an
     /// unknown user).
     pub fn scram_credentials(&self, user: &str) -> Vec<rill_proto::scram::ScramCredential> {

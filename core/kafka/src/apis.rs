@@ -26,6 +26,7 @@ use rill_proto::wire::{ErrorCode, ErrorInfo};
 use std::collections::{BTreeMap, HashMap};
 use std::ops::RangeInclusive;
 use std::sync::Arc;
+use uuid::Uuid;
 
 /// Every api this listener serves, with the versions it speaks.
 pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
@@ -54,6 +55,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::OffsetForLeaderEpoch, 2, 4),
     (ApiKey::SaslHandshake, 0, 1),
     (ApiKey::SaslAuthenticate, 0, 2),
+    (ApiKey::ConsumerGroupHeartbeat, 0, 1),
+    (ApiKey::ConsumerGroupDescribe, 0, 1),
 ];
 
 /// The versions of `key` this listener speaks, if any.
@@ -263,6 +266,10 @@ pub(crate) async fn serve(
             let r = decode(key, version, &mut body)?;
             answer!(groups::delete_groups(shared, caller, r).await)
         }
+        ApiKey::ConsumerGroupDescribe => {
+            let r = decode(key, version, &mut body)?;
+            answer!(crate::kip848::describe(shared, caller, r).await)
+        }
         other => Err(Closed::Because(format!(
             "{other:?} is not served by this broker's Kafka listener"
         ))),
@@ -279,9 +286,26 @@ async fn metadata(
 ) -> km::MetadataResponse {
     let front = &shared.front;
     let me = front.config().id;
+    // Topics named by id only (v10+: a KIP-848 consumer resolving its
+    // assignment) are looked up in the image; an unknown id is answered
+    // UNKNOWN_TOPIC_ID.
+    let ids = front.topic_ids();
+    let mut unknown_ids = Vec::new();
     let mut topics: Option<Vec<String>> = r.topics.as_ref().map(|ts| {
         ts.iter()
-            .filter_map(|t| t.name.as_ref().map(|n| n.0.to_string()))
+            .filter_map(|t| match &t.name {
+                Some(n) => Some(n.0.to_string()),
+                None => {
+                    let name = ids
+                        .iter()
+                        .find(|(_, id)| crate::kip848::uuid_of(id) == t.topic_id)
+                        .map(|(name, _)| name.clone());
+                    if name.is_none() {
+                        unknown_ids.push(t.topic_id);
+                    }
+                    name
+                }
+            })
             .collect()
     });
     // Version 0 has no null: an empty list means every topic.
@@ -308,6 +332,7 @@ async fn metadata(
         .with_cluster_id(Some(sb(front.cluster_id())));
     match answer.and_then(|a| a.ok_or_else(|| failed("Metadata"))) {
         Ok((m, _)) => {
+            // Topic ids (Metadata v10+; KIP-848 assignments name topics by id).
             response.topics = m
                 .topics
                 .iter()
@@ -334,10 +359,19 @@ async fn metadata(
                     km::metadata_response::MetadataResponseTopic::default()
                         .with_error_code(code(&t.error))
                         .with_name(Some(topic_name(&t.name)))
+                        .with_topic_id(
+                            ids.get(&t.name)
+                                .map_or(Uuid::nil(), |id| crate::kip848::uuid_of(id)),
+                        )
                         .with_is_internal(t.internal)
                         .with_partitions(partitions)
                 })
                 .collect();
+            response.topics.extend(unknown_ids.iter().map(|id| {
+                km::metadata_response::MetadataResponseTopic::default()
+                    .with_error_code(kafka::UNKNOWN_TOPIC_ID)
+                    .with_topic_id(*id)
+            }));
         }
         Err(e) => {
             tracing::debug!(peer = %caller.peer, error = %e, "Kafka Metadata failed");

@@ -53,6 +53,7 @@ pub mod kafka {
     pub const UNKNOWN_LEADER_EPOCH: i16 = 75;
     pub const GROUP_MAX_SIZE_REACHED: i16 = 81;
     pub const INVALID_RECORD: i16 = 87;
+    pub const UNKNOWN_TOPIC_ID: i16 = 100;
     pub const FENCED_MEMBER_EPOCH: i16 = 110;
 }
 

@@ -43,6 +43,7 @@ mod apis;
 pub mod codes;
 mod configs;
 mod groups;
+mod kip848;
 mod sasl;
 mod unsupported;
 
@@ -227,6 +228,7 @@ async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
     let mut conn = Conn {
         caller: Arc::new(Caller { principal, peer }),
         sasl: sasl::State::new(!shared.front.config().kafka.sasl_mechanisms.is_empty()),
+        members: kip848::Members::default(),
     };
     let shutdown = shared.front.shutdown();
     tracing::debug!(%peer, principal = ?conn.caller.principal, "Kafka client connected");
@@ -251,6 +253,8 @@ async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
 pub(crate) struct Conn {
     pub caller: Arc<Caller>,
     sasl: sasl::State,
+    /// KIP-848 members heartbeating here, with what they last sent.
+    members: kip848::Members,
 }
 
 /// Reads one frame, serves it, writes its answer.
@@ -384,6 +388,17 @@ pub(crate) async fn handle_frame(
         )
         .await?;
         return Ok((Some(response), close));
+    }
+    if key == ApiKey::ConsumerGroupHeartbeat {
+        let r = kafka_protocol::messages::ConsumerGroupHeartbeatRequest::decode(&mut body, version)
+            .map_err(|e| Closed::Because(format!("malformed {key:?} v{version} request: {e}")))?;
+        let client_id = header
+            .client_id
+            .as_ref()
+            .map(|c| c.to_string())
+            .unwrap_or_default();
+        let response = kip848::heartbeat(shared, &caller, &mut conn.members, &client_id, r).await;
+        return encode_response(key, version, correlation_id, &response).map(|r| (Some(r), None));
     }
     apis::serve(shared, &caller, key, version, &header, body)
         .await
