@@ -527,11 +527,87 @@ def group_resume(bootstrap, topic, n):
     print("resumed %d+%d" % (first, len(seen) - first))
 
 
-def group_rebalance(bootstrap, topic, n):
+def group_poll(cs, seen):
+    """One round of consume() on each consumer; record indexes go into seen."""
+    from confluent_kafka import KafkaError
+
+    for c in cs:
+        for msg in c.consume(num_messages=500, timeout=0.1):
+            if msg.error():
+                if msg.error().code() == KafkaError._PARTITION_EOF:
+                    continue
+                fail("consume error: %s" % msg.error())
+            seen.add(index_of(msg.key()))
+
+
+def group_settle(cs, per, seen):
+    """Polls until each consumer owns `per` of the six partitions; their lists."""
+    deadline = time.time() + DEADLINE_S
+    while time.time() < deadline:
+        group_poll(cs, seen)
+        owned = [sorted(tp.partition for tp in c.assignment()) for c in cs]
+        every = sorted(p for ps in owned for p in ps)
+        if all(len(ps) == per for ps in owned) and every == list(range(6)):
+            return owned
+    fail("the group did not settle on %d partitions each: %r" % (per, [c.assignment() for c in cs]))
+
+
+def group_described(bootstrap, group, consumers, marker):
+    """`rill group describe` and the AdminClient show every member (and marker)."""
     import os
     import subprocess
-    from confluent_kafka import Consumer, KafkaError
     from confluent_kafka.admin import AdminClient
+
+    ids = [c.memberid() for c in consumers]
+    env = dict(os.environ)
+    out = subprocess.run(
+        [env["RILL_BIN"], "group", "describe", group], capture_output=True, text=True, timeout=60, env=env
+    )
+    if out.returncode != 0:
+        fail("rill group describe %s failed: %s" % (group, out.stderr))
+    for member in ids:
+        if not member or member not in out.stdout:
+            fail("rill group describe %s does not show member %r:\n%s" % (group, member, out.stdout))
+    if marker not in out.stdout or "Members: %d" % len(ids) not in out.stdout:
+        fail("rill group describe %s:\n%s" % (group, out.stdout))
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    desc = admin.describe_consumer_groups([group])[group].result(timeout=30)
+    if len(desc.members) != len(ids):
+        fail("describe_consumer_groups shows %d members" % len(desc.members))
+    assigned = sorted(tp.partition for m in desc.members for tp in m.assignment.topic_partitions)
+    if assigned != list(range(6)):
+        fail("describe_consumer_groups assignments: %r" % assigned)
+
+
+def group_finish(cs, seen, n):
+    """Reads all n records, then on to the end of every partition (a partition
+    that moved is read again from its last commit), and commits: the committed
+    offsets are the log ends."""
+    deadline = time.time() + DEADLINE_S
+    while len(seen) < n and time.time() < deadline:
+        group_poll(cs, seen)
+    if len(seen) != n:
+        fail("the group read %d of %d records" % (len(seen), n))
+
+    def at_end(c):
+        for tp in c.position(c.assignment()):
+            low, high = c.get_watermark_offsets(tp, timeout=10, cached=False)
+            if tp.offset < high:
+                return False
+        return True
+
+    while not all(at_end(c) for c in cs):
+        if time.time() > deadline:
+            fail("the group did not reach the end of every partition")
+        group_poll(cs, seen)
+    for c in cs:
+        c.commit(asynchronous=False)
+    for c in cs:
+        c.close()
+
+
+def group_rebalance(bootstrap, topic, n):
+    from confluent_kafka import Consumer
 
     group = "rebalance-" + topic
     conf = {
@@ -547,83 +623,19 @@ def group_rebalance(bootstrap, topic, n):
     for c in consumers:
         c.subscribe([topic])
     seen = set()
-
-    def poll(cs):
-        for c in cs:
-            for msg in c.consume(num_messages=500, timeout=0.1):
-                if msg.error():
-                    if msg.error().code() == KafkaError._PARTITION_EOF:
-                        continue
-                    fail("consume error: %s" % msg.error())
-                seen.add(index_of(msg.key()))
-
-    def settle(cs, per):
-        deadline = time.time() + DEADLINE_S
-        while time.time() < deadline:
-            poll(cs)
-            owned = [sorted(tp.partition for tp in c.assignment()) for c in cs]
-            every = sorted(p for ps in owned for p in ps)
-            if all(len(ps) == per for ps in owned) and every == list(range(6)):
-                return owned
-        fail("the group did not settle on %d partitions each: %r" % (per, [c.assignment() for c in cs]))
-
-    owned = settle(consumers, 2)
+    owned = group_settle(consumers, 2, seen)
     print("three members: %r" % owned)
-    ids = [c.memberid() for c in consumers]
-    env = dict(os.environ)
-    out = subprocess.run(
-        [env["RILL_BIN"], "group", "describe", group], capture_output=True, text=True, timeout=60, env=env
-    )
-    if out.returncode != 0:
-        fail("rill group describe %s failed: %s" % (group, out.stderr))
-    for member in ids:
-        if member not in out.stdout:
-            fail("rill group describe %s does not show member %s:\n%s" % (group, member, out.stdout))
-    if "cooperative-sticky" not in out.stdout or "Members: 3" not in out.stdout:
-        fail("rill group describe %s:\n%s" % (group, out.stdout))
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    desc = admin.describe_consumer_groups([group])[group].result(timeout=30)
-    if len(desc.members) != 3:
-        fail("describe_consumer_groups shows %d members" % len(desc.members))
-    assigned = sorted(tp.partition for m in desc.members for tp in m.assignment.topic_partitions)
-    if assigned != list(range(6)):
-        fail("describe_consumer_groups assignments: %r" % assigned)
-
+    group_described(bootstrap, group, consumers, "cooperative-sticky")
     consumers[2].close()
     rest = consumers[:2]
-    owned = settle(rest, 3)
+    owned = group_settle(rest, 3, seen)
     print("two members: %r" % owned)
-    deadline = time.time() + DEADLINE_S
-    while len(seen) < n and time.time() < deadline:
-        poll(rest)
-    if len(seen) != n:
-        fail("the group read %d of %d records" % (len(seen), n))
-    # Read on to the end of every partition (a partition that moved is read
-    # again from its last commit), then commit: the committed offsets are the
-    # log ends.
-    def at_end(c):
-        for tp in c.position(c.assignment()):
-            low, high = c.get_watermark_offsets(tp, timeout=10, cached=False)
-            if tp.offset < high:
-                return False
-        return True
-
-    while not all(at_end(c) for c in rest):
-        if time.time() > deadline:
-            fail("the group did not reach the end of every partition")
-        poll(rest)
-    for c in rest:
-        c.commit(asynchronous=False)
-    for c in rest:
-        c.close()
+    group_finish(rest, seen, n)
     print("rebalanced: read %d" % len(seen))
 
 
 def group_848(bootstrap, topic, n):
-    import os
-    import subprocess
-    from confluent_kafka import Consumer, KafkaError
-    from confluent_kafka.admin import AdminClient
+    from confluent_kafka import Consumer
 
     group = "kip848-" + topic
     conf = {
@@ -637,72 +649,14 @@ def group_848(bootstrap, topic, n):
     for c in consumers:
         c.subscribe([topic])
     seen = set()
-
-    def poll(cs):
-        for c in cs:
-            for msg in c.consume(num_messages=500, timeout=0.1):
-                if msg.error():
-                    if msg.error().code() == KafkaError._PARTITION_EOF:
-                        continue
-                    fail("consume error: %s" % msg.error())
-                seen.add(index_of(msg.key()))
-
-    def settle(cs, per):
-        deadline = time.time() + DEADLINE_S
-        while time.time() < deadline:
-            poll(cs)
-            owned = [sorted(tp.partition for tp in c.assignment()) for c in cs]
-            every = sorted(p for ps in owned for p in ps)
-            if all(len(ps) == per for ps in owned) and every == list(range(6)):
-                return owned
-        fail("the group did not settle on %d partitions each: %r" % (per, [c.assignment() for c in cs]))
-
-    owned = settle(consumers, 3)
+    owned = group_settle(consumers, 3, seen)
     print("two members: %r" % owned, flush=True)
-    ids = [c.memberid() for c in consumers]
-    env = dict(os.environ)
-    out = subprocess.run(
-        [env["RILL_BIN"], "group", "describe", group], capture_output=True, text=True, timeout=60, env=env
-    )
-    if out.returncode != 0:
-        fail("rill group describe %s failed: %s" % (group, out.stderr))
-    for member in ids:
-        if not member or member not in out.stdout:
-            fail("rill group describe %s does not show member %r:\n%s" % (group, member, out.stdout))
-    if "uniform" not in out.stdout or "Members: 2" not in out.stdout:
-        fail("rill group describe %s:\n%s" % (group, out.stdout))
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    desc = admin.describe_consumer_groups([group])[group].result(timeout=30)
-    if len(desc.members) != 2:
-        fail("describe_consumer_groups shows %d members" % len(desc.members))
-    assigned = sorted(tp.partition for m in desc.members for tp in m.assignment.topic_partitions)
-    if assigned != list(range(6)):
-        fail("describe_consumer_groups assignments: %r" % assigned)
-    print("described: %s" % desc.type if hasattr(desc, "type") else "described", flush=True)
-
+    group_described(bootstrap, group, consumers, "uniform")
     consumers[1].close()
     rest = consumers[:1]
-    owned = settle(rest, 6)
+    owned = group_settle(rest, 6, seen)
     print("one member: %r" % owned, flush=True)
-    deadline = time.time() + DEADLINE_S
-    while len(seen) < n and time.time() < deadline:
-        poll(rest)
-    if len(seen) != n:
-        fail("the group read %d of %d records" % (len(seen), n))
-
-    def at_end(c):
-        for tp in c.position(c.assignment()):
-            low, high = c.get_watermark_offsets(tp, timeout=10, cached=False)
-            if tp.offset < high:
-                return False
-        return True
-
-    while not at_end(rest[0]):
-        if time.time() > deadline:
-            fail("the member did not reach the end of every partition")
-        poll(rest)
-    rest[0].commit(asynchronous=False)
-    rest[0].close()
+    group_finish(rest, seen, n)
     print("kip848: read %d" % len(seen), flush=True)
 
 
