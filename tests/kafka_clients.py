@@ -17,7 +17,8 @@ Usage: python kafka_clients.py COMMAND BOOTSTRAP TOPIC [N]
   admin             confluent-kafka AdminClient: describe_cluster, describe_configs
                     of TOPIC (retention.ms and cleanup.policy present),
                     incremental_alter_configs (SET, APPEND; a bad value refused
-                    naming its key) and alter_configs (replaces the overrides)
+                    naming its key), alter_configs (replaces the overrides) and
+                    create_partitions (3 -> 5; shrinking refused)
   group-resume      kafka-python, group "resume-<TOPIC>" (subscribe, range assignor):
                     read about half of N records, commit, close; a new consumer of
                     the group resumes from the commits and reads the rest: every
@@ -484,7 +485,19 @@ def admin(bootstrap, topic):
     configs = a.describe_configs([res])[res].result(timeout=30)
     if configs["segment.ms"].value != "600000" or configs["retention.ms"].value == "3600000":
         fail("after AlterConfigs: segment.ms %r, retention.ms %r" % (configs["segment.ms"].value, configs["retention.ms"].value))
-    print("admin ok: cluster %s, %d configs" % (cluster.cluster_id, len(configs)))
+    from confluent_kafka.admin import NewPartitions
+
+    a.create_partitions([NewPartitions(topic, PARTITIONS + 2)])[topic].result(timeout=30)
+    try:
+        a.create_partitions([NewPartitions(topic, PARTITIONS)])[topic].result(timeout=30)
+        fail("shrinking %s to %d partitions was accepted" % (topic, PARTITIONS))
+    except Exception as e:
+        if "can only grow" not in str(e):
+            fail("the refusal to shrink does not say why: %s" % e)
+    parts = a.list_topics(topic, timeout=30).topics[topic].partitions
+    if len(parts) != PARTITIONS + 2:
+        fail("after CreatePartitions %s has %d partitions" % (topic, len(parts)))
+    print("admin ok: cluster %s, %d configs, %d partitions" % (cluster.cluster_id, len(configs), len(parts)))
 
 
 def group_resume(bootstrap, topic, n):

@@ -163,7 +163,25 @@ fn kafka_clients_create_produce_idempotently_and_read_everything_back() {
         .collect();
     assert_eq!(committed, expected, "rill group describe {group}");
     let out = run_script(&broker, &["admin", &kafka, topic]);
-    assert!(out.contains("admin ok"), "{out}");
+    assert!(
+        out.contains("admin ok") && out.contains("5 partitions"),
+        "{out}"
+    );
+    // The partitions a Kafka admin added are Rill's: produce to the new one.
+    let describe = broker.rill_ok(&["topic", "describe", topic]);
+    assert!(describe.contains("PartitionCount:5"), "{describe}");
+    broker.rill_stdin_ok(
+        &["produce", topic, "--partition", "4"],
+        b"on the new partition\n",
+    );
+    let out = broker.rill_ok(&["topic", "alter", topic, "--partitions", "6"]);
+    assert!(out.contains("has 6 partitions"), "{out}");
+    let out = broker.rill(&["topic", "alter", topic, "--partitions", "2"]);
+    assert!(
+        !out.status.success() && String::from_utf8_lossy(&out.stderr).contains("can only grow"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // Kafka requests went through the broker's router: its metrics count them.
     let text = scrape_metrics(metrics_port);
     for api in [

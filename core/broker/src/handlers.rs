@@ -334,6 +334,17 @@ pub(crate) async fn alter_configs(
     Ok(AlterConfigsResponse { error })
 }
 
+pub(crate) async fn create_partitions(
+    state: &Arc<BrokerState>,
+    req: CreatePartitionsRequest,
+) -> Result<CreatePartitionsResponse, ErrorInfo> {
+    let error = cluster_api::create_partitions(state, req).await.err();
+    if let Some(e) = &error {
+        state.metrics.error(ApiKey::CreatePartitions.name(), e.code);
+    }
+    Ok(CreatePartitionsResponse { error })
+}
+
 // ---------------------------------------------------------------- produce
 
 /// Finds the partition, creating the topic first when auto-creation is on.

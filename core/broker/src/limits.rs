@@ -352,7 +352,8 @@ fn counts(api: ApiKey, request: &dyn Any) -> Vec<Count> {
         | ApiKey::DescribeAcls
         | ApiKey::AlterQuotas
         | ApiKey::DescribeQuotas
-        | ApiKey::DescribeUsers => Vec::new(),
+        | ApiKey::DescribeUsers
+        | ApiKey::CreatePartitions => Vec::new(),
         // One credential per mechanism (two), checked before proposing
         // (cluster::command_checks).
         ApiKey::AlterUser => Vec::new(),

@@ -261,6 +261,11 @@ fn table() -> Table {
         |r| vec![Resource::Topic(Alter, &r.topic)],
         |s, _, r, _| async move { handlers::alter_configs(&s, r).await },
     );
+    t.add::<CreatePartitionsRequest, _, _, _>(
+        Meta,
+        |r| vec![Resource::Topic(Alter, &r.topic)],
+        |s, _, r, _| async move { handlers::create_partitions(&s, r).await },
+    );
     t.add::<ProduceRequest, _, _, _>(
         Payload::Batches,
         |r| topics(Write, r.partitions.iter().map(|p| &p.topic)),

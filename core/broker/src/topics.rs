@@ -227,16 +227,63 @@ impl TopicRegistry {
         let _changes = self.changes.lock();
         if let Some(local) = self.topic(&t.name) {
             if local.id == t.id {
-                return Ok(local);
+                if local.partitions.len() >= t.partitions.len() {
+                    return Ok(local);
+                }
+                // Partitions were added (CreatePartitions): open the new ones
+                // beside the open ones, under the same topic.
+                let settings =
+                    TopicSettings::resolve_committed(&t.name, &self.defaults, &t.configs);
+                let added = self.open_partitions(t, local.partitions.len(), &settings)?;
+                let mut partitions = local.partitions.clone();
+                partitions.extend(added);
+                let topic = Arc::new(Topic {
+                    name: local.name.clone(),
+                    id: local.id.clone(),
+                    internal: local.internal,
+                    partitions,
+                    overrides: Mutex::new(local.overrides.lock().clone()),
+                    replication: Mutex::new(*local.replication.lock()),
+                    records: Mutex::new(*local.records.lock()),
+                });
+                self.topics
+                    .write()
+                    .insert(local.name.clone(), topic.clone());
+                tracing::info!(topic = %t.name, from = local.partitions.len(), to = t.partitions.len(), "added partitions");
+                return Ok(topic);
             }
             tracing::info!(topic = %t.name, "local topic is an older incarnation; replacing it");
             self.remove_locked(&t.name);
         }
         let settings = TopicSettings::resolve_committed(&t.name, &self.defaults, &t.configs);
         let name: Arc<str> = Arc::from(t.name.as_str());
+        let partitions = self.open_partitions(t, 0, &settings)?;
+        let topic = Arc::new(Topic {
+            name: name.clone(),
+            id: t.id.clone(),
+            internal: t.internal,
+            partitions,
+            overrides: Mutex::new(t.configs.clone()),
+            replication: Mutex::new(settings.replication),
+            records: Mutex::new(settings.records),
+        });
+        self.topics.write().insert(name, topic.clone());
+        tracing::info!(topic = %t.name, partitions = t.partitions.len(), "opened topic");
+        Ok(topic)
+    }
+
+    /// Opens the logs of `t`'s partitions from `first` on, each with its
+    /// committed role; on a failure closes those it opened.
+    fn open_partitions(
+        &self,
+        t: &TopicState,
+        first: usize,
+        settings: &TopicSettings,
+    ) -> Result<Vec<Arc<Partition>>, BrokerError> {
+        let name: Arc<str> = Arc::from(t.name.as_str());
         let now = now_ms();
-        let mut partitions = Vec::with_capacity(t.partitions.len());
-        for (p, state) in t.partitions.iter().enumerate() {
+        let mut partitions = Vec::with_capacity(t.partitions.len().saturating_sub(first));
+        for (p, state) in t.partitions.iter().enumerate().skip(first) {
             let p = p as u32;
             let dir = partition_dir(&self.data_dir, &t.name, p);
             let opened = self.open_partition_dir(&dir, &t.id).and_then(|()| {
@@ -274,18 +321,7 @@ impl TopicRegistry {
                 }
             }
         }
-        let topic = Arc::new(Topic {
-            name: name.clone(),
-            id: t.id.clone(),
-            internal: t.internal,
-            partitions,
-            overrides: Mutex::new(t.configs.clone()),
-            replication: Mutex::new(settings.replication),
-            records: Mutex::new(settings.records),
-        });
-        self.topics.write().insert(name, topic.clone());
-        tracing::info!(topic = %t.name, partitions = t.partitions.len(), "opened topic");
-        Ok(topic)
+        Ok(partitions)
     }
 
     /// Prepares a partition directory for topic `id`: one of another id is

@@ -277,6 +277,27 @@ impl Admin {
         }
     }
 
+    /// Raises topic `name`'s partition count to `count` (it only grows; the
+    /// new partitions get as many replicas as the first one has).
+    pub async fn create_partitions(&self, name: &str, count: u32) -> Result<(), ClientError> {
+        let req = rill_proto::wire::CreatePartitionsRequest {
+            topic: name.to_string(),
+            count,
+            validate_only: false,
+        };
+        let (resp, _) = self.client.call(self.controller(), &req, &[]).await?;
+        match resp.error {
+            None => Ok(()),
+            Some(e) if e.code == ErrorCode::UnknownTopicOrPartition => {
+                Err(ClientError::UnknownTopic(name.to_string()))
+            }
+            Some(e) => Err(ClientError::broker(
+                format!("add partitions to topic {name}"),
+                e,
+            )),
+        }
+    }
+
     /// Adds ACL allow rules (kept by the cluster's metadata quorum; needs alter
     /// on the cluster). Returns how many were new.
     pub async fn create_acls(&self, rules: Vec<AclRule>) -> Result<u32, ClientError> {

@@ -57,6 +57,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::SaslAuthenticate, 0, 2),
     (ApiKey::ConsumerGroupHeartbeat, 0, 1),
     (ApiKey::ConsumerGroupDescribe, 0, 1),
+    (ApiKey::CreatePartitions, 0, 3),
 ];
 
 /// The versions of `key` this listener speaks, if any.
@@ -265,6 +266,10 @@ pub(crate) async fn serve(
         ApiKey::DeleteGroups => {
             let r = decode(key, version, &mut body)?;
             answer!(groups::delete_groups(shared, caller, r).await)
+        }
+        ApiKey::CreatePartitions => {
+            let r = decode(key, version, &mut body)?;
+            answer!(crate::configs::create_partitions(shared, caller, r).await)
         }
         ApiKey::ConsumerGroupDescribe => {
             let r = decode(key, version, &mut body)?;

@@ -235,6 +235,60 @@ pub(crate) async fn alter_configs(
     km::AlterConfigsResponse::default().with_responses(responses)
 }
 
+/// CreatePartitions (v0-3): each topic's count raised through Rill's
+/// CreatePartitions (alter on the topic). Replica assignments given by the
+/// client are refused (the broker spreads replicas itself); a topic named
+/// twice is INVALID_REQUEST, as in Kafka.
+pub(crate) async fn create_partitions(
+    shared: &Shared,
+    caller: &Arc<Caller>,
+    r: km::CreatePartitionsRequest,
+) -> km::CreatePartitionsResponse {
+    let mut results = Vec::new();
+    for t in &r.topics {
+        let name = t.name.0.to_string();
+        let twice = r.topics.iter().filter(|o| o.name == t.name).count() > 1;
+        let error = if twice {
+            Some(ErrorInfo::new(
+                ErrorCode::InvalidRequest,
+                format!("topic {name} is named twice in one CreatePartitions"),
+            ))
+        } else if t.assignments.as_ref().is_some_and(|a| !a.is_empty()) {
+            Some(ErrorInfo::new(
+                ErrorCode::InvalidRequest,
+                format!(
+                    "topic {name}: replica assignments are not accepted; the broker spreads the \
+                     new partitions' replicas itself (leave assignments out)"
+                ),
+            ))
+        } else {
+            let request = rw::CreatePartitionsRequest {
+                topic: name.clone(),
+                count: u32::try_from(t.count).unwrap_or(0),
+                validate_only: r.validate_only,
+            };
+            match shared
+                .front
+                .call(caller, &request, Bytes::new())
+                .await
+                .and_then(|a| a.ok_or_else(|| failed("CreatePartitions")))
+            {
+                Ok((resp, _)) => resp.error,
+                Err(e) => Some(e),
+            }
+        };
+        let mut result = km::create_partitions_response::CreatePartitionsTopicResult::default()
+            .with_name(t.name.clone());
+        if let Some(e) = error {
+            result = result
+                .with_error_code(to_kafka(e.code))
+                .with_error_message(message(&e));
+        }
+        results.push(result);
+    }
+    km::CreatePartitionsResponse::default().with_results(results)
+}
+
 #[cfg(test)]
 mod tests {
     use super::items;

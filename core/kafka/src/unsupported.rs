@@ -80,20 +80,6 @@ pub(crate) fn answer(
         ApiKey::GetTelemetrySubscriptions => top!(km::GetTelemetrySubscriptionsResponse),
         ApiKey::PushTelemetry => top!(km::PushTelemetryResponse),
         ApiKey::UpdateFeatures => top_with_message!(km::UpdateFeaturesResponse),
-        ApiKey::CreatePartitions => {
-            let r: km::CreatePartitionsRequest = decode(key, version, &mut body)?;
-            let results = r
-                .topics
-                .iter()
-                .map(|t| {
-                    km::create_partitions_response::CreatePartitionsTopicResult::default()
-                        .with_name(t.name.clone())
-                        .with_error_code(UNSUPPORTED_VERSION)
-                        .with_error_message(message.clone())
-                })
-                .collect();
-            reply!(km::CreatePartitionsResponse::default().with_results(results))
-        }
         ApiKey::DeleteRecords => {
             let r: km::DeleteRecordsRequest = decode(key, version, &mut body)?;
             let topics = r
@@ -169,7 +155,6 @@ mod tests {
             ApiKey::ListPartitionReassignments,
             ApiKey::OffsetDelete,
             ApiKey::UpdateFeatures,
-            ApiKey::CreatePartitions,
             ApiKey::DeleteRecords,
             ApiKey::CreateAcls,
             ApiKey::DeleteAcls,
@@ -189,9 +174,6 @@ mod tests {
     fn empty_request(key: ApiKey, version: i16) -> Bytes {
         let mut out = bytes::BytesMut::new();
         let r = match key {
-            ApiKey::CreatePartitions => {
-                km::CreatePartitionsRequest::default().encode(&mut out, version)
-            }
             ApiKey::DeleteRecords => km::DeleteRecordsRequest::default().encode(&mut out, version),
             ApiKey::CreateAcls => km::CreateAclsRequest::default().encode(&mut out, version),
             ApiKey::DeleteAcls => km::DeleteAclsRequest::default().encode(&mut out, version),

@@ -258,25 +258,58 @@ async fn leader_epochs_are_answered_unsupported_apis_refused_and_sasl_declined()
     let r = c.call(4, &ask(-1, 0).with_replica_id(BrokerId(1))).await;
     assert_eq!(r.topics[0].partitions[0].error_code, 31);
     // An api this listener does not serve: UNSUPPORTED_VERSION in its own
-    // response, per topic, and the connection keeps serving.
+    // response, per partition, and the connection keeps serving.
     let r = c
         .call(
-            3,
-            &CreatePartitionsRequest::default().with_topics(vec![
-                create_partitions_request::CreatePartitionsTopic::default()
+            2,
+            &DeleteRecordsRequest::default().with_topics(vec![
+                delete_records_request::DeleteRecordsTopic::default()
                     .with_name(topic("epochs"))
-                    .with_count(4),
+                    .with_partitions(vec![
+                        delete_records_request::DeleteRecordsPartition::default()
+                            .with_partition_index(0)
+                            .with_offset(1),
+                    ]),
             ]),
         )
         .await;
-    assert_eq!(r.results[0].error_code, 35, "{r:?}");
+    assert_eq!(r.topics[0].partitions[0].error_code, 35, "{r:?}");
+    // CreatePartitions: the count grows; it cannot shrink, and assignments
+    // chosen by the client are refused, each naming why.
+    let grow = |count: i32| {
+        CreatePartitionsRequest::default().with_topics(vec![
+            create_partitions_request::CreatePartitionsTopic::default()
+                .with_name(topic("epochs"))
+                .with_count(count),
+        ])
+    };
+    let r = c.call(3, &grow(4)).await;
+    assert_eq!(r.results[0].error_code, 0, "{r:?}");
+    let r = c.call(3, &grow(2)).await;
+    assert_eq!(r.results[0].error_code, 37, "INVALID_PARTITIONS: {r:?}");
     assert!(
         r.results[0]
             .error_message
             .as_ref()
-            .is_some_and(|m| m.contains("CreatePartitions")),
+            .is_some_and(|m| m.contains("has 4 partitions")),
         "{r:?}"
     );
+    let mut with_assignment = grow(5);
+    with_assignment.topics[0].assignments = Some(vec![
+        create_partitions_request::CreatePartitionsAssignment::default()
+            .with_broker_ids(vec![BrokerId(0)]),
+    ]);
+    let r = c.call(3, &with_assignment).await;
+    assert_eq!(r.results[0].error_code, 42, "INVALID_REQUEST: {r:?}");
+    let md = c
+        .call(
+            9,
+            &MetadataRequest::default().with_topics(Some(vec![
+                metadata_request::MetadataRequestTopic::default().with_name(Some(topic("epochs"))),
+            ])),
+        )
+        .await;
+    assert_eq!(md.topics[0].partitions.len(), 4, "{md:?}");
     let r = c
         .call(
             1,

@@ -78,6 +78,41 @@ pub async fn create_topic(
     Ok(())
 }
 
+/// Adds partitions to a topic through the quorum; they are open on this
+/// broker (bounded wait) when this returns.
+pub async fn create_partitions(
+    state: &Arc<BrokerState>,
+    req: CreatePartitionsRequest,
+) -> Result<(), ErrorInfo> {
+    ready(state).await?;
+    let command = super::topic_changes::validate_create_partitions(
+        &req.topic,
+        req.count,
+        &state.cluster.image(),
+        state.open_files.partitions_max(),
+    )?;
+    if req.validate_only {
+        return Ok(());
+    }
+    if let Some(e) = outcome_error(state.cluster.propose(command).await?) {
+        return Err(e);
+    }
+    let registry = state.registry.clone();
+    let applied = tokio::time::timeout(APPLY_WAIT_MAX, async {
+        while registry
+            .topic(&req.topic)
+            .is_none_or(|t| (t.partitions.len() as u32) < req.count)
+        {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    if applied.is_err() {
+        tracing::warn!(topic = %req.topic, "partitions committed but not yet open on this broker");
+    }
+    Ok(())
+}
+
 /// Deletes a topic through the quorum.
 pub async fn delete_topic(state: &Arc<BrokerState>, name: String) -> Result<(), ErrorInfo> {
     ready(state).await?;

@@ -188,6 +188,36 @@ pub fn check(image: &MetadataImage, command: &Command) -> Result<(), ErrorInfo> 
             }
             Ok(())
         }
+        Command::CreatePartitions { name, assignment } => {
+            let Some(t) = image.topics.get(name) else {
+                return refuse(
+                    ErrorCode::UnknownTopicOrPartition,
+                    format!("topic {name:?} does not exist"),
+                );
+            };
+            if t.internal {
+                return refuse(
+                    ErrorCode::InvalidRequest,
+                    format!("{name} is an internal topic; its partition count is the broker's"),
+                );
+            }
+            let total = t.partitions.len() + assignment.len();
+            if assignment.is_empty() || total > PARTITIONS_PER_TOPIC_MAX as usize {
+                return refuse(
+                    ErrorCode::InvalidPartitions,
+                    format!(
+                        "topic {name}: {} more partitions on its {} is not valid; a topic has 1 \
+                         to {PARTITIONS_PER_TOPIC_MAX}",
+                        assignment.len(),
+                        t.partitions.len()
+                    ),
+                );
+            }
+            for (i, replicas) in assignment.iter().enumerate() {
+                check_replicas(image, name, t.partitions.len() + i, replicas)?;
+            }
+            Ok(())
+        }
         Command::DeleteTopic { .. } | Command::AllocateProducerId => Ok(()),
         Command::SetTopicConfigs { name, configs } => check_config_sizes(name, configs),
         Command::FenceBroker { id } | Command::UnfenceBroker { id } => broker_id(*id, "broker"),

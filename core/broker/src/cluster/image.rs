@@ -255,6 +255,12 @@ pub enum Command {
         name: String,
         credentials: Vec<ScramCredential>,
     },
+    /// Adds partitions to a topic: the replicas of each new one, preferred
+    /// leader first (the existing partitions keep theirs).
+    CreatePartitions {
+        name: String,
+        assignment: Vec<Vec<i32>>,
+    },
 }
 
 /// One partition's ISR change in an [`Command::AlterIsrBatch`].
@@ -363,6 +369,31 @@ impl MetadataImage {
 
     fn alive(&self, id: i32) -> bool {
         self.brokers.get(&id).is_some_and(|b| !b.fenced)
+    }
+
+    /// New partitions with these replicas: led by the first live one, the
+    /// live ones in the ISR (all of them when none is live), epoch 0.
+    fn new_partitions(&self, assignment: &[Vec<i32>]) -> Vec<PartitionState> {
+        assignment
+            .iter()
+            .map(|replicas| {
+                let isr: Vec<i32> = replicas
+                    .iter()
+                    .copied()
+                    .filter(|b| self.alive(*b))
+                    .collect();
+                PartitionState {
+                    replicas: replicas.clone(),
+                    leader: isr.first().copied(),
+                    leader_epoch: LeaderEpoch(0),
+                    isr: if isr.is_empty() {
+                        replicas.clone()
+                    } else {
+                        isr
+                    },
+                }
+            })
+            .collect()
     }
 
     /// Applies one committed command. Deterministic. A command that fails
@@ -495,26 +526,7 @@ impl MetadataImage {
                         format!("topic {name}: replica {b} is not a registered broker"),
                     );
                 }
-                let partitions = assignment
-                    .iter()
-                    .map(|replicas| {
-                        let isr: Vec<i32> = replicas
-                            .iter()
-                            .copied()
-                            .filter(|b| self.alive(*b))
-                            .collect();
-                        PartitionState {
-                            replicas: replicas.clone(),
-                            leader: isr.first().copied(),
-                            leader_epoch: LeaderEpoch(0),
-                            isr: if isr.is_empty() {
-                                replicas.clone()
-                            } else {
-                                isr
-                            },
-                        }
-                    })
-                    .collect();
+                let partitions = self.new_partitions(assignment);
                 self.topics.insert(
                     name.clone(),
                     TopicState {
@@ -526,6 +538,29 @@ impl MetadataImage {
                     },
                 );
                 Outcome::Done
+            }
+            Command::CreatePartitions { name, assignment } => {
+                if let Some(b) = assignment
+                    .iter()
+                    .flatten()
+                    .find(|b| !self.brokers.contains_key(b))
+                {
+                    return refused(
+                        ErrorCode::InvalidReplicationFactor,
+                        format!("topic {name}: replica {b} is not a registered broker"),
+                    );
+                }
+                let partitions = self.new_partitions(assignment);
+                match self.topics.get_mut(name) {
+                    Some(t) => {
+                        t.partitions.extend(partitions);
+                        Outcome::Done
+                    }
+                    None => refused(
+                        ErrorCode::UnknownTopicOrPartition,
+                        format!("topic {name:?} does not exist"),
+                    ),
+                }
             }
             Command::DeleteTopic { name } => match self.topics.remove(name) {
                 Some(_) => Outcome::Done,

@@ -101,6 +101,68 @@ pub fn validate_create(
     })
 }
 
+/// Checks raising `name`'s partition count to `count` and returns the
+/// command that adds them: replicas as many as the topic's first partition
+/// has, spread over the live brokers after the existing ones.
+pub fn validate_create_partitions(
+    name: &str,
+    count: u32,
+    image: &MetadataImage,
+    partitions_max: Option<u64>,
+) -> Result<Command, ErrorInfo> {
+    let Some(t) = image.topics.get(name) else {
+        return Err(ErrorInfo::new(
+            ErrorCode::UnknownTopicOrPartition,
+            format!("topic {name:?} does not exist"),
+        ));
+    };
+    if t.internal {
+        return Err(ErrorInfo::new(
+            ErrorCode::InvalidRequest,
+            format!("{name} is an internal topic; its partition count is the broker's"),
+        ));
+    }
+    let have = t.partitions.len() as u32;
+    if count <= have || count > PARTITIONS_PER_TOPIC_MAX {
+        return Err(ErrorInfo::new(
+            ErrorCode::InvalidPartitions,
+            format!(
+                "topic {name} has {have} partitions; the count can only grow, to at most \
+                 {PARTITIONS_PER_TOPIC_MAX} (asked for {count})"
+            ),
+        ));
+    }
+    let held: u64 = image
+        .topics
+        .values()
+        .map(|t| t.partitions.len() as u64)
+        .sum();
+    if let Some(max) = partitions_max
+        && held + u64::from(count - have) > max
+    {
+        return Err(ErrorInfo::new(
+            ErrorCode::PolicyViolation,
+            format!(
+                "topic {name}: the cluster holds {held} partitions and {} more would pass the \
+                 {max} that the broker's open-file limit allows",
+                count - have
+            ),
+        ));
+    }
+    let rf = t.partitions.first().map_or(1, |p| p.replicas.len()) as u16;
+    let assignment = assign_replicas(&image.live_brokers(), count - have, rf, have as usize)
+        .map_err(|e| {
+            ErrorInfo::new(
+                ErrorCode::InvalidReplicationFactor,
+                format!("topic {name}: {e}"),
+            )
+        })?;
+    Ok(Command::CreatePartitions {
+        name: name.to_string(),
+        assignment,
+    })
+}
+
 /// Checks a config change of a topic and returns its new overrides.
 pub fn validate_alter(
     topic: &str,
@@ -146,7 +208,7 @@ pub fn validate_delete(name: &str, image: &MetadataImage) -> Result<(), ErrorInf
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::image::BrokerRecord;
+    use crate::cluster::image::{BrokerRecord, Outcome};
 
     fn defaults() -> TopicDefaults {
         TopicDefaults::kafka()
@@ -250,6 +312,37 @@ mod tests {
         // Preferred leaders rotate.
         let leaders: std::collections::BTreeSet<i32> = assignment.iter().map(|r| r[0]).collect();
         assert_eq!(leaders.len(), 3);
+    }
+
+    #[test]
+    fn partitions_only_grow_with_the_topics_replication_factor() {
+        let mut image = image(3, None);
+        let create = validate_create(
+            &spec("u", 2, 2, &[]),
+            "id-u".into(),
+            &image,
+            &defaults(),
+            None,
+        )
+        .unwrap();
+        image.apply(&create);
+        let add = validate_create_partitions("u", 5, &image, None).unwrap();
+        let Command::CreatePartitions { assignment, .. } = &add else {
+            panic!("not a CreatePartitions: {add:?}")
+        };
+        assert_eq!(assignment.len(), 3);
+        assert!(assignment.iter().all(|r| r.len() == 2), "{assignment:?}");
+        assert!(!matches!(image.apply(&add), Outcome::Refused { .. }));
+        let u = &image.topics["u"];
+        assert_eq!(u.partitions.len(), 5);
+        assert!(u.partitions[4].leader.is_some());
+        let e = validate_create_partitions("u", 5, &image, None).unwrap_err();
+        assert_eq!(e.code, ErrorCode::InvalidPartitions);
+        assert!(e.message.contains("has 5 partitions"), "{}", e.message);
+        let e = validate_create_partitions("nope", 5, &image, None).unwrap_err();
+        assert_eq!(e.code, ErrorCode::UnknownTopicOrPartition);
+        let e = validate_create_partitions("u", 9, &image, Some(8)).unwrap_err();
+        assert_eq!(e.code, ErrorCode::PolicyViolation);
     }
 
     #[test]

@@ -83,6 +83,10 @@ pub struct AlterArgs {
     /// A topic config to remove, back to the broker default (repeatable).
     #[arg(long = "delete-config", value_name = "KEY")]
     pub delete_configs: Vec<String>,
+    /// Raise the partition count to N (it can only grow; keys then map to
+    /// other partitions than before).
+    #[arg(long, value_name = "N")]
+    pub partitions: Option<u32>,
     #[command(flatten)]
     pub client: ClientArgs,
 }
@@ -185,19 +189,34 @@ pub async fn run(command: TopicCommand) -> anyhow::Result<()> {
             print_out(&format!("Deleted topic {}.\n", args.name))
         }
         TopicCommand::Alter(args) => {
+            let configs = !args.configs.is_empty() || !args.delete_configs.is_empty();
             anyhow::ensure!(
-                !args.configs.is_empty() || !args.delete_configs.is_empty(),
-                "nothing to alter on topic {}: pass --config KEY=VALUE or --delete-config KEY",
+                configs || args.partitions.is_some(),
+                "nothing to alter on topic {}: pass --config KEY=VALUE, --delete-config KEY or \
+                 --partitions N",
                 args.name
             );
             let admin = args.client.connect().await?.admin();
-            admin
-                .alter_configs(&args.name, args.configs, args.delete_configs)
-                .await
-                .map_err(|e| {
-                    client_error(format!("cannot alter configs of topic {}", args.name), e)
-                })?;
-            print_out(&format!("Altered configs of topic {}.\n", args.name))
+            let mut done = String::new();
+            if let Some(count) = args.partitions {
+                admin
+                    .create_partitions(&args.name, count)
+                    .await
+                    .map_err(|e| {
+                        client_error(format!("cannot add partitions to topic {}", args.name), e)
+                    })?;
+                done.push_str(&format!("Topic {} has {count} partitions.\n", args.name));
+            }
+            if configs {
+                admin
+                    .alter_configs(&args.name, args.configs, args.delete_configs)
+                    .await
+                    .map_err(|e| {
+                        client_error(format!("cannot alter configs of topic {}", args.name), e)
+                    })?;
+                done.push_str(&format!("Altered configs of topic {}.\n", args.name));
+            }
+            print_out(&done)
         }
     }
 }

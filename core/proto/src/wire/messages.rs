@@ -65,10 +65,12 @@ pub enum ApiKey {
     // SCRAM users of the Kafka listener's SASL (issue 19), in `wire::security`.
     AlterUser = 34,
     DescribeUsers = 37,
+    /// More partitions for a topic (issue 19: Kafka's CreatePartitions).
+    CreatePartitions = 38,
 }
 
 impl ApiKey {
-    pub const ALL: [ApiKey; 38] = [
+    pub const ALL: [ApiKey; 39] = [
         ApiKey::ApiVersions,
         ApiKey::Metadata,
         ApiKey::CreateTopics,
@@ -107,6 +109,7 @@ impl ApiKey {
         ApiKey::CheckAccess,
         ApiKey::AlterUser,
         ApiKey::DescribeUsers,
+        ApiKey::CreatePartitions,
     ];
 
     pub fn from_u16(n: u16) -> Option<ApiKey> {
@@ -154,6 +157,7 @@ impl ApiKey {
             ApiKey::CheckAccess => "check_access",
             ApiKey::AlterUser => "alter_user",
             ApiKey::DescribeUsers => "describe_users",
+            ApiKey::CreatePartitions => "create_partitions",
         }
     }
 }
@@ -372,6 +376,26 @@ pub struct AlterConfigsResponse {
 impl ApiRequest for AlterConfigsRequest {
     const KEY: ApiKey = ApiKey::AlterConfigs;
     type Response = AlterConfigsResponse;
+}
+
+/// Raises a topic's partition count to `count` (needs alter on the topic);
+/// the new partitions get replicas like the topic's first one has.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CreatePartitionsRequest {
+    pub topic: String,
+    /// The new total.
+    pub count: u32,
+    pub validate_only: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CreatePartitionsResponse {
+    pub error: Option<ErrorInfo>,
+}
+
+impl ApiRequest for CreatePartitionsRequest {
+    const KEY: ApiKey = ApiKey::CreatePartitions;
+    type Response = CreatePartitionsResponse;
 }
 
 // ---------------------------------------------------------------- produce
