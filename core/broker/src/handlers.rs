@@ -345,6 +345,47 @@ pub(crate) async fn create_partitions(
     Ok(CreatePartitionsResponse { error })
 }
 
+/// DescribeProducers: each partition's idempotent producers, from its
+/// leader's log.
+pub(crate) fn describe_producers(
+    state: &BrokerState,
+    req: DescribeProducersRequest,
+) -> DescribeProducersResponse {
+    let mut partitions = Vec::new();
+    for tp in req.partitions {
+        for index in tp.partitions {
+            let found = state.registry.partition(&tp.topic, index).and_then(|p| {
+                if p.is_leader() {
+                    p.producers()
+                } else {
+                    Err(p.not_leader_error())
+                }
+            });
+            let (error, producers) = match found {
+                Ok(list) => (
+                    None,
+                    list.into_iter()
+                        .map(|p| ProducerDescription {
+                            producer_id: p.producer_id,
+                            epoch: p.epoch,
+                            last_sequence: p.last_sequence,
+                            last_timestamp: p.last_timestamp,
+                        })
+                        .collect(),
+                ),
+                Err(e) => (Some(e), Vec::new()),
+            };
+            partitions.push(PartitionProducers {
+                topic: tp.topic.clone(),
+                partition: index,
+                error,
+                producers,
+            });
+        }
+    }
+    DescribeProducersResponse { partitions }
+}
+
 // ---------------------------------------------------------------- produce
 
 /// Finds the partition, creating the topic first when auto-creation is on.

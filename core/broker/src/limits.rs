@@ -385,6 +385,16 @@ fn counts(api: ApiKey, request: &dyn Any) -> Vec<Count> {
         ApiKey::Fetch => of::<FetchRequest>(request, |r| {
             vec![("partitions", r.partitions.len(), Partitions)]
         }),
+        ApiKey::DescribeProducers => of::<DescribeProducersRequest>(request, |r| {
+            vec![
+                ("partitions", r.partitions.len(), Topics),
+                (
+                    "partitions[].partitions",
+                    partitions_in(&r.partitions),
+                    Partitions,
+                ),
+            ]
+        }),
         ApiKey::ListOffsets => of::<ListOffsetsRequest>(request, |r| {
             vec![("partitions", r.partitions.len(), Partitions)]
         }),

@@ -257,6 +257,11 @@ impl Partition {
         .flatten()
     }
 
+    /// The idempotent producers this partition's log remembers, by id.
+    pub fn producers(&self) -> Result<Vec<rill_log::producer::ProducerSummary>, ErrorInfo> {
+        self.with_log(LogOp::Read, |log| Ok(log.producers()))
+    }
+
     /// KIP-101: where `epoch` ends in this log.
     pub fn end_offset_for_epoch(
         &self,

@@ -261,6 +261,11 @@ fn table() -> Table {
         |r| vec![Resource::Topic(Alter, &r.topic)],
         |s, _, r, _| async move { handlers::alter_configs(&s, r).await },
     );
+    t.add::<DescribeProducersRequest, _, _, _>(
+        Meta,
+        |r| topics(Read, r.partitions.iter().map(|p| &p.topic)),
+        |s, _, r, _| async move { Ok(handlers::describe_producers(&s, r)) },
+    );
     t.add::<CreatePartitionsRequest, _, _, _>(
         Meta,
         |r| vec![Resource::Topic(Alter, &r.topic)],

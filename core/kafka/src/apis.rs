@@ -53,11 +53,12 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::AlterConfigs, 0, 2),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::OffsetForLeaderEpoch, 2, 4),
-    (ApiKey::SaslHandshake, 0, 1),
+    (ApiKey::SaslHandshake, 1, 1),
     (ApiKey::SaslAuthenticate, 0, 2),
     (ApiKey::ConsumerGroupHeartbeat, 0, 1),
     (ApiKey::ConsumerGroupDescribe, 0, 1),
     (ApiKey::CreatePartitions, 0, 3),
+    (ApiKey::DescribeProducers, 0, 0),
 ];
 
 /// The versions of `key` this listener speaks, if any.
@@ -266,6 +267,10 @@ pub(crate) async fn serve(
         ApiKey::DeleteGroups => {
             let r = decode(key, version, &mut body)?;
             answer!(groups::delete_groups(shared, caller, r).await)
+        }
+        ApiKey::DescribeProducers => {
+            let r = decode(key, version, &mut body)?;
+            answer!(crate::configs::describe_producers(shared, caller, r).await)
         }
         ApiKey::CreatePartitions => {
             let r = decode(key, version, &mut body)?;

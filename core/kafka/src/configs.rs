@@ -289,6 +289,94 @@ pub(crate) async fn create_partitions(
     km::CreatePartitionsResponse::default().with_results(results)
 }
 
+/// DescribeProducers (v0): the idempotent producers each partition's leader
+/// remembers, through Rill's DescribeProducers (read on the topic). Rill has
+/// no transactions yet: coordinator epoch -1, no open transaction (-1).
+pub(crate) async fn describe_producers(
+    shared: &Shared,
+    caller: &Arc<Caller>,
+    r: km::DescribeProducersRequest,
+) -> km::DescribeProducersResponse {
+    let request = rw::DescribeProducersRequest {
+        partitions: r
+            .topics
+            .iter()
+            .map(|t| rw::TopicPartitions {
+                topic: t.name.0.to_string(),
+                partitions: t
+                    .partition_indexes
+                    .iter()
+                    .filter_map(|p| u32::try_from(*p).ok())
+                    .collect(),
+            })
+            .collect(),
+    };
+    let answer = shared
+        .front
+        .call(caller, &request, Bytes::new())
+        .await
+        .and_then(|a| a.ok_or_else(|| failed("DescribeProducers")));
+    let mut found: std::collections::HashMap<(String, i32), rw::PartitionProducers> =
+        std::collections::HashMap::new();
+    let whole = match answer {
+        Ok((resp, _)) => {
+            for p in resp.partitions {
+                found.insert((p.topic.clone(), p.partition as i32), p);
+            }
+            None
+        }
+        Err(e) => Some(e),
+    };
+    let topics = r
+        .topics
+        .iter()
+        .map(|t| {
+            let name = t.name.0.to_string();
+            let partitions = t
+                .partition_indexes
+                .iter()
+                .map(|index| {
+                    let out = km::describe_producers_response::PartitionResponse::default()
+                        .with_partition_index(*index);
+                    let error = match (&whole, found.get(&(name.clone(), *index))) {
+                        (Some(e), _) => Some(e.clone()),
+                        (None, Some(p)) => p.error.clone(),
+                        (None, None) => Some(ErrorInfo::new(
+                            ErrorCode::UnknownTopicOrPartition,
+                            format!("partition {index} of topic {name} does not exist"),
+                        )),
+                    };
+                    if let Some(e) = error {
+                        return out
+                            .with_error_code(to_kafka(e.code))
+                            .with_error_message(message(&e));
+                    }
+                    let producers = found[&(name.clone(), *index)]
+                        .producers
+                        .iter()
+                        .map(|p| {
+                            km::describe_producers_response::ProducerState::default()
+                                .with_producer_id(kafka_protocol::messages::ProducerId(
+                                    p.producer_id,
+                                ))
+                                .with_producer_epoch(i32::from(p.epoch))
+                                .with_last_sequence(p.last_sequence)
+                                .with_last_timestamp(p.last_timestamp)
+                                .with_coordinator_epoch(-1)
+                                .with_current_txn_start_offset(-1)
+                        })
+                        .collect();
+                    out.with_active_producers(producers)
+                })
+                .collect();
+            km::describe_producers_response::TopicResponse::default()
+                .with_name(t.name.clone())
+                .with_partitions(partitions)
+        })
+        .collect();
+    km::DescribeProducersResponse::default().with_topics(topics)
+}
+
 #[cfg(test)]
 mod tests {
     use super::items;

@@ -310,6 +310,68 @@ async fn leader_epochs_are_answered_unsupported_apis_refused_and_sasl_declined()
         )
         .await;
     assert_eq!(md.topics[0].partitions.len(), 4, "{md:?}");
+    // DescribeProducers: an idempotent producer's last sequence, per partition.
+    let init = c
+        .call(
+            4,
+            &InitProducerIdRequest::default()
+                .with_transactional_id(None)
+                .with_transaction_timeout_ms(-1)
+                .with_producer_id(ProducerId(-1))
+                .with_producer_epoch(-1),
+        )
+        .await;
+    assert_eq!(init.error_code, 0, "{init:?}");
+    let pid = init.producer_id.0;
+    let mut batch = BatchBuilder::new(Compression::None).producer(
+        rill_proto::ProducerId(pid),
+        init.producer_epoch,
+        0,
+    );
+    for i in 0..2 {
+        batch.push(&Record::from_value(
+            Bytes::from(format!("p{i}")),
+            1_700_000_000_000,
+        ));
+    }
+    let produced = c
+        .call(
+            9,
+            &ProduceRequest::default()
+                .with_acks(-1)
+                .with_timeout_ms(5000)
+                .with_topic_data(vec![
+                    produce_request::TopicProduceData::default()
+                        .with_name(topic("epochs"))
+                        .with_partition_data(vec![
+                            produce_request::PartitionProduceData::default()
+                                .with_index(3)
+                                .with_records(Some(batch.build())),
+                        ]),
+                ]),
+        )
+        .await;
+    assert_eq!(produced.responses[0].partition_responses[0].error_code, 0);
+    let r = c
+        .call(
+            0,
+            &DescribeProducersRequest::default().with_topics(vec![
+                describe_producers_request::TopicRequest::default()
+                    .with_name(topic("epochs"))
+                    .with_partition_indexes(vec![3, 0, 99]),
+            ]),
+        )
+        .await;
+    let parts = &r.topics[0].partitions;
+    assert_eq!(parts[0].error_code, 0, "{r:?}");
+    let p = &parts[0].active_producers;
+    assert_eq!(p.len(), 1, "{r:?}");
+    assert_eq!(
+        (p[0].producer_id.0, p[0].last_sequence, p[0].last_timestamp),
+        (pid, 1, 1_700_000_000_000)
+    );
+    assert!(parts[1].active_producers.is_empty(), "{r:?}");
+    assert_eq!(parts[2].error_code, 3, "UNKNOWN_TOPIC_OR_PARTITION: {r:?}");
     let r = c
         .call(
             1,

@@ -723,6 +723,11 @@ impl Log {
         Ok(())
     }
 
+    /// The idempotent producers this partition remembers, by id.
+    pub fn producers(&self) -> Vec<crate::producer::ProducerSummary> {
+        self.producers.summaries()
+    }
+
     /// Idempotent producers this partition remembers.
     pub fn producer_count(&self) -> usize {
         self.producers.len()

@@ -48,6 +48,19 @@ struct ProducerEntry {
     ranges: VecDeque<SeqRange>,
     /// Order of last use, for eviction.
     touched: u64,
+    /// The max timestamp of its latest batch.
+    last_timestamp: i64,
+}
+
+/// One producer as the table knows it (Kafka's DescribeProducers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProducerSummary {
+    pub producer_id: i64,
+    pub epoch: i16,
+    /// The sequence of its last record written here.
+    pub last_sequence: i32,
+    /// The max timestamp of its latest batch.
+    pub last_timestamp: i64,
 }
 
 /// What the table says about one batch a producer sent.
@@ -107,6 +120,22 @@ pub struct ProducerStates {
 impl ProducerStates {
     pub fn len(&self) -> usize {
         self.producers.len()
+    }
+
+    /// Every producer remembered, by id.
+    pub fn summaries(&self) -> Vec<ProducerSummary> {
+        let mut out: Vec<ProducerSummary> = self
+            .producers
+            .iter()
+            .map(|(id, e)| ProducerSummary {
+                producer_id: *id,
+                epoch: e.epoch,
+                last_sequence: e.ranges.back().map_or(-1, |r| r.last_seq),
+                last_timestamp: e.last_timestamp,
+            })
+            .collect();
+        out.sort_by_key(|p| p.producer_id);
+        out
     }
 
     pub fn is_empty(&self) -> bool {
@@ -248,8 +277,10 @@ impl ProducerStates {
                 epoch: h.producer_epoch,
                 ranges: VecDeque::new(),
                 touched: clock,
+                last_timestamp: h.max_timestamp,
             });
         entry.touched = clock;
+        entry.last_timestamp = h.max_timestamp;
         if h.producer_epoch != entry.epoch {
             entry.epoch = h.producer_epoch;
             entry.ranges.clear();
@@ -300,6 +331,23 @@ mod tests {
         rill_proto::batch::set_base_offset(&mut bytes, Offset(base));
         rill_proto::batch::set_leader_epoch(&mut bytes, LeaderEpoch(0));
         BatchView::new(&bytes).unwrap().header
+    }
+
+    #[test]
+    fn summaries_name_each_producer_with_its_last_sequence_and_epoch() {
+        let mut t = ProducerStates::default();
+        t.record(&header(9, 0, 0, 3, 0));
+        t.record(&header(9, 0, 3, 2, 3));
+        t.record(&header(4, 2, 0, 1, 5));
+        let s = t.summaries();
+        assert_eq!(
+            s.iter()
+                .map(|p| (p.producer_id, p.epoch, p.last_sequence))
+                .collect::<Vec<_>>(),
+            vec![(4, 2, 0), (9, 0, 4)]
+        );
+        // The records' timestamp (1, from the header helper) is the last one.
+        assert!(s.iter().all(|p| p.last_timestamp == 1), "{s:?}");
     }
 
     #[test]

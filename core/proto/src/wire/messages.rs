@@ -67,10 +67,12 @@ pub enum ApiKey {
     DescribeUsers = 37,
     /// More partitions for a topic (issue 19: Kafka's CreatePartitions).
     CreatePartitions = 38,
+    /// Idempotent producers per partition (issue 19: Kafka's DescribeProducers).
+    DescribeProducers = 39,
 }
 
 impl ApiKey {
-    pub const ALL: [ApiKey; 39] = [
+    pub const ALL: [ApiKey; 40] = [
         ApiKey::ApiVersions,
         ApiKey::Metadata,
         ApiKey::CreateTopics,
@@ -110,6 +112,7 @@ impl ApiKey {
         ApiKey::AlterUser,
         ApiKey::DescribeUsers,
         ApiKey::CreatePartitions,
+        ApiKey::DescribeProducers,
     ];
 
     pub fn from_u16(n: u16) -> Option<ApiKey> {
@@ -158,6 +161,7 @@ impl ApiKey {
             ApiKey::AlterUser => "alter_user",
             ApiKey::DescribeUsers => "describe_users",
             ApiKey::CreatePartitions => "create_partitions",
+            ApiKey::DescribeProducers => "describe_producers",
         }
     }
 }
@@ -396,6 +400,42 @@ pub struct CreatePartitionsResponse {
 impl ApiRequest for CreatePartitionsRequest {
     const KEY: ApiKey = ApiKey::CreatePartitions;
     type Response = CreatePartitionsResponse;
+}
+
+/// The idempotent producers the leaders of these partitions remember (needs
+/// read on each topic; Kafka's DescribeProducers).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DescribeProducersRequest {
+    pub partitions: Vec<super::TopicPartitions>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProducerDescription {
+    pub producer_id: i64,
+    pub epoch: i16,
+    /// The sequence of its last record in the partition.
+    pub last_sequence: i32,
+    /// The max timestamp of its latest batch.
+    pub last_timestamp: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionProducers {
+    pub topic: String,
+    pub partition: u32,
+    /// NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION.
+    pub error: Option<ErrorInfo>,
+    pub producers: Vec<ProducerDescription>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DescribeProducersResponse {
+    pub partitions: Vec<PartitionProducers>,
+}
+
+impl ApiRequest for DescribeProducersRequest {
+    const KEY: ApiKey = ApiKey::DescribeProducers;
+    type Response = DescribeProducersResponse;
 }
 
 // ---------------------------------------------------------------- produce
