@@ -97,16 +97,18 @@ fn python() -> PathBuf {
 
 /// A broker with a Kafka listener on a free loopback port, that address, and
 /// the broker's metrics port.
-/// A classic group's first rebalance waits this long for more members (the
-/// broker's default is Kafka's 3 s).
-const INITIAL_REBALANCE_DELAY: &str = "group_initial_rebalance_delay_ms = 200\n";
+/// Group timings of the test broker: a classic group's first rebalance waits
+/// 200 ms for more members (the default is Kafka's 3 s); KIP-848 members
+/// heartbeat every 500 ms (Kafka's 5 s).
+const GROUP_CONFIG: &str = "group_initial_rebalance_delay_ms = 200\n\
+    group_consumer_session_timeout_ms = 10000\ngroup_consumer_heartbeat_interval_ms = 500\n";
 
 fn kafka_broker() -> (TestBroker, String, u16) {
     let port = free_tcp_port();
     let addr = format!("127.0.0.1:{port}");
     let metrics_port = free_tcp_port();
     let metrics = format!("127.0.0.1:{metrics_port}");
-    let (_dir, config) = temp_file("broker.toml", INITIAL_REBALANCE_DELAY);
+    let (_dir, config) = temp_file("broker.toml", GROUP_CONFIG);
     let broker = TestBroker::start_with(&[
         "--kafka-listen",
         &addr,

@@ -210,6 +210,8 @@ impl Default for ObjectStoreConfig {
 /// | `group_min_session_timeout_ms` | 1000 | shortest session timeout a group member may ask for |
 /// | `group_max_session_timeout_ms` | 1800000 | longest session timeout a group member may ask for |
 /// | `group_max_size` | 1000 | most members in one consumer group |
+/// | `group_consumer_session_timeout_ms` | 45000 | session timeout of a Kafka client's KIP-848 group member (Kafka's `group.consumer.session.timeout.ms`) |
+/// | `group_consumer_heartbeat_interval_ms` | 5000 | its heartbeat interval when nothing changes (Kafka's `group.consumer.heartbeat.interval.ms`) |
 /// | `group_initial_rebalance_delay_ms` | 3000 | how long a Kafka classic group's first rebalance waits for more members (Kafka's `group.initial.rebalance.delay.ms`) |
 /// | `join` | none | `host:port` of a running broker: join its cluster as a voter |
 /// | `peers` | `[]` | fixed voter list, `["0@host:port", ...]` (this broker included) |
@@ -252,6 +254,8 @@ pub struct BrokerConfig {
     pub group_max_session_timeout_ms: u32,
     pub group_max_size: usize,
     pub group_initial_rebalance_delay_ms: u32,
+    pub group_consumer_session_timeout_ms: u32,
+    pub group_consumer_heartbeat_interval_ms: u32,
     pub join: Option<String>,
     pub peers: Vec<String>,
     pub broker_session_timeout_ms: u64,
@@ -295,6 +299,8 @@ impl Default for BrokerConfig {
             group_max_session_timeout_ms: 30 * 60 * 1000,
             group_max_size: 1000,
             group_initial_rebalance_delay_ms: 3000,
+            group_consumer_session_timeout_ms: 45_000,
+            group_consumer_heartbeat_interval_ms: 5_000,
             join: None,
             peers: Vec::new(),
             broker_session_timeout_ms: 1500,
@@ -421,6 +427,32 @@ impl BrokerConfig {
         }
         if self.group_max_size == 0 {
             return Err(bad("group_max_size", "must be >= 1".into()));
+        }
+        if !(self.group_min_session_timeout_ms..=self.group_max_session_timeout_ms)
+            .contains(&self.group_consumer_session_timeout_ms)
+        {
+            return Err(bad(
+                "group_consumer_session_timeout_ms",
+                format!(
+                    "must be within group_min_session_timeout_ms..=group_max_session_timeout_ms \
+                     ({}..={}), got {}",
+                    self.group_min_session_timeout_ms,
+                    self.group_max_session_timeout_ms,
+                    self.group_consumer_session_timeout_ms
+                ),
+            ));
+        }
+        if self.group_consumer_heartbeat_interval_ms == 0
+            || self.group_consumer_heartbeat_interval_ms >= self.group_consumer_session_timeout_ms
+        {
+            return Err(bad(
+                "group_consumer_heartbeat_interval_ms",
+                format!(
+                    "must be >= 1 and below group_consumer_session_timeout_ms ({}), got {}",
+                    self.group_consumer_session_timeout_ms,
+                    self.group_consumer_heartbeat_interval_ms
+                ),
+            ));
         }
         if self.group_initial_rebalance_delay_ms > 300_000 {
             return Err(bad(
@@ -723,6 +755,35 @@ mod tests {
         .unwrap();
         c.validate().unwrap();
         assert!(c.kafka.tls);
+    }
+
+    #[test]
+    fn kip848_member_timeouts_are_checked_against_the_group_bounds() {
+        let c = BrokerConfig::default();
+        assert_eq!(
+            (
+                c.group_consumer_session_timeout_ms,
+                c.group_consumer_heartbeat_interval_ms
+            ),
+            (45_000, 5_000)
+        );
+        let c = BrokerConfig::from_toml_str("group_consumer_session_timeout_ms = 500\n").unwrap();
+        let e = c.validate().unwrap_err().to_string();
+        assert!(
+            e.contains("group_consumer_session_timeout_ms") && e.contains("500"),
+            "{e}"
+        );
+        let c = BrokerConfig::from_toml_str(
+            "group_consumer_session_timeout_ms = 6000\ngroup_consumer_heartbeat_interval_ms = 6000\n",
+        )
+        .unwrap();
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("group_consumer_heartbeat_interval_ms"), "{e}");
+        let c = BrokerConfig::from_toml_str(
+            "group_consumer_session_timeout_ms = 6000\ngroup_consumer_heartbeat_interval_ms = 500\n",
+        )
+        .unwrap();
+        c.validate().unwrap();
     }
 
     #[test]

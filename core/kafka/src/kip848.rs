@@ -12,8 +12,9 @@
 //!   every time. A connection keeps each member's last ones ([`Members`]); a
 //!   heartbeat with nulls for a member this connection has not seen is
 //!   answered UNKNOWN_MEMBER_ID, and the client rejoins with everything.
-//! - The session timeout and heartbeat interval are the broker's (Kafka's
-//!   defaults, 45 s and 5 s), not the client's.
+//! - The session timeout and heartbeat interval are the broker's
+//!   (`group_consumer_session_timeout_ms`, `group_consumer_heartbeat_interval_ms`;
+//!   Kafka's defaults, 45 s and 5 s), not the client's.
 //! - Regular-expression subscriptions are not served (INVALID_REQUEST).
 
 use crate::Shared;
@@ -30,11 +31,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use uuid::Uuid;
 
-/// A member's session timeout (Kafka's `group.consumer.session.timeout.ms`).
-pub const SESSION_TIMEOUT_MS: u32 = 45_000;
-/// A member's heartbeat interval when nothing changes (Kafka's
-/// `group.consumer.heartbeat.interval.ms`); shorter while reconciling.
-pub const HEARTBEAT_INTERVAL_MS: u32 = 5_000;
 /// Most members one connection remembers (a consumer has one).
 const MEMBERS_PER_CONNECTION_MAX: usize = 64;
 
@@ -170,8 +166,8 @@ pub(crate) async fn heartbeat(
         client_id: client_id.to_string(),
         subscribed_topics: subscribed.clone(),
         assignor: assignor.clone(),
-        session_timeout_ms: SESSION_TIMEOUT_MS,
-        heartbeat_interval_ms: HEARTBEAT_INTERVAL_MS,
+        session_timeout_ms: shared.front.config().group_consumer_session_timeout_ms,
+        heartbeat_interval_ms: shared.front.config().group_consumer_heartbeat_interval_ms,
         owned: owned.clone(),
     };
     let answer = shared
