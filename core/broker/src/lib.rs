@@ -403,27 +403,23 @@ fn broker_tls(config: &BrokerConfig) -> Result<BrokerTls, BrokerError> {
     }
     let home = config.rill_home.clone().unwrap_or_else(rill_net::rill_home);
     let mut names = Vec::new();
-    if let Some(addr) = &config.advertised_addr {
-        // The host part of host:port, for the certificate's names.
-        let host = addr
-            .rsplit_once(':')
-            .map_or(addr.as_str(), |(h, _)| h)
+    // The host part of host:port, for the certificate's names.
+    let host_of = |addr: &str| {
+        addr.rsplit_once(':')
+            .map_or(addr, |(h, _)| h)
             .trim_start_matches('[')
             .trim_end_matches(']')
-            .to_string();
-        names.push(host);
+            .to_string()
+    };
+    if let Some(addr) = &config.advertised_addr {
+        names.push(host_of(addr));
     }
     if !config.listen.ip().is_unspecified() {
         names.push(config.listen.ip().to_string());
     }
     // The Kafka listener (with `[kafka] tls`) presents the same certificate.
     if let Some(addr) = &config.kafka_advertised_addr {
-        let host = addr.rsplit_once(':').map_or(addr.as_str(), |(h, _)| h);
-        names.push(
-            host.trim_start_matches('[')
-                .trim_end_matches(']')
-                .to_string(),
-        );
+        names.push(host_of(addr));
     }
     if let Some(kafka) = config.kafka_listen.filter(|k| !k.ip().is_unspecified()) {
         names.push(kafka.ip().to_string());

@@ -26,7 +26,6 @@ use rill_proto::wire::{ErrorCode, ErrorInfo};
 use std::collections::{BTreeMap, HashMap};
 use std::ops::RangeInclusive;
 use std::sync::Arc;
-use uuid::Uuid;
 
 /// Every api this listener serves, with the versions it speaks.
 pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
@@ -299,17 +298,14 @@ async fn metadata(
     // Topics named by id only (v10+: a KIP-848 consumer resolving its
     // assignment) are looked up in the image; an unknown id is answered
     // UNKNOWN_TOPIC_ID.
-    let ids = front.topic_ids();
+    let ids = crate::kip848::TopicIds::load(shared);
     let mut unknown_ids = Vec::new();
     let mut topics: Option<Vec<String>> = r.topics.as_ref().map(|ts| {
         ts.iter()
             .filter_map(|t| match &t.name {
                 Some(n) => Some(n.0.to_string()),
                 None => {
-                    let name = ids
-                        .iter()
-                        .find(|(_, id)| crate::kip848::uuid_of(id) == t.topic_id)
-                        .map(|(name, _)| name.clone());
+                    let name = ids.by_id.get(&t.topic_id).cloned();
                     if name.is_none() {
                         unknown_ids.push(t.topic_id);
                     }
@@ -369,10 +365,7 @@ async fn metadata(
                     km::metadata_response::MetadataResponseTopic::default()
                         .with_error_code(code(&t.error))
                         .with_name(Some(topic_name(&t.name)))
-                        .with_topic_id(
-                            ids.get(&t.name)
-                                .map_or(Uuid::nil(), |id| crate::kip848::uuid_of(id)),
-                        )
+                        .with_topic_id(ids.id(&t.name))
                         .with_is_internal(t.internal)
                         .with_partitions(partitions)
                 })

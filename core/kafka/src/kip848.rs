@@ -50,13 +50,13 @@ struct Member {
 pub(crate) struct Members(HashMap<(String, String), Member>);
 
 /// The metadata image's topic ids (UUIDs), both ways.
-struct TopicIds {
+pub(crate) struct TopicIds {
     by_name: BTreeMap<String, Uuid>,
-    by_id: HashMap<Uuid, String>,
+    pub by_id: HashMap<Uuid, String>,
 }
 
 impl TopicIds {
-    fn load(shared: &Shared) -> TopicIds {
+    pub fn load(shared: &Shared) -> TopicIds {
         let by_name: BTreeMap<String, Uuid> = shared
             .front
             .topic_ids()
@@ -67,13 +67,14 @@ impl TopicIds {
         TopicIds { by_name, by_id }
     }
 
-    fn id(&self, name: &str) -> Uuid {
+    /// A topic's id; the nil UUID for a topic the image does not hold.
+    pub fn id(&self, name: &str) -> Uuid {
         self.by_name.get(name).copied().unwrap_or(Uuid::nil())
     }
 }
 
 /// A topic id of the image (32 hex digits) as Kafka's UUID.
-pub(crate) fn uuid_of(hex: &str) -> Uuid {
+fn uuid_of(hex: &str) -> Uuid {
     Uuid::parse_str(hex).unwrap_or(Uuid::nil())
 }
 

@@ -94,7 +94,11 @@ pub(crate) async fn serve(
     mut body: Bytes,
 ) -> Result<(Bytes, Option<String>), Closed> {
     let enabled = &shared.front.config().kafka.sasl_mechanisms;
-    let encode = |m: &dyn EncodeBody| m.encode_frame(key, version, correlation_id);
+    macro_rules! encode {
+        ($response:expr) => {
+            crate::encode_response(key, version, correlation_id, &$response)
+        };
+    }
     if key == ApiKey::SaslHandshake {
         let r = km::SaslHandshakeRequest::decode(&mut body, version)
             .map_err(|e| Closed::Because(format!("malformed SaslHandshake v{version}: {e}")))?;
@@ -109,17 +113,17 @@ pub(crate) async fn serve(
         return match (&*state, chosen) {
             (State::Start, Some(c)) => {
                 *state = State::Chose(c);
-                Ok((encode(&response)?, None))
+                Ok((encode!(response)?, None))
             }
             (State::Start | State::Off, None) => {
                 tracing::info!(peer = %caller.peer, %mechanism, ?enabled, "Kafka client asked for a SASL mechanism this listener does not offer");
                 let response = response.with_error_code(kafka::UNSUPPORTED_SASL_MECHANISM);
-                Ok((encode(&response)?, None))
+                Ok((encode!(response)?, None))
             }
             _ => {
                 let response = response.with_error_code(ILLEGAL_SASL_STATE);
                 Ok((
-                    encode(&response)?,
+                    encode!(response)?,
                     Some("SaslHandshake again after it was done".into()),
                 ))
             }
@@ -131,7 +135,7 @@ pub(crate) async fn serve(
         let response = km::SaslAuthenticateResponse::default()
             .with_error_code(code)
             .with_error_message(Some(sb(message.clone())));
-        Ok((encode(&response)?, Some(message)))
+        Ok((encode!(response)?, Some(message)))
     };
     if r.auth_bytes.len() > TOKEN_BYTES_MAX {
         return fail(
@@ -168,7 +172,7 @@ pub(crate) async fn serve(
             *state = State::Done;
             *caller = authenticated(caller, user);
             let response = km::SaslAuthenticateResponse::default();
-            Ok((encode(&response)?, None))
+            Ok((encode!(response)?, None))
         }
         State::Chose(Chosen::Scram(mechanism)) => {
             let Some((user, client_first_bare, client_nonce)) = parse_client_first(&token) else {
@@ -205,7 +209,7 @@ pub(crate) async fn serve(
                 server_first,
                 nonce,
             });
-            Ok((encode(&response)?, None))
+            Ok((encode!(response)?, None))
         }
         State::ScramSent(x) => {
             let name = x.mechanism.name();
@@ -230,7 +234,7 @@ pub(crate) async fn serve(
             let server_final = format!("v={}", B64.encode(signature));
             let response = km::SaslAuthenticateResponse::default()
                 .with_auth_bytes(Bytes::from(server_final.into_bytes()));
-            Ok((encode(&response)?, None))
+            Ok((encode!(response)?, None))
         }
         other => {
             let message = match other {
@@ -250,23 +254,6 @@ fn authenticated(caller: &Caller, user: String) -> Arc<Caller> {
         principal: Principal::User(user),
         peer: caller.peer,
     })
-}
-
-/// A response body that can be framed (the two SASL responses).
-trait EncodeBody {
-    fn encode_frame(&self, key: ApiKey, version: i16, correlation_id: i32)
-    -> Result<Bytes, Closed>;
-}
-
-impl<M: kafka_protocol::protocol::Encodable> EncodeBody for M {
-    fn encode_frame(
-        &self,
-        key: ApiKey,
-        version: i16,
-        correlation_id: i32,
-    ) -> Result<Bytes, Closed> {
-        crate::encode_response(key, version, correlation_id, self)
-    }
 }
 
 /// PLAIN: `[authzid] NUL authcid NUL passwd`; an authzid must be the

@@ -1123,15 +1123,21 @@ mod tests {
         );
     }
 
+    /// Two members join a new group (range) and the leader syncs generation 1.
+    fn two_members_in_generation_1(c: &mut GroupCoordinator) -> (String, String) {
+        let (a, _) = join_new(c, 0, &["range"]);
+        let (b, _) = join_new(c, 0, &["range"]);
+        c.step(DELAY, input::Tick);
+        done(result(c, DELAY, &a));
+        done(result(c, DELAY, &b));
+        done(sync(c, DELAY, &a, 1, &[]));
+        (a, b)
+    }
+
     #[test]
     fn a_leave_or_an_expired_session_rebalances_and_fences_the_old_generation() {
         let mut c = coordinator();
-        let (a, _) = join_new(&mut c, 0, &["range"]);
-        let (b, _) = join_new(&mut c, 0, &["range"]);
-        c.step(DELAY, input::Tick);
-        done(result(&mut c, DELAY, &a));
-        done(result(&mut c, DELAY, &b));
-        done(sync(&mut c, DELAY, &a, 1, &[]));
+        let (a, b) = two_members_in_generation_1(&mut c);
         let commit = |c: &mut GroupCoordinator, now, id: &str, generation| {
             c.step(
                 now,
@@ -1207,12 +1213,7 @@ mod tests {
     #[test]
     fn a_member_that_does_not_rejoin_in_time_is_dropped_from_the_generation() {
         let mut c = coordinator();
-        let (a, _) = join_new(&mut c, 0, &["range"]);
-        let (b, _) = join_new(&mut c, 0, &["range"]);
-        c.step(DELAY, input::Tick);
-        done(result(&mut c, DELAY, &a));
-        done(result(&mut c, DELAY, &b));
-        done(sync(&mut c, DELAY, &a, 1, &[]));
+        let (a, b) = two_members_in_generation_1(&mut c);
         // A third member joins: a rejoins, b never does.
         let (d, waiting) = join_new(&mut c, 200, &["range"]);
         assert_eq!(waiting, Pending::Wait);
