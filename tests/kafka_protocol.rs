@@ -741,6 +741,45 @@ fn sasl_scram_and_plain_users_are_principals_under_the_acls() {
     assert!(!root(&["user", "list"], b"").contains("bob"));
     let out = login("bob", "bob-pw");
     assert!(out.starts_with("login failed"), "a removed user: {out}");
+    // kcat (librdkafka 2.0, which looks for SaslHandshake v0 before it
+    // authenticates) produces as alice with PLAIN. (Its SCRAM client-final
+    // message repeats the client nonce before the server's nonce, which this
+    // broker refuses as malformed; see the issue note.)
+    if Command::new("kcat").arg("-V").output().is_ok() {
+        let ca = home.join("ca.pem").display().to_string();
+        let args = vec![
+            "-b".to_string(),
+            advertised.clone(),
+            "-X".into(),
+            "security.protocol=SASL_SSL".into(),
+            "-X".into(),
+            format!("ssl.ca.location={ca}"),
+            "-X".into(),
+            "sasl.mechanisms=PLAIN".into(),
+            "-X".into(),
+            "sasl.username=alice".into(),
+            "-X".into(),
+            "sasl.password=alice-pw".into(),
+            "-P".into(),
+            "-t".into(),
+            topic.to_string(),
+        ];
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        kcat(&broker, &refs, b"from kcat\n");
+        let read = root(
+            &[
+                "consume",
+                topic,
+                "--from-beginning",
+                "--max-messages",
+                "103",
+                "--timeout-ms",
+                "20000",
+            ],
+            b"",
+        );
+        assert!(read.lines().any(|l| l == "from kcat"), "{read}");
+    }
     // Without the super user's certificate, users cannot be managed.
     let out = broker.rill_stdin(&["user", "add", "eve", "--password-stdin"], b"pw\n");
     assert!(!out.status.success());

@@ -1,5 +1,8 @@
 //! SASL on the Kafka listener (`[kafka] sasl_mechanisms`): SaslHandshake
-//! (v1; v0 sent raw tokens outside Kafka framing) and SaslAuthenticate (v0-2) with PLAIN (RFC 4616) and
+//! (v0-1, both advertised: librdkafka 2.0 looks for v0 in ApiVersions before
+//! it authenticates, then speaks v1; a client that really speaks v0 sends raw
+//! tokens outside Kafka framing and is closed as malformed) and
+//! SaslAuthenticate (v0-2) with PLAIN (RFC 4616) and
 //! SCRAM-SHA-256/512 (RFC 5802, 7677, as Kafka speaks them) against the SCRAM
 //! credentials in the metadata image (`rill user add`). The authenticated user
 //! is the connection's principal (`Principal::User`), under the same ACLs as a
