@@ -29,8 +29,10 @@ pub mod recovery;
 pub mod retention;
 pub mod segment;
 pub mod tiering;
+pub mod txn;
 
 pub use config::{CleanupPolicy, LogConfig};
 pub use error::LogError;
 pub use log::{AppendInfo, FileSlice, Log};
 pub use tiering::TierableSegment;
+pub use txn::{AbortedTxn, TxnIndex};

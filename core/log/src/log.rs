@@ -28,6 +28,7 @@ use crate::recovery;
 use crate::segment::{
     ChunkReader, RELATIVE_OFFSET_MAX, SCAN_CHUNK_BYTES, ScanStop, Segment, scan_batches,
 };
+use crate::txn::{AbortedTxn, TxnIndex, read_aborted};
 use bytes::Bytes;
 use rill_proto::batch::{BatchHeader, batches, set_base_offset, set_leader_epoch};
 use rill_proto::{DecodeError, LeaderEpoch, Offset, TimestampMs};
@@ -83,6 +84,8 @@ pub struct Log {
     flush_count: u64,
     /// Idempotent producers seen in the local log (rebuilt on open and truncation).
     producers: ProducerStates,
+    /// Open and aborted transactions (see [`crate::txn`]).
+    txns: TxnIndex,
 }
 
 /// A batch checked for append: its header and position within the input.
@@ -141,7 +144,9 @@ impl Log {
             first_unflushed_ms: None,
             flush_count: 0,
             producers: ProducerStates::default(),
+            txns: TxnIndex::default(),
         };
+        log.txns.load_aborted(read_aborted(dir)?);
         log.rebuild_producers()?;
         let (start, end) = (log.log_start_offset(), log.log_end_offset());
         // An epoch may start exactly at the end (assigned, nothing written yet): keep it.
@@ -360,8 +365,13 @@ impl Log {
             active.append(&bytes[from as usize..to as usize], &run, interval)?;
             start = end;
         }
-        for (h, _) in checked {
+        let mut aborted = false;
+        for (h, pos) in checked {
             self.producers.record(h);
+            aborted |= self.record_txn(h, &bytes[*pos as usize..])?;
+        }
+        if aborted {
+            self.txns.persist(&self.dir)?;
         }
         let record_count: u64 = checked.iter().map(|(h, _)| h.record_count as u64).sum();
         let max_timestamp = checked
@@ -708,17 +718,86 @@ impl Log {
         self.rebuild_producers()
     }
 
-    /// Rebuilds the idempotent-producer table from the batch headers of the local
-    /// log (one header read per batch).
+    /// Rebuilds the idempotent-producer table and the open transactions (and
+    /// the aborted index of the local part) from the batch headers of the local
+    /// log (one header read per batch; a marker's one record is read too).
     fn rebuild_producers(&mut self) -> Result<(), LogError> {
         self.producers.clear();
+        let before = self.txns.aborted().to_vec();
+        self.txns.truncate_from(self.log_start_offset());
+        let mut txns = std::mem::take(&mut self.txns);
         for seg in &self.segments {
             let mut pos = 0;
             while pos < seg.size {
                 let h = seg.header_at(pos, seg.size)?;
                 self.producers.record(&h);
+                if rill_proto::control::is_marker_header(&h) {
+                    let marker = read_marker(seg, pos, &h)?;
+                    if let Some(m) = marker {
+                        txns.record_marker(&h, m);
+                    }
+                } else {
+                    txns.record_data(&h);
+                }
                 pos += h.total_size() as u64;
             }
+        }
+        let changed = txns.aborted() != before.as_slice();
+        self.txns = txns;
+        if changed {
+            self.txns.persist(&self.dir)?;
+        }
+        Ok(())
+    }
+
+    /// Updates the transaction state for a batch now in the log (`bytes` starts
+    /// with it); true when it was an abort marker.
+    fn record_txn(&mut self, h: &BatchHeader, bytes: &[u8]) -> Result<bool, LogError> {
+        if !rill_proto::control::is_marker_header(h) {
+            self.txns.record_data(h);
+            return Ok(false);
+        }
+        let marker = rill_proto::control::parse_marker(&bytes[..h.total_size().min(bytes.len())])?;
+        Ok(marker.and_then(|m| self.txns.record_marker(h, m)).is_some())
+    }
+
+    /// Appends the marker that ends `producer`'s transaction in this partition
+    /// (leader side: the transaction coordinator asked for it), at leader epoch
+    /// `epoch`. Returns where it was written.
+    pub fn append_marker(
+        &mut self,
+        producer: rill_proto::ProducerId,
+        producer_epoch: i16,
+        marker: rill_proto::control::Marker,
+        epoch: LeaderEpoch,
+        now_ms: TimestampMs,
+    ) -> Result<AppendInfo, LogError> {
+        let mut batch =
+            rill_proto::control::marker_batch(producer, producer_epoch, marker, now_ms).to_vec();
+        self.append(&mut batch, epoch, now_ms)
+    }
+
+    /// The first offset of the oldest open transaction: records from there on are
+    /// not stable yet (the last stable offset is the lower of this and the high
+    /// watermark). `None` when no transaction is open.
+    pub fn first_unstable_offset(&self) -> Option<Offset> {
+        self.txns.first_unstable_offset()
+    }
+
+    /// Open transactions: (producer id, first offset).
+    pub fn open_transactions(&self) -> Vec<(i64, Offset)> {
+        self.txns.ongoing()
+    }
+
+    /// The aborted transactions that a reader of `[from, to)` must skip.
+    pub fn aborted_transactions(&self, from: Offset, to: Offset) -> Vec<AbortedTxn> {
+        self.txns.aborted_between(from, to)
+    }
+
+    /// Forgets aborted transactions wholly below the log start (after retention).
+    pub(crate) fn prune_aborted(&mut self) -> Result<(), LogError> {
+        if self.txns.retain_from(self.log_start_offset()) {
+            self.txns.persist(&self.dir)?;
         }
         Ok(())
     }
@@ -835,4 +914,23 @@ impl Log {
             format!("deleting log directory {}", dir.display())
         }))
     }
+}
+
+/// The marker of the control batch at `pos` of `seg` (header `h`).
+fn read_marker(
+    seg: &Segment,
+    pos: u64,
+    h: &BatchHeader,
+) -> Result<Option<rill_proto::control::Marker>, LogError> {
+    let mut buf = vec![0u8; h.total_size()];
+    seg.file
+        .read_exact_at(&mut buf, pos)
+        .map_err(io_context(|| {
+            format!("reading the marker of {} at {pos}", seg.path.display())
+        }))?;
+    rill_proto::control::parse_marker(&buf).map_err(|e| LogError::Corrupt {
+        path: seg.path.clone(),
+        position: pos,
+        reason: format!("a transaction marker that does not parse: {e}"),
+    })
 }

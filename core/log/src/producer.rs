@@ -145,7 +145,8 @@ impl ProducerStates {
     /// Judges a batch of an idempotent producer (leader side). Batches without a
     /// producer id are always new.
     pub fn check(&self, h: &BatchHeader) -> Result<SeqCheck, SeqError> {
-        if h.producer_id == ProducerId::NONE || h.producer_id.0 < 0 {
+        if h.producer_id == ProducerId::NONE || h.producer_id.0 < 0 || h.is_control() {
+            // Markers carry no sequence: the broker writes them once.
             return Ok(SeqCheck::New);
         }
         let producer = h.producer_id.0;
@@ -218,6 +219,10 @@ impl ProducerStates {
         let mut new = None;
         for h in headers {
             let producer = h.producer_id.0;
+            if h.is_control() {
+                new = Some(producer);
+                continue;
+            }
             let verdict = match pending.get(&producer) {
                 Some(&(epoch, last)) if producer >= 0 => {
                     if h.producer_epoch != epoch || h.base_sequence != last.wrapping_add(1) {
@@ -261,6 +266,17 @@ impl ProducerStates {
     /// header carries its final base offset).
     pub fn record(&mut self, h: &BatchHeader) {
         if h.producer_id.0 < 0 {
+            return;
+        }
+        if h.is_control() {
+            // A marker written at a newer epoch (the coordinator fenced the
+            // producer) makes every older epoch stale here too.
+            if let Some(entry) = self.producers.get_mut(&h.producer_id.0)
+                && h.producer_epoch > entry.epoch
+            {
+                entry.epoch = h.producer_epoch;
+                entry.ranges.clear();
+            }
             return;
         }
         self.clock += 1;

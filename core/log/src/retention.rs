@@ -56,6 +56,7 @@ impl Log {
         );
         if n > 0 {
             self.delete_oldest_segments(n)?;
+            self.prune_aborted()?;
         }
         Ok(n)
     }

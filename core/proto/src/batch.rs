@@ -561,6 +561,12 @@ impl BatchBuilder {
         self
     }
 
+    /// Marks the batch as part of a transaction (its producer's current one).
+    pub fn transactional(mut self) -> BatchBuilder {
+        self.attributes_extra |= ATTR_TRANSACTIONAL;
+        self
+    }
+
     /// Marks the batch as a control batch (transaction markers and the like).
     pub fn control(mut self) -> BatchBuilder {
         self.attributes_extra |= ATTR_CONTROL;

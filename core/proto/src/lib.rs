@@ -11,6 +11,7 @@
 
 pub mod batch;
 pub mod compression;
+pub mod control;
 pub mod error;
 pub mod scram;
 pub mod types;
