@@ -603,6 +603,7 @@ pub(crate) async fn produce(
 struct FetchPlan {
     error: Option<ErrorInfo>,
     high_watermark: Offset,
+    last_stable_offset: Offset,
     log_start_offset: Offset,
     read: Option<ReadPlan>,
 }
@@ -649,6 +650,7 @@ fn fetch_pass(
             Err(e) => {
                 plans.push(FetchPlan {
                     error: Some(e.clone()),
+                    last_stable_offset: Offset(-1),
                     high_watermark: Offset(-1),
                     log_start_offset: Offset(-1),
                     read: None,
@@ -663,6 +665,7 @@ fn fetch_pass(
         }
         let mut plan = FetchPlan {
             error: None,
+            last_stable_offset: p.last_stable_offset(),
             high_watermark: p.high_watermark(),
             log_start_offset: p.log_start_offset(),
             read: None,
@@ -678,7 +681,7 @@ fn fetch_pass(
                 Some(_) => p
                     .read_up_to(fp.offset, max, p.log_end_offset())
                     .map(|s| s.map(ReadPlan::Local)),
-                None => p.read(fp.offset, max),
+                None => p.read(fp.offset, max, req.isolation == Isolation::ReadCommitted),
             };
             match read {
                 Ok(Some(read)) => {
@@ -761,11 +764,35 @@ pub(crate) async fn fetch(
     let mut out = Vec::with_capacity(plans.len());
     let mut payload = Vec::with_capacity(plans.len());
     let mut bytes_out = 0u64;
-    for ((fp, plan), data) in req.partitions.into_iter().zip(plans).zip(datas) {
+    let committed_only = req.isolation == Isolation::ReadCommitted;
+    for (((fp, plan), data), p) in req
+        .partitions
+        .into_iter()
+        .zip(plans)
+        .zip(datas)
+        .zip(&partitions)
+    {
         let mut error = plan.error;
         let mut bytes_len = 0u32;
+        let mut aborted = Vec::new();
         match data {
             Some(Ok(bytes)) => {
+                if committed_only && let Ok(p) = p {
+                    // The aborted transactions overlapping what is returned.
+                    let to = rill_proto::batch::batches(&bytes)
+                        .filter_map(Result::ok)
+                        .last()
+                        .map_or(fp.offset, |b| b.header.next_offset());
+                    aborted = p
+                        .aborted_transactions(fp.offset, to)
+                        .into_iter()
+                        .map(|a| AbortedRange {
+                            producer_id: a.producer_id,
+                            first_offset: a.first_offset,
+                            last_offset: a.last_offset,
+                        })
+                        .collect();
+                }
                 bytes_len = bytes.len() as u32;
                 bytes_out += bytes.len() as u64;
                 payload.push(bytes);
@@ -781,7 +808,9 @@ pub(crate) async fn fetch(
             partition: fp.partition,
             error,
             high_watermark: plan.high_watermark,
+            last_stable_offset: plan.last_stable_offset,
             log_start_offset: plan.log_start_offset,
+            aborted,
             bytes_len,
         });
     }
@@ -963,6 +992,7 @@ pub(crate) async fn list_offsets(
                     .check_remote_known()
                     .map(|()| (p.log_start_offset(), None)),
                 OffsetSpec::Latest => Ok((p.high_watermark(), None)),
+                OffsetSpec::LastStable => Ok((p.last_stable_offset(), None)),
                 OffsetSpec::Timestamp(ts) => offset_for_timestamp(state, &p, ts).await,
             },
         };

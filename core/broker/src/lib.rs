@@ -55,6 +55,7 @@ mod state;
 pub mod tier;
 pub mod topic_configs;
 pub mod topics;
+pub mod txn;
 
 pub use config::{BrokerConfig, KafkaConfig, ObjectStoreConfig, TlsConfig, TransformsConfig};
 pub use error::BrokerError;

@@ -555,6 +555,7 @@ mod tests {
             min_bytes: 1,
             max_bytes: 1,
             replica_id: None,
+            isolation: rill_proto::wire::Isolation::ReadUncommitted,
             partitions: (0..PARTITIONS_PER_REQUEST_MAX as u32)
                 .map(partition)
                 .collect(),

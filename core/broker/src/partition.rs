@@ -397,10 +397,61 @@ impl Partition {
         Ok(info)
     }
 
-    /// Whole batches from `from` below the high watermark, up to `max_bytes` (at
+    /// The last stable offset: below it no transaction is open and everything is
+    /// replicated (the lower of the high watermark and the first unstable offset).
+    pub fn last_stable_offset(&self) -> Offset {
+        let hw = self.high_watermark();
+        let unstable = self
+            .log
+            .lock()
+            .as_ref()
+            .and_then(|log| log.first_unstable_offset());
+        unstable.map_or(hw, |u| u.min(hw))
+    }
+
+    /// The aborted transactions a `read_committed` reader of `[from, to)` skips.
+    pub fn aborted_transactions(&self, from: Offset, to: Offset) -> Vec<rill_log::AbortedTxn> {
+        self.log
+            .lock()
+            .as_ref()
+            .map(|log| log.aborted_transactions(from, to))
+            .unwrap_or_default()
+    }
+
+    /// Appends the marker ending `producer`'s transaction here (the leader, at
+    /// its epoch). Returns the marker's offset.
+    pub fn append_marker(
+        &self,
+        producer: rill_proto::ProducerId,
+        producer_epoch: i16,
+        marker: rill_proto::control::Marker,
+        now_ms: TimestampMs,
+    ) -> Result<Offset, ErrorInfo> {
+        let info = self.with_log(LogOp::Append, |log| {
+            let info = log.append_marker(
+                producer,
+                producer_epoch,
+                marker,
+                self.leader_epoch(),
+                now_ms,
+            )?;
+            self.refresh_offsets(log);
+            Ok(info)
+        })?;
+        self.data_arrived.notify_waiters();
+        Ok(info.first_offset)
+    }
+
+    /// Whole batches from `from` below `limit` (the high watermark, or for a
+    /// `read_committed` reader the last stable offset), up to `max_bytes` (at
     /// least one batch), from local disk or (below the local log start) the object
     /// store. `None`: nothing to read yet at `from`.
-    pub fn read(&self, from: Offset, max_bytes: usize) -> Result<Option<ReadPlan>, ErrorInfo> {
+    pub fn read(
+        &self,
+        from: Offset,
+        max_bytes: usize,
+        committed_only: bool,
+    ) -> Result<Option<ReadPlan>, ErrorInfo> {
         let remote = self.remote();
         if from < self.local_log_start_offset() {
             self.check_remote_known()?;
@@ -432,11 +483,14 @@ impl Partition {
                     end,
                 });
             }
-            let hw = self.high_watermark();
-            if at >= hw {
+            let mut limit = self.high_watermark();
+            if committed_only && let Some(unstable) = log.first_unstable_offset() {
+                limit = limit.min(unstable);
+            }
+            if at >= limit {
                 return Ok(None);
             }
-            Ok(log.read(at, max_bytes, hw)?.map(ReadPlan::Local))
+            Ok(log.read(at, max_bytes, limit)?.map(ReadPlan::Local))
         })
     }
 

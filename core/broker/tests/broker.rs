@@ -181,6 +181,7 @@ impl Client {
             min_bytes: 1,
             max_bytes: 1 << 20,
             replica_id: None,
+            isolation: rill_proto::wire::Isolation::ReadUncommitted,
             partitions: vec![FetchPartition {
                 topic: topic.into(),
                 partition,
@@ -901,6 +902,7 @@ async fn fetch_respects_byte_bounds_but_always_returns_one_batch() {
         min_bytes: 1,
         max_bytes: 1000,
         replica_id: None,
+        isolation: rill_proto::wire::Isolation::ReadUncommitted,
         partitions: (0..2)
             .map(|p| FetchPartition {
                 topic: "t".into(),
@@ -934,6 +936,7 @@ async fn shutdown_ends_a_waiting_fetch() {
         min_bytes: 1,
         max_bytes: 1 << 20,
         replica_id: None,
+        isolation: rill_proto::wire::Isolation::ReadUncommitted,
         partitions: vec![FetchPartition {
             topic: "t".into(),
             partition: 0,

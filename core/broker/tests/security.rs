@@ -191,6 +191,7 @@ impl Conn {
             min_bytes: 0,
             max_bytes: 1 << 20,
             replica_id,
+            isolation: rill_proto::wire::Isolation::ReadUncommitted,
             partitions: vec![FetchPartition {
                 topic: topic.into(),
                 partition: 0,
@@ -523,6 +524,7 @@ async fn a_deployment_record_is_stored_only_as_checked() {
         min_bytes: 0,
         max_bytes: 1 << 20,
         replica_id: None,
+        isolation: rill_proto::wire::Isolation::ReadUncommitted,
         partitions: vec![FetchPartition {
             topic: "__transforms".into(),
             partition: 0,

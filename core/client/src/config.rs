@@ -208,6 +208,9 @@ pub struct ConsumerConfig {
     pub fetch_max_bytes: u32,
     /// What to do without a valid position.
     pub auto_offset_reset: OffsetReset,
+    /// Read everything below the high watermark (the default), or only
+    /// committed transactions, below the last stable offset.
+    pub isolation: rill_proto::wire::Isolation,
 }
 
 impl Default for ConsumerConfig {
@@ -218,6 +221,7 @@ impl Default for ConsumerConfig {
             max_partition_fetch_bytes: 1024 * 1024,
             fetch_max_bytes: 50 * 1024 * 1024,
             auto_offset_reset: OffsetReset::Earliest,
+            isolation: rill_proto::wire::Isolation::ReadUncommitted,
         }
     }
 }

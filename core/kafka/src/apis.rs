@@ -625,6 +625,12 @@ async fn fetch(
                 shared.front.config().max_request_bytes
             },
             replica_id: None,
+            // isolation_level (v4+): 1 is read_committed.
+            isolation: if r.isolation_level == 1 {
+                rw::Isolation::ReadCommitted
+            } else {
+                rw::Isolation::ReadUncommitted
+            },
             partitions,
         };
         match shared.front.call(caller, &request, Bytes::new()).await {
@@ -670,9 +676,19 @@ async fn fetch(
                             let Some((a, records)) = answers.remove(&k) else {
                                 return out;
                             };
+                            let aborted = a
+                                .aborted
+                                .iter()
+                                .map(|t| {
+                                    km::fetch_response::AbortedTransaction::default()
+                                        .with_producer_id(km::ProducerId(t.producer_id))
+                                        .with_first_offset(t.first_offset.0)
+                                })
+                                .collect();
                             out.with_error_code(code(&a.error))
+                                .with_aborted_transactions(Some(aborted))
                                 .with_high_watermark(a.high_watermark.0)
-                                .with_last_stable_offset(a.high_watermark.0)
+                                .with_last_stable_offset(a.last_stable_offset.0)
                                 .with_log_start_offset(a.log_start_offset.0)
                                 .with_records(Some(records))
                         })
@@ -701,6 +717,8 @@ async fn list_offsets(
         for p in &t.partitions {
             let spec = match p.timestamp {
                 -2 => Some(rw::OffsetSpec::Earliest),
+                // A read_committed consumer's "latest" is the last stable offset.
+                -1 if r.isolation_level == 1 => Some(rw::OffsetSpec::LastStable),
                 -1 => Some(rw::OffsetSpec::Latest),
                 ts if ts >= 0 => Some(rw::OffsetSpec::Timestamp(ts)),
                 _ => None,

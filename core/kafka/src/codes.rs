@@ -55,6 +55,12 @@ pub mod kafka {
     pub const INVALID_RECORD: i16 = 87;
     pub const UNKNOWN_TOPIC_ID: i16 = 100;
     pub const FENCED_MEMBER_EPOCH: i16 = 110;
+    pub const INVALID_TXN_STATE: i16 = 48;
+    pub const INVALID_PRODUCER_ID_MAPPING: i16 = 49;
+    pub const INVALID_TRANSACTION_TIMEOUT: i16 = 50;
+    pub const CONCURRENT_TRANSACTIONS: i16 = 51;
+    pub const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: i16 = 53;
+    pub const PRODUCER_FENCED: i16 = 90;
 }
 
 /// The Kafka error code for a Rill error code.
@@ -114,6 +120,12 @@ pub fn to_kafka(code: ErrorCode) -> i16 {
         ErrorCode::BrokerFenced => NOT_LEADER_OR_FOLLOWER,
         ErrorCode::InvalidRecord => INVALID_RECORD,
         ErrorCode::InvalidTimestamp => INVALID_TIMESTAMP,
+        ErrorCode::ProducerFenced => PRODUCER_FENCED,
+        ErrorCode::ConcurrentTransactions => CONCURRENT_TRANSACTIONS,
+        ErrorCode::InvalidTxnState => INVALID_TXN_STATE,
+        ErrorCode::InvalidProducerIdMapping => INVALID_PRODUCER_ID_MAPPING,
+        ErrorCode::InvalidTransactionTimeout => INVALID_TRANSACTION_TIMEOUT,
+        ErrorCode::TransactionalIdAuthorizationFailed => TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
         ErrorCode::Unknown(_) => UNKNOWN_SERVER_ERROR,
     }
 }

@@ -379,6 +379,7 @@ impl ReplicaFetcher {
             min_bytes: 1,
             max_bytes: REPLICA_FETCH_BYTES_MAX,
             replica_id: Some(state.config.id),
+            isolation: rill_proto::wire::Isolation::ReadUncommitted,
             partitions: partitions
                 .iter()
                 .map(|(_, p, epoch)| FetchPartition {

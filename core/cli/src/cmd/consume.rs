@@ -18,6 +18,7 @@
 //! Ctrl-C / SIGTERM / `--max-messages` / `--timeout-ms` it commits and leaves the
 //! group, so the partitions move to the other members at once.
 
+use rill_proto::wire::Isolation;
 use std::io::{BufWriter, ErrorKind, Write};
 use std::time::{Duration, Instant};
 
@@ -73,6 +74,11 @@ pub struct ConsumeArgs {
         default_value = "uniform"
     )]
     pub assignor: String,
+    /// read-uncommitted (default): every record below the high watermark;
+    /// read-committed: only committed transactions' records (and
+    /// non-transactional ones), below the last stable offset.
+    #[arg(long, value_name = "LEVEL", default_value = "read-uncommitted", value_parser = parse_isolation)]
+    pub isolation: Isolation,
     /// Exit after printing this many records.
     #[arg(long, value_name = "N")]
     pub max_messages: Option<u64>,
@@ -197,6 +203,7 @@ async fn group_source(
     } else {
         OffsetReset::Latest
     };
+    config.consumer.isolation = args.isolation;
     // Commits are explicit: after the records are printed.
     config.enable_auto_commit = false;
     client.partition_count(&args.topic).await?;
@@ -224,6 +231,7 @@ pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
         } else {
             OffsetReset::Latest
         },
+        isolation: args.isolation,
         ..ConsumerConfig::default()
     };
     let mut consumer = client
@@ -374,4 +382,14 @@ pub fn format_record(
     }
     out.extend_from_slice(value.unwrap_or(b"null"));
     out.push(b'\n');
+}
+
+fn parse_isolation(s: &str) -> Result<Isolation, String> {
+    match s {
+        "read-uncommitted" | "read_uncommitted" => Ok(Isolation::ReadUncommitted),
+        "read-committed" | "read_committed" => Ok(Isolation::ReadCommitted),
+        other => Err(format!(
+            "unknown isolation level {other:?}: use read-uncommitted or read-committed"
+        )),
+    }
 }

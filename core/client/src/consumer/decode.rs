@@ -13,6 +13,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use rill_proto::batch::{BATCH_HEADER_LEN, BatchHeader, decode_records, records_section_bytes};
 use rill_proto::types::TimestampMs;
+use rill_proto::wire::AbortedRange;
 use rill_proto::{BatchView, DecodeError, Header, Offset};
 
 /// A record read from a partition.
@@ -70,6 +71,7 @@ pub(crate) fn decode_batches(
     partition: u32,
     data: &Bytes,
     from: Offset,
+    aborted: &[AbortedRange],
     out: &mut Vec<ConsumerRecord>,
 ) -> Result<Decoded, BatchError> {
     let mut decoded = Decoded::default();
@@ -88,7 +90,7 @@ pub(crate) fn decode_batches(
         let batch = data.slice(at..at + size);
         at += size;
         decoded.next_offset = Some(header.next_offset());
-        if header.next_offset() <= from || header.is_control() {
+        if header.next_offset() <= from || header.is_control() || is_aborted(&header, aborted) {
             continue;
         }
         let err = |error| BatchError {
@@ -112,6 +114,17 @@ pub(crate) fn decode_batches(
         .map_err(err)?;
     }
     Ok(decoded)
+}
+
+/// Whether a batch belongs to an aborted transaction (a `read_committed`
+/// reader skips it; the fetch response listed the aborted ranges).
+fn is_aborted(h: &BatchHeader, aborted: &[AbortedRange]) -> bool {
+    h.is_transactional()
+        && aborted.iter().any(|a| {
+            a.producer_id == h.producer_id.0
+                && a.first_offset <= h.base_offset
+                && h.base_offset <= a.last_offset
+        })
 }
 
 /// An upper bound on the records at or after `from` in the whole data batches of
@@ -173,7 +186,7 @@ mod tests {
             let data = Bytes::from(data);
             let topic: Arc<str> = Arc::from("t");
             let mut out = Vec::new();
-            let d = decode_batches(&topic, 3, &data, Offset(13), &mut out).unwrap();
+            let d = decode_batches(&topic, 3, &data, Offset(13), &[], &mut out).unwrap();
             assert_eq!(d.next_offset, Some(Offset(25)));
             assert_eq!(next_fetch_offset(&data), Some(Offset(25)));
             let offsets: Vec<i64> = out.iter().map(|r| r.offset.0).collect();
@@ -202,15 +215,22 @@ mod tests {
         let data = Bytes::from(data);
         let topic: Arc<str> = Arc::from("t");
         let mut out = Vec::new();
-        let d = decode_batches(&topic, 0, &data, Offset(0), &mut out).unwrap();
+        let d = decode_batches(&topic, 0, &data, Offset(0), &[], &mut out).unwrap();
         assert_eq!(out.len(), 3);
         assert_eq!(d.next_offset, Some(Offset(3)));
 
         let mut bad = batch(7, 2, Compression::None);
         let last = bad.len() - 1;
         bad[last] ^= 0x55;
-        let err =
-            decode_batches(&topic, 0, &Bytes::from(bad), Offset(0), &mut Vec::new()).unwrap_err();
+        let err = decode_batches(
+            &topic,
+            0,
+            &Bytes::from(bad),
+            Offset(0),
+            &[],
+            &mut Vec::new(),
+        )
+        .unwrap_err();
         assert_eq!(err.offset, Offset(7));
         assert!(matches!(err.error, DecodeError::CrcMismatch { .. }));
     }

@@ -26,7 +26,7 @@ use bytes::Bytes;
 use rill_proto::Offset;
 use rill_proto::types::TimestampMs;
 use rill_proto::wire::{
-    ErrorCode, FetchPartition, FetchRequest, FetchResponse, ListOffsetsPartition,
+    AbortedRange, ErrorCode, FetchPartition, FetchRequest, FetchResponse, ListOffsetsPartition,
     ListOffsetsRequest, OffsetSpec, split_payload,
 };
 use tokio::task::JoinSet;
@@ -60,6 +60,8 @@ struct Chunk {
     tp: TopicPartition,
     generation: u64,
     data: Result<Bytes, ClientError>,
+    /// Aborted transactions in `data` (read_committed fetches only).
+    aborted: Vec<AbortedRange>,
 }
 
 #[derive(Debug)]
@@ -187,7 +189,17 @@ impl Consumer {
 
     /// Seeks to the log end: only records produced from now on.
     pub async fn seek_to_end(&mut self, tps: &[TopicPartition]) -> Result<(), ClientError> {
-        self.seek_to_spec(tps, OffsetSpec::Latest).await
+        let end = self.end_spec();
+        self.seek_to_spec(tps, end).await
+    }
+
+    /// "The end" as this consumer sees it: the high watermark, or for a
+    /// `read_committed` consumer the last stable offset.
+    fn end_spec(&self) -> OffsetSpec {
+        match self.config.isolation {
+            rill_proto::wire::Isolation::ReadCommitted => OffsetSpec::LastStable,
+            rill_proto::wire::Isolation::ReadUncommitted => OffsetSpec::Latest,
+        }
     }
 
     /// Seeks every assigned partition to its first record at or after
@@ -236,7 +248,7 @@ impl Consumer {
         }
         let spec = match self.config.auto_offset_reset {
             OffsetReset::Earliest => OffsetSpec::Earliest,
-            OffsetReset::Latest => OffsetSpec::Latest,
+            OffsetReset::Latest => self.end_spec(),
             OffsetReset::None => {
                 return Err(ClientError::Config(format!(
                     "no position for {}: seek first, or set auto_offset_reset to earliest or latest",
@@ -287,6 +299,7 @@ impl Consumer {
                 min_bytes: self.config.fetch_min_bytes,
                 max_bytes: self.config.fetch_max_bytes,
                 replica_id: None,
+                isolation: self.config.isolation,
                 partitions,
             };
             let sent = sent.remove(&broker).unwrap_or_default();
@@ -323,6 +336,7 @@ impl Consumer {
                                 tp,
                                 generation,
                                 data: Err(ClientError::Shared(shared.clone())),
+                                aborted: Vec::new(),
                             });
                         }
                     }
@@ -344,6 +358,7 @@ impl Consumer {
                             tp,
                             generation,
                             data: Err(ClientError::Shared(shared.clone())),
+                            aborted: Vec::new(),
                         });
                     }
                 }
@@ -370,6 +385,7 @@ impl Consumer {
             }
             st.in_flight = false;
             st.high_watermark = Some(part.high_watermark);
+            let mut part_aborted = part.aborted;
             match part.error {
                 None => {
                     if data.is_empty() {
@@ -389,6 +405,7 @@ impl Consumer {
                                     "the batch at offset {fetched_at} of {tp} is larger than max_partition_fetch_bytes ({} bytes): raise it",
                                     self.config.max_partition_fetch_bytes
                                 ))),
+                                aborted: Vec::new(),
                             });
                             continue;
                         }
@@ -398,6 +415,7 @@ impl Consumer {
                         tp,
                         generation,
                         data: Ok(data),
+                        aborted: std::mem::take(&mut part_aborted),
                     });
                 }
                 Some(e) if e.code == ErrorCode::OffsetOutOfRange && reset != OffsetReset::None => {
@@ -420,6 +438,7 @@ impl Consumer {
                             format!("fetch {tp} at offset {fetched_at}"),
                             e,
                         )),
+                        aborted: Vec::new(),
                     });
                 }
             }
@@ -491,6 +510,7 @@ impl Consumer {
                     chunk.tp.partition,
                     &data,
                     position,
+                    &chunk.aborted,
                     &mut out,
                 )
                 .map_err(|e| ClientError::CorruptBatch {

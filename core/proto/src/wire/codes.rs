@@ -103,6 +103,12 @@ error_codes! {
     BrokerFenced = 42, true, "The controller has fenced this broker (its session lapsed); it rejoins after its next heartbeat.";
     InvalidRecord = 56, false, "A batch's records are malformed (framing, record count, offset deltas, compression codec); it was not written.";
     InvalidTimestamp = 57, false, "A record's timestamp is outside the topic's message.timestamp.before.max.ms / message.timestamp.after.max.ms of the broker's time; it was not written.";
+    ProducerFenced = 64, false, "Another instance with the same transactional id started (or its transaction timed out): this producer must stop.";
+    ConcurrentTransactions = 65, true, "The transactional id's previous transaction is still completing; retry shortly.";
+    InvalidTxnState = 66, false, "The request does not fit the transaction's state (e.g. commit after abort).";
+    InvalidProducerIdMapping = 67, false, "The transactional id does not belong to this producer id: initialise the producer again.";
+    InvalidTransactionTimeout = 68, false, "The transaction timeout is outside what the broker allows.";
+    TransactionalIdAuthorizationFailed = 69, false, "The principal is not allowed this operation on the transactional id.";
 }
 
 fn to_screaming_snake(camel: &str) -> String {

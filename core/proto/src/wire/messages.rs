@@ -516,6 +516,28 @@ pub struct FetchPartition {
     pub current_leader_epoch: Option<LeaderEpoch>,
 }
 
+/// What a consumer may read (Kafka's isolation.level).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Isolation {
+    /// Everything below the high watermark, open and aborted transactions
+    /// included (the default, as in Kafka).
+    #[default]
+    ReadUncommitted,
+    /// Only below the last stable offset; the response lists the aborted
+    /// transactions in range so the reader skips their records.
+    ReadCommitted,
+}
+
+/// One aborted transaction a `read_committed` reader must skip: the
+/// transactional batches of `producer_id` from `first_offset` to its abort
+/// marker at `last_offset`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AbortedRange {
+    pub producer_id: i64,
+    pub first_offset: Offset,
+    pub last_offset: Offset,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FetchRequest {
     /// Long-poll: wait up to this long for `min_bytes` to be available.
@@ -525,6 +547,8 @@ pub struct FetchRequest {
     pub max_bytes: u32,
     /// Set by a follower replica (its broker id); `None` for consumers.
     pub replica_id: Option<i32>,
+    /// Followers read uncommitted (up to the log end, whatever it says).
+    pub isolation: Isolation,
     pub partitions: Vec<FetchPartition>,
 }
 
@@ -534,7 +558,11 @@ pub struct FetchPartitionResponse {
     pub partition: u32,
     pub error: Option<ErrorInfo>,
     pub high_watermark: Offset,
+    /// Below it no transaction is open (the high watermark when none is).
+    pub last_stable_offset: Offset,
     pub log_start_offset: Offset,
+    /// `read_committed` only: the aborted transactions overlapping the data.
+    pub aborted: Vec<AbortedRange>,
     /// Bytes of this partition's batches in the frame payload.
     pub bytes_len: u32,
 }
@@ -546,6 +574,8 @@ pub struct FetchResponse {
 
 impl ApiRequest for FetchRequest {
     const KEY: ApiKey = ApiKey::Fetch;
+    /// 1: isolation, the last stable offset and aborted transactions (issue 20).
+    const VERSION: u16 = 1;
     type Response = FetchResponse;
 }
 
@@ -557,6 +587,8 @@ pub enum OffsetSpec {
     Latest,
     /// The first offset whose timestamp is at or after this time.
     Timestamp(TimestampMs),
+    /// The last stable offset: the end a `read_committed` reader sees.
+    LastStable,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -85,6 +85,7 @@ mod tests {
             min_bytes: 1,
             max_bytes: 1 << 20,
             replica_id: None,
+            isolation: Isolation::ReadUncommitted,
             partitions: vec![FetchPartition {
                 topic: "t".into(),
                 partition: 3,
