@@ -7,6 +7,7 @@ Usage: python kafka_clients.py COMMAND BOOTSTRAP TOPIC [N]
                     record(i) for i in 0..N, then flush; every delivery must succeed
   consume           confluent-kafka Consumer, assign() from the beginning: read N
                     records and check each against record(i)
+  consume-committed the same with isolation.level=read_committed (Fetch isolation 1)
   consume-python    kafka-python KafkaConsumer, assign() from the beginning: read N
                     records and check each against record(i)
   consume-plain     kafka-python: read N records, print "key\\tvalue" per line (for
@@ -340,7 +341,7 @@ def index_of(key):
     return int(key[4:])
 
 
-def consume(bootstrap, topic, n):
+def consume(bootstrap, topic, n, isolation="read_uncommitted"):
     from confluent_kafka import Consumer, TopicPartition, OFFSET_BEGINNING
 
     c = Consumer(
@@ -348,6 +349,7 @@ def consume(bootstrap, topic, n):
             "bootstrap.servers": bootstrap,
             "group.id": "kafka-clients-test",
             "enable.auto.commit": False,
+            "isolation.level": isolation,
         }
     )
     c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
@@ -684,6 +686,9 @@ def main():
         produce(bootstrap, topic, n)
     elif command == "consume":
         consume(bootstrap, topic, n)
+    elif command == "consume-committed":
+        # read_committed: Fetch isolation_level 1, up to the last stable offset.
+        consume(bootstrap, topic, n, "read_committed")
     elif command == "consume-python":
         consume_python(bootstrap, topic, n)
     elif command == "consume-plain":

@@ -151,6 +151,8 @@ fn kafka_clients_create_produce_idempotently_and_read_everything_back() {
     assert!(out.contains("produced 10000"), "{out}");
     let out = run_script(&broker, &["consume", &kafka, topic, "10000"]);
     assert!(out.contains("consumed 10000"), "{out}");
+    let out = run_script(&broker, &["consume-committed", &kafka, topic, "10000"]);
+    assert!(out.contains("consumed 10000"), "{out}");
     let out = run_script(&broker, &["consume-python", &kafka, topic, "10000"]);
     assert!(out.contains("consumed 10000"), "{out}");
     // Committed offsets (FindCoordinator, OffsetCommit, OffsetFetch) and the
@@ -213,6 +215,8 @@ fn records_cross_between_kafka_clients_and_rill_commands() {
         "consume",
         topic,
         "--from-beginning",
+        "--isolation",
+        "read-committed",
         "--print-key",
         "--max-messages",
         "300",

@@ -131,6 +131,7 @@ pub fn broker_only(api: ApiKey) -> bool {
             | ApiKey::MetadataWrite
             | ApiKey::AlterPartition
             | ApiKey::CheckAccess
+            | ApiKey::WriteTxnMarkers
     )
 }
 

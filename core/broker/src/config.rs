@@ -207,6 +207,8 @@ impl Default for ObjectStoreConfig {
 /// | `[object_store]` `url`, ... | none (tiering off) | see [`ObjectStoreConfig`] |
 /// | `offsets_topic_num_partitions` | 8 | partitions of `__consumer_offsets` when the broker creates it |
 /// | `offsets_topic_replication_factor` | 3 | its replication factor (capped at the live brokers) |
+/// | `transaction_state_num_partitions` | 8 | partitions of `__transaction_state` (transaction coordinators) when the broker creates it |
+/// | `transaction_state_replication_factor` | 3 | its replication factor (capped at the live brokers) |
 /// | `group_min_session_timeout_ms` | 1000 | shortest session timeout a group member may ask for |
 /// | `group_max_session_timeout_ms` | 1800000 | longest session timeout a group member may ask for |
 /// | `group_max_size` | 1000 | most members in one consumer group |
@@ -250,6 +252,8 @@ pub struct BrokerConfig {
     pub object_store: Option<ObjectStoreConfig>,
     pub offsets_topic_num_partitions: u32,
     pub offsets_topic_replication_factor: u16,
+    pub transaction_state_num_partitions: u32,
+    pub transaction_state_replication_factor: u16,
     pub group_min_session_timeout_ms: u32,
     pub group_max_session_timeout_ms: u32,
     pub group_max_size: usize,
@@ -295,6 +299,8 @@ impl Default for BrokerConfig {
             object_store: None,
             offsets_topic_num_partitions: 8,
             offsets_topic_replication_factor: 3,
+            transaction_state_num_partitions: 8,
+            transaction_state_replication_factor: 3,
             group_min_session_timeout_ms: 1000,
             group_max_session_timeout_ms: 30 * 60 * 1000,
             group_max_size: 1000,
@@ -406,6 +412,23 @@ impl BrokerConfig {
                     "must be in 1..={PARTITIONS_PER_TOPIC_MAX}, got {}",
                     self.offsets_topic_num_partitions
                 ),
+            ));
+        }
+        if self.transaction_state_num_partitions == 0
+            || self.transaction_state_num_partitions > PARTITIONS_PER_TOPIC_MAX
+        {
+            return Err(bad(
+                "transaction_state_num_partitions",
+                format!(
+                    "must be in 1..={PARTITIONS_PER_TOPIC_MAX}, got {}",
+                    self.transaction_state_num_partitions
+                ),
+            ));
+        }
+        if self.transaction_state_replication_factor == 0 {
+            return Err(bad(
+                "transaction_state_replication_factor",
+                "must be >= 1".into(),
             ));
         }
         if self.offsets_topic_replication_factor == 0 {

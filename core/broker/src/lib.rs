@@ -42,6 +42,7 @@ pub mod error;
 pub mod front_door;
 pub mod group;
 pub mod handlers;
+pub mod internal_topics;
 pub mod limits;
 pub mod metadata;
 pub mod metrics;
@@ -207,6 +208,7 @@ impl Broker {
             connections: AtomicUsize::new(0),
             tier: tier.clone(),
             groups: Arc::new(groups),
+            txns: Default::default(),
             open_files,
             auth: crate::auth::Authorizer::new(&config.auth),
             quotas: crate::quota::Quotas::default(),
@@ -249,6 +251,7 @@ impl Broker {
             tracing::info!(object_store = %tier.url, "tiered storage on");
         }
         tracker.spawn(group::service::timer_loop(state.clone()));
+        tracker.spawn(txn::service::timer_loop(state.clone()));
         tracker.spawn(cluster::reconcile::run(state.clone(), applied_first));
         tracing::info!(
             id = state.config.id,

@@ -445,7 +445,33 @@ fn counts(api: ApiKey, request: &dyn Any) -> Vec<Count> {
         ApiKey::CheckAccess => {
             of::<CheckAccessRequest>(request, |r| vec![("checks", r.checks.len(), Topics)])
         }
+        ApiKey::EndTxn => Vec::new(),
+        ApiKey::AddPartitionsToTxn => of::<AddPartitionsToTxnRequest>(request, |r| {
+            vec![
+                ("topics", r.topics.len(), Topics),
+                (
+                    "topics[].partitions",
+                    txn_partitions_in(&r.topics),
+                    Partitions,
+                ),
+            ]
+        }),
+        ApiKey::WriteTxnMarkers => of::<WriteTxnMarkersRequest>(request, |r| {
+            vec![
+                ("topics", r.topics.len(), Topics),
+                (
+                    "topics[].partitions",
+                    txn_partitions_in(&r.topics),
+                    Partitions,
+                ),
+            ]
+        }),
     }
+}
+
+/// Partitions of every topic of a transactional request.
+fn txn_partitions_in(topics: &[TxnTopic]) -> usize {
+    topics.iter().map(|t| t.partitions.len()).sum()
 }
 
 /// Checks a decoded request of `api` against the element caps; the error

@@ -305,13 +305,38 @@ fn table() -> Table {
     t.add::<InitProducerIdRequest, _, _, _>(
         Meta,
         |_| vec![Resource::IdempotentWrite],
-        |s, _, _, _| async move { cluster_api::init_producer_id(&s).await },
+        |s, _, r, _| async move {
+            match &r.transactional_id {
+                None => cluster_api::init_producer_id(&s).await,
+                Some(id) => {
+                    crate::txn::service::init_producer_id(&s, id, r.transaction_timeout_ms).await
+                }
+            }
+        },
     );
+    // Transactions: the coordinator's apis (the topics' write ACLs apply),
+    // and the marker writes between brokers.
+    t.add::<AddPartitionsToTxnRequest, _, _, _>(
+        Meta,
+        |r| topics(Write, r.topics.iter().map(|t| &t.topic)),
+        |s, _, r, _| async move { Ok(crate::txn::service::add_partitions(&s, r).await) },
+    );
+    t.add::<EndTxnRequest, _, _, _>(
+        Meta,
+        |_| vec![Resource::IdempotentWrite],
+        |s, _, r, _| async move { Ok(crate::txn::service::end_txn(&s, r).await) },
+    );
+    t.add::<WriteTxnMarkersRequest, _, _, _>(Meta, none, |s, _, r, _| async move {
+        Ok(crate::txn::service::write_txn_markers(&s, r).await)
+    });
 
     // Consumer groups.
     t.add::<FindCoordinatorRequest, _, _, _>(
         Meta,
-        |r| vec![Resource::Group(Describe, &r.group_id)],
+        |r| match r.kind {
+            CoordinatorKind::Group => vec![Resource::Group(Describe, &r.group_id)],
+            CoordinatorKind::Transaction => Vec::new(),
+        },
         |s, _, r, _| async move { Ok(group::find_coordinator_api(&s, r).await) },
     );
     t.add::<ConsumerGroupHeartbeatRequest, _, _, _>(

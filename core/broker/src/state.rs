@@ -34,6 +34,8 @@ pub struct BrokerState {
     pub tier: Option<Arc<crate::tier::Tier>>,
     /// The group coordinator.
     pub groups: Arc<GroupService>,
+    /// The transaction coordinator.
+    pub txns: crate::txn::service::TxnService,
     /// The open-file limit after start raised it (it bounds the partitions).
     pub open_files: crate::open_files::OpenFileLimit,
     /// The auth mode and super users: the checks the router makes.

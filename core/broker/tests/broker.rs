@@ -950,7 +950,7 @@ async fn shutdown_ends_a_waiting_fetch() {
         rill_net::call(
             &conn,
             ApiKey::Fetch as u16,
-            0,
+            FetchRequest::VERSION,
             &encode_meta(&req),
             &[],
             1 << 20,
@@ -1170,8 +1170,8 @@ async fn idempotent_producer_batches_are_written_once_across_a_restart() {
     let env = Env::new();
     let broker = env.start().await;
     let client = env.client(broker.local_addr()).await;
-    let (a, _) = client.ok(&InitProducerIdRequest {}, &[]).await;
-    let (b, _) = client.ok(&InitProducerIdRequest {}, &[]).await;
+    let (a, _) = client.ok(&InitProducerIdRequest::default(), &[]).await;
+    let (b, _) = client.ok(&InitProducerIdRequest::default(), &[]).await;
     assert_ne!(
         a.producer_id, b.producer_id,
         "every producer gets its own id"
@@ -1223,7 +1223,7 @@ async fn idempotent_producer_batches_are_written_once_across_a_restart() {
     assert_eq!(f.high_watermark, Offset(5));
     records.extend(client.fetch("once", 0, 4, 0).await.1);
     assert_eq!(values(&records), ["a", "b", "x", "c", "d"]);
-    let (c, _) = client.ok(&InitProducerIdRequest {}, &[]).await;
+    let (c, _) = client.ok(&InitProducerIdRequest::default(), &[]).await;
     assert!(
         c.producer_id > b.producer_id,
         "{} after {}",

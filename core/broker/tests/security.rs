@@ -102,6 +102,7 @@ impl Conn {
     async fn try_call_raw(
         &self,
         key: u16,
+        version: u16,
         meta: &[u8],
         payload: &[Bytes],
     ) -> Result<rill_net::Frame, NetError> {
@@ -110,7 +111,7 @@ impl Conn {
             rill_net::call(
                 &self.conn,
                 key,
-                0,
+                version,
                 meta,
                 payload,
                 DEFAULT_MAX_RESPONSE_BYTES,
@@ -126,7 +127,7 @@ impl Conn {
         payload: &[Bytes],
     ) -> (ResponseMeta<R::Response>, Bytes) {
         let frame = self
-            .try_call_raw(R::KEY as u16, &encode_meta(req), payload)
+            .try_call_raw(R::KEY as u16, R::VERSION, &encode_meta(req), payload)
             .await
             .unwrap();
         (decode_meta(&frame.meta).unwrap(), frame.payload)
@@ -299,6 +300,20 @@ fn internal_requests() -> Vec<(ApiKey, Vec<u8>)> {
                 new_isr: vec![0, 7],
             }),
         ),
+        // A transaction marker: only a coordinator (a broker) may have one written.
+        (
+            ApiKey::WriteTxnMarkers,
+            encode_meta(&WriteTxnMarkersRequest {
+                producer_id: 1,
+                producer_epoch: 0,
+                kind: rill_proto::control::MarkerKind::Commit,
+                coordinator_epoch: 0,
+                topics: vec![TxnTopic {
+                    topic: "orders".into(),
+                    partitions: vec![0],
+                }],
+            }),
+        ),
         // Whether a principal may do something: brokers' transform runners ask.
         (
             ApiKey::CheckAccess,
@@ -333,7 +348,10 @@ async fn internal_apis_refuse_clients_and_change_nothing() {
     );
     for client in [&anonymous, &mallory] {
         for (api, meta) in &requests {
-            let frame = client.try_call_raw(*api as u16, meta, &[]).await.unwrap();
+            let frame = client
+                .try_call_raw(*api as u16, 0, meta, &[])
+                .await
+                .unwrap();
             let error = decode_meta::<ResponseMeta<()>>(&frame.meta)
                 .unwrap()
                 .unwrap_err();
@@ -553,6 +571,7 @@ async fn mtls_needs_a_certificate_from_the_ca() {
     let err = anonymous
         .try_call_raw(
             ApiKey::ApiVersions as u16,
+            0,
             &encode_meta(&ApiVersionsRequest {
                 client_software: "test".into(),
             }),

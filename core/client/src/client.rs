@@ -349,7 +349,11 @@ impl Client {
     /// A producer id (and epoch) for an idempotent producer, unique in the cluster.
     pub async fn init_producer_id(&self) -> Result<(i64, i16), ClientError> {
         let (resp, _) = self
-            .call(None, &rill_proto::wire::InitProducerIdRequest {}, &[])
+            .call(
+                None,
+                &rill_proto::wire::InitProducerIdRequest::default(),
+                &[],
+            )
             .await?;
         Ok((resp.producer_id, resp.producer_epoch))
     }
@@ -457,6 +461,16 @@ impl Client {
     }
 
     /// The leader of a partition according to the cache.
+    /// The address of broker `id`, if the cached metadata knows it.
+    pub(crate) fn broker_addr(&self, id: i32) -> Option<String> {
+        self.inner
+            .metadata
+            .read()
+            .brokers
+            .get(&id)
+            .map(|b| b.addr.clone())
+    }
+
     pub(crate) fn leader(&self, topic: &str, partition: u32) -> Option<i32> {
         self.inner.metadata.read().leader(topic, partition)
     }

@@ -105,6 +105,13 @@ pub struct ProducerConfig {
     /// records per partition, so a batch retried after a timeout or a leader
     /// change is written once, never twice.
     pub idempotence: bool,
+    /// Transactions (Kafka's `transactional.id`): the producer's writes are
+    /// grouped into transactions ([`crate::Producer::begin_transaction`]) that
+    /// readers with `read_committed` see whole or not at all; a new producer
+    /// with the same id fences this one. Needs idempotence and acks=all.
+    pub transactional_id: Option<String>,
+    /// How long a transaction may stay open before the coordinator aborts it.
+    pub transaction_timeout: Duration,
 }
 
 impl Default for ProducerConfig {
@@ -121,6 +128,8 @@ impl Default for ProducerConfig {
             delivery_timeout: Duration::from_secs(120),
             max_request_bytes: 8 * 1024 * 1024,
             idempotence: true,
+            transactional_id: None,
+            transaction_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -164,6 +173,24 @@ impl ProducerConfig {
         }
         if self.delivery_timeout.is_zero() {
             return err("delivery_timeout must be above zero".into());
+        }
+        if let Some(id) = &self.transactional_id {
+            if id.is_empty() {
+                return err("transactional_id must not be empty".into());
+            }
+            if !self.is_idempotent() {
+                return err(format!(
+                    "transactional_id {id:?} needs idempotence on and acks=all"
+                ));
+            }
+            if self.transaction_timeout.is_zero()
+                || self.transaction_timeout > Duration::from_secs(15 * 60)
+            {
+                return err(format!(
+                    "transaction_timeout {:?} must be above zero and at most 15 minutes",
+                    self.transaction_timeout
+                ));
+            }
         }
         Ok(())
     }

@@ -113,6 +113,22 @@ impl ClientError {
         )
     }
 
+    /// What a transactional producer does after this error: retry the same
+    /// call, abort the transaction and start it again, or stop (another
+    /// instance with its transactional id took over).
+    pub fn txn_action(&self) -> TxnAction {
+        match self.code() {
+            Some(
+                ErrorCode::ProducerFenced
+                | ErrorCode::InvalidProducerEpoch
+                | ErrorCode::InvalidProducerIdMapping
+                | ErrorCode::TransactionalIdAuthorizationFailed,
+            ) => TxnAction::Fenced,
+            _ if self.is_retriable() => TxnAction::Retry,
+            _ => TxnAction::Abort,
+        }
+    }
+
     /// Whether retrying the same operation later can succeed.
     pub fn is_retriable(&self) -> bool {
         match self {
@@ -147,6 +163,17 @@ impl ClientError {
             other => Arc::new(other),
         }
     }
+}
+
+/// What to do after a transactional producer's error ([`ClientError::txn_action`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxnAction {
+    /// Transient: the same call may succeed later.
+    Retry,
+    /// The transaction cannot commit: abort it, then start over.
+    Abort,
+    /// Fenced: a newer instance owns the transactional id; stop this producer.
+    Fenced,
 }
 
 /// Whether a broker error means the client's view of leadership is stale and a

@@ -90,7 +90,7 @@ pub use config::{
 pub use consumer::{
     BUFFERED_RESPONSES_PER_PARTITION_MAX, Consumer, ConsumerRecord, FETCH_RETRY_BACKOFF,
 };
-pub use error::ClientError;
+pub use error::{ClientError, TxnAction};
 pub use group::{
     COORDINATOR_RETRY_BACKOFF, DEFAULT_AUTO_COMMIT_INTERVAL_MS, DEFAULT_HEARTBEAT_INTERVAL_MS,
     DEFAULT_SESSION_TIMEOUT_MS, GroupConfig, GroupConsumer, GroupDescription, GroupEvent,
@@ -100,8 +100,8 @@ pub use producer::{DeliveryFuture, Producer, ProducerRecord, RecordMetadata};
 
 // The wire and batch types the API speaks, so users need not depend on rill-proto.
 pub use rill_proto::wire::{
-    Acks, BrokerInfo, ConfigEntry, ErrorCode, ErrorInfo, GroupListing, MetadataResponse, NewTopic,
-    OffsetSpec, PartitionMetadata, TopicMetadata,
+    Acks, BrokerInfo, ConfigEntry, ErrorCode, ErrorInfo, GroupListing, Isolation, MetadataResponse,
+    NewTopic, OffsetSpec, PartitionMetadata, TopicMetadata,
 };
 pub use rill_proto::wire::{
     AclOperation, AclResource, DEPLOYER_HEADER, TransformWriteRequest, TransformWriteResponse,

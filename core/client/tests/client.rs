@@ -789,3 +789,180 @@ async fn acks_none_close_then_drop_loses_nothing() {
     }
     env.shutdown().await;
 }
+
+/// Reads every record of `topic` (partitions 0..n) up to its end as a
+/// consumer with `isolation` sees it: the values, in offset order per partition.
+async fn read_to_end(
+    client: &Client,
+    topic: &str,
+    partitions: u32,
+    isolation: rill_client::Isolation,
+) -> Vec<String> {
+    let mut consumer = client
+        .consumer(ConsumerConfig {
+            isolation,
+            ..ConsumerConfig::default()
+        })
+        .unwrap();
+    let tps: Vec<TopicPartition> = (0..partitions)
+        .map(|p| TopicPartition::new(topic, p))
+        .collect();
+    consumer.assign(tps.clone());
+    step("seek", consumer.seek_to_beginning(&tps))
+        .await
+        .unwrap();
+    let mut out = Vec::new();
+    // Two empty polls in a row after data: the end as this reader sees it.
+    let mut empty = 0;
+    step("read to end", async {
+        while empty < 3 {
+            let got = consumer.poll(Duration::from_millis(300)).await.unwrap();
+            if got.is_empty() {
+                empty += 1;
+            } else {
+                empty = 0;
+            }
+            out.extend(
+                got.into_iter()
+                    .map(|r| String::from_utf8(r.value.unwrap().to_vec()).unwrap()),
+            );
+        }
+    })
+    .await;
+    out
+}
+
+fn txn_producer(client: &Client, id: &str) -> rill_client::Producer {
+    client
+        .producer(ProducerConfig {
+            transactional_id: Some(id.into()),
+            linger: Duration::from_millis(1),
+            ..ProducerConfig::default()
+        })
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aborted_transactions_are_invisible_to_read_committed_readers() {
+    use rill_client::Isolation::{ReadCommitted, ReadUncommitted};
+    let env = Env::start().await;
+    let client = env.client().await;
+    step("create", client.admin().create_topic(topic("txn", 2)))
+        .await
+        .unwrap();
+    let producer = txn_producer(&client, "txn-abort");
+    step("init", producer.init_transactions()).await.unwrap();
+
+    step("begin", producer.begin_transaction()).await.unwrap();
+    for i in 0..10 {
+        producer
+            .send(ProducerRecord::new("txn", format!("aborted-{i}")).partition(i % 2))
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+    step("abort", producer.abort_transaction()).await.unwrap();
+
+    step("begin", producer.begin_transaction()).await.unwrap();
+    for i in 0..6 {
+        producer
+            .send(ProducerRecord::new("txn", format!("committed-{i}")).partition(i % 2))
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+    step("commit", producer.commit_transaction()).await.unwrap();
+
+    // An open transaction: read_committed readers stop before it.
+    step("begin", producer.begin_transaction()).await.unwrap();
+    producer
+        .send(ProducerRecord::new("txn", "open").partition(0))
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    step("flush", producer.flush()).await.unwrap();
+
+    let mut committed = read_to_end(&client, "txn", 2, ReadCommitted).await;
+    committed.sort();
+    let mut want: Vec<String> = (0..6).map(|i| format!("committed-{i}")).collect();
+    want.sort();
+    assert_eq!(
+        committed, want,
+        "read_committed: only the committed transaction"
+    );
+    let all = read_to_end(&client, "txn", 2, ReadUncommitted).await;
+    assert_eq!(all.len(), 17, "read_uncommitted sees every record: {all:?}");
+
+    step("commit", producer.commit_transaction()).await.unwrap();
+    let committed = read_to_end(&client, "txn", 2, ReadCommitted).await;
+    assert_eq!(committed.len(), 7, "{committed:?}");
+    assert!(committed.contains(&"open".to_string()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_producer_with_the_same_transactional_id_fences_the_first() {
+    let env = Env::start().await;
+    let client = env.client().await;
+    step("create", client.admin().create_topic(topic("zombie", 1)))
+        .await
+        .unwrap();
+    let first = txn_producer(&client, "txn-zombie");
+    step("init first", first.init_transactions()).await.unwrap();
+    step("begin", first.begin_transaction()).await.unwrap();
+    for i in 0..3 {
+        first
+            .send(ProducerRecord::new("zombie", format!("first-{i}")))
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+    step("flush", first.flush()).await.unwrap();
+
+    // The first instance "pauses"; a second one with the same id starts: its
+    // init aborts the first's open transaction and bumps the epoch.
+    let second = txn_producer(&client, "txn-zombie");
+    step("init second", second.init_transactions())
+        .await
+        .unwrap();
+    step("begin", second.begin_transaction()).await.unwrap();
+    for i in 0..2 {
+        second
+            .send(ProducerRecord::new("zombie", format!("second-{i}")))
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+    step("commit second", second.commit_transaction())
+        .await
+        .unwrap();
+
+    // The first resumes: its writes and its commit are refused as fenced.
+    let late = first
+        .send(ProducerRecord::new("zombie", "first-late"))
+        .await
+        .unwrap();
+    let write = step("late write", late).await;
+    assert!(write.is_err(), "a fenced producer's write was accepted");
+    let err = step("commit first", first.commit_transaction())
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.txn_action(),
+        rill_client::TxnAction::Fenced,
+        "its write was refused as fenced, so it cannot commit: {err}"
+    );
+    // Its EndTxn at the old epoch is fenced at the coordinator too.
+    let err = step("abort first", first.abort_transaction())
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::ProducerFenced), "{err}");
+    assert_eq!(err.txn_action(), rill_client::TxnAction::Fenced, "{err}");
+
+    let seen = read_to_end(&client, "zombie", 1, rill_client::Isolation::ReadCommitted).await;
+    assert_eq!(seen, vec!["second-0", "second-1"]);
+}

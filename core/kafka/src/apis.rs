@@ -810,7 +810,7 @@ async fn init_producer_id(
     }
     match shared
         .front
-        .call(caller, &rw::InitProducerIdRequest {}, Bytes::new())
+        .call(caller, &rw::InitProducerIdRequest::default(), Bytes::new())
         .await
         .and_then(|a| a.ok_or_else(|| failed("InitProducerId")))
     {
@@ -1031,14 +1031,21 @@ async fn coordinator_of(
     key_type: i8,
 ) -> (Option<ErrorInfo>, i32, String, i32) {
     let none = |e: ErrorInfo| (Some(e), -1, String::new(), -1);
-    if key_type != 0 {
-        return none(ErrorInfo::new(
-            ErrorCode::InvalidRequest,
-            "transaction coordinators: transactions are not supported by this broker yet",
-        ));
-    }
+    let kind = match key_type {
+        0 => rw::CoordinatorKind::Group,
+        1 => rw::CoordinatorKind::Transaction,
+        other => {
+            return none(ErrorInfo::new(
+                ErrorCode::InvalidRequest,
+                format!(
+                    "FindCoordinator key type {other}: this broker knows 0 (group) and 1 (transaction)"
+                ),
+            ));
+        }
+    };
     let request = rw::FindCoordinatorRequest {
         group_id: key.to_string(),
+        kind,
     };
     match shared
         .front

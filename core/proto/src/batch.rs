@@ -353,6 +353,17 @@ pub fn set_producer(batch: &mut [u8], id: ProducerId, epoch: i16, base_sequence:
     batch[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
 }
 
+/// Marks one whole batch as part of its producer's transaction (attribute
+/// bit 4) and recomputes its CRC; stamped with [`set_producer`] when a
+/// transactional producer first sends the batch.
+pub fn set_transactional(batch: &mut [u8]) {
+    let attributes = i16::from_be_bytes([batch[ATTRIBUTES_OFFSET], batch[ATTRIBUTES_OFFSET + 1]])
+        | ATTR_TRANSACTIONAL;
+    batch[ATTRIBUTES_OFFSET..ATTRIBUTES_OFFSET + 2].copy_from_slice(&attributes.to_be_bytes());
+    let crc = crc32c::crc32c(&batch[ATTRIBUTES_OFFSET..]);
+    batch[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
+}
+
 /// One whole batch (at the start of `batch`) whose lz4 records section is in
 /// Rill's legacy block form, rewritten as Kafka writes lz4: the same records in
 /// an LZ4 frame, with the batch length and CRC recomputed (every other field

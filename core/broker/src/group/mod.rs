@@ -33,12 +33,7 @@ pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
 /// group id's UTF-8 bytes, modulo the partition count. Stable across builds and
 /// platforms (it decides where a group's records are, on disk).
 pub fn offsets_partition_for(group_id: &str, partitions: u32) -> u32 {
-    let mut hash: u32 = 0x811c_9dc5;
-    for b in group_id.as_bytes() {
-        hash ^= u32::from(*b);
-        hash = hash.wrapping_mul(0x0100_0193);
-    }
-    hash % partitions.max(1)
+    crate::internal_topics::coordinator_partition(group_id, partitions)
 }
 
 #[cfg(test)]

@@ -124,13 +124,13 @@ impl GroupRecord {
     }
 }
 
-fn versioned<T: Serialize>(version: u16, body: &T) -> Bytes {
+pub(crate) fn versioned<T: Serialize>(version: u16, body: &T) -> Bytes {
     let mut out = version.to_be_bytes().to_vec();
     out.extend_from_slice(&postcard::to_allocvec(body).expect("encoding into a Vec cannot fail"));
     Bytes::from(out)
 }
 
-fn split_version<'a>(bytes: &'a [u8], what: &str) -> Result<(u16, &'a [u8]), String> {
+pub(crate) fn split_version<'a>(bytes: &'a [u8], what: &str) -> Result<(u16, &'a [u8]), String> {
     if bytes.len() < 2 {
         return Err(format!(
             "{what} of {} bytes is shorter than its version",

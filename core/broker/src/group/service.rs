@@ -61,8 +61,7 @@ use crate::cluster::api as cluster_api;
 use crate::config::BrokerConfig;
 use crate::partition::{Partition, Topic};
 use crate::state::BrokerState;
-use crate::topic_configs::{CLEANUP_POLICY_CONFIG, REMOTE_STORAGE_ENABLE_CONFIG};
-use crate::topics::{TopicRegistry, TopicSpec};
+use crate::topics::TopicRegistry;
 
 /// How often sessions are checked for expiry and leadership of
 /// `__consumer_offsets` for changes.
@@ -625,66 +624,16 @@ async fn load_partition(
     state.groups.sync_partition(topic, index).await
 }
 
-/// The spec of `__consumer_offsets` as this broker would create it.
-fn offsets_topic_spec(state: &BrokerState, partitions: u32) -> TopicSpec {
-    let live = state.cluster.image().live_brokers().len().max(1);
-    TopicSpec {
-        name: OFFSETS_TOPIC.to_string(),
-        partitions,
-        replication_factor: state
-            .config
-            .offsets_topic_replication_factor
-            .min(u16::try_from(live).unwrap_or(u16::MAX)),
-        // Never tiered: the coordinator replays this topic from local segments.
-        configs: vec![
-            (CLEANUP_POLICY_CONFIG.into(), "compact".into()),
-            (REMOTE_STORAGE_ENABLE_CONFIG.into(), "false".into()),
-        ],
-        internal: true,
-    }
-}
-
 /// `__consumer_offsets`, created through the quorum on first use.
 async fn offsets_topic(state: &Arc<BrokerState>) -> Result<Arc<Topic>, ErrorInfo> {
-    let in_quorum = || state.cluster.image().topics.contains_key(OFFSETS_TOPIC);
-    if in_quorum()
-        && let Some(t) = state.registry.topic(OFFSETS_TOPIC)
-    {
-        return Ok(t);
-    }
-    {
-        let _creating = state.groups.creating.lock().await;
-        if !in_quorum() {
-            let partitions = state.config.offsets_topic_num_partitions;
-            let spec = offsets_topic_spec(state, partitions);
-            let rf = spec.replication_factor;
-            match cluster_api::create_topic(state, spec, false).await {
-                Ok(()) => tracing::info!(
-                    partitions,
-                    replication_factor = rf,
-                    "created {OFFSETS_TOPIC}"
-                ),
-                Err(e) if e.code == ErrorCode::TopicAlreadyExists => {}
-                Err(e) => {
-                    return Err(ErrorInfo::new(
-                        ErrorCode::CoordinatorNotAvailable,
-                        format!("could not create {OFFSETS_TOPIC}: {e}"),
-                    ));
-                }
-            }
-        }
-    }
-    let t = state
-        .registry
-        .topic(OFFSETS_TOPIC)
-        .filter(|_| in_quorum())
-        .ok_or_else(|| {
-            ErrorInfo::new(
-                ErrorCode::CoordinatorNotAvailable,
-                format!("{OFFSETS_TOPIC} is being created: retry"),
-            )
-        })?;
-    Ok(t)
+    crate::internal_topics::ensure(
+        state,
+        OFFSETS_TOPIC,
+        state.config.offsets_topic_num_partitions,
+        state.config.offsets_topic_replication_factor,
+        &state.groups.creating,
+    )
+    .await
 }
 
 /// NOT_COORDINATOR for partition `p` of `__consumer_offsets`.
@@ -754,7 +703,18 @@ pub(crate) async fn find_coordinator_api(
     state: &Arc<BrokerState>,
     req: FindCoordinatorRequest,
 ) -> FindCoordinatorResponse {
-    find_coordinator(state, &req.group_id).await
+    match req.kind {
+        CoordinatorKind::Group => find_coordinator(state, &req.group_id).await,
+        CoordinatorKind::Transaction => {
+            let found = crate::txn::service::coordinator_of(state, &req.group_id).await;
+            coordinator_answer(
+                state,
+                found,
+                crate::txn::service::TRANSACTION_STATE_TOPIC,
+                &format!("transactional id {}", req.group_id),
+            )
+        }
+    }
 }
 
 /// ConsumerGroupHeartbeat.
@@ -1055,15 +1015,35 @@ async fn find_coordinator(state: &Arc<BrokerState>, group_id: &str) -> FindCoord
     if let Err(e) = super::coordinator::validate_group_id(group_id) {
         return fail(e);
     }
-    let topic = match offsets_topic(state).await {
-        Ok(t) => t,
+    let found = offsets_topic(state).await.map(|topic| {
+        let p = offsets_partition_for(group_id, topic.partitions.len() as u32);
+        (p, topic.partition(p).expect("in range").leader())
+    });
+    coordinator_answer(state, found, OFFSETS_TOPIC, &format!("group {group_id}"))
+}
+
+/// FindCoordinator's answer for a key on partition `p` of internal topic
+/// `topic` led by `leader` (`what` names the key in errors).
+fn coordinator_answer(
+    state: &BrokerState,
+    found: Result<(u32, Option<i32>), ErrorInfo>,
+    topic: &str,
+    what: &str,
+) -> FindCoordinatorResponse {
+    let fail = |e: ErrorInfo| FindCoordinatorResponse {
+        error: Some(e),
+        partition: 0,
+        coordinator_id: -1,
+        coordinator_addr: String::new(),
+    };
+    let (p, leader) = match found {
+        Ok(f) => f,
         Err(e) => return fail(e),
     };
-    let p = offsets_partition_for(group_id, topic.partitions.len() as u32);
-    let Some(leader) = topic.partition(p).expect("in range").leader() else {
+    let Some(leader) = leader else {
         return fail(ErrorInfo::new(
             ErrorCode::CoordinatorNotAvailable,
-            format!("{OFFSETS_TOPIC}-{p} (group {group_id}) has no leader right now: retry"),
+            format!("{topic}-{p} ({what}) has no leader right now: retry"),
         ));
     };
     let addr = if leader == state.config.id {
@@ -1080,7 +1060,7 @@ async fn find_coordinator(state: &Arc<BrokerState>, group_id: &str) -> FindCoord
         return fail(ErrorInfo::new(
             ErrorCode::CoordinatorNotAvailable,
             format!(
-                "{OFFSETS_TOPIC}-{p} (group {group_id}) is led by broker {leader}, which is not registered yet: retry"
+                "{topic}-{p} ({what}) is led by broker {leader}, which is not registered yet: retry"
             ),
         ));
     };

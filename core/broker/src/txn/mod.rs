@@ -7,12 +7,12 @@
 //! markers) is rill-log's [`rill_log::txn`]; fetches honour `read_committed`
 //! through [`crate::partition::Partition::last_stable_offset`].
 //!
-//! Not yet here: the async shell that keeps the coordinator's state in the
-//! compacted `__transaction_state` topic and writes markers through the
-//! partition leaders, and the transactional apis that call it. Until then the
-//! broker answers transactional requests with a clean unsupported error.
+//! [`service`] is the async shell: the transactional apis, the coordinator's
+//! state in the compacted `__transaction_state` topic, the markers written
+//! through the partition leaders, and the timer (timeouts, failover).
 
 pub mod coordinator;
+pub mod service;
 
 #[cfg(test)]
 mod tests {

@@ -52,6 +52,21 @@ pub struct ProduceArgs {
     /// The most bytes in one batch.
     #[arg(long, value_name = "BYTES")]
     pub batch_size: Option<usize>,
+    /// Write all of stdin as one transaction under this transactional id:
+    /// committed at the end of input, aborted on an error or Ctrl-C, so a
+    /// read-committed consumer sees all of it or none. A second producer with
+    /// the same id fences this one.
+    #[arg(long, value_name = "ID")]
+    pub transactional_id: Option<String>,
+    /// With --transactional-id: how long the transaction may stay open before
+    /// the coordinator aborts it.
+    #[arg(
+        long,
+        value_name = "MS",
+        default_value_t = 60_000,
+        requires = "transactional_id"
+    )]
+    pub transaction_timeout_ms: u64,
     #[command(flatten)]
     pub client: ClientArgs,
 }
@@ -109,9 +124,23 @@ pub async fn run(args: ProduceArgs) -> anyhow::Result<()> {
     if let Some(bytes) = args.batch_size {
         config.batch_size = bytes;
     }
+    config.transactional_id = args.transactional_id.clone();
+    config.transaction_timeout = Duration::from_millis(args.transaction_timeout_ms);
     let producer = client
         .producer(config)
         .map_err(|e| client_error(&what, e))?;
+    if let Some(id) = &args.transactional_id {
+        let what = format!("{what} in a transaction as {id:?}");
+        producer
+            .init_transactions()
+            .await
+            .map_err(|e| client_error(&what, e))?;
+        producer
+            .begin_transaction()
+            .await
+            .map_err(|e| client_error(&what, e))?;
+    }
+    let mut interrupted = false;
 
     let separator = args.key_separator.as_deref().map(str::as_bytes);
     let mut stdin = tokio::io::BufReader::with_capacity(STDIN_BUFFER_BYTES, tokio::io::stdin());
@@ -132,8 +161,8 @@ pub async fn run(args: ProduceArgs) -> anyhow::Result<()> {
             read = stdin.read_until(b'\n', &mut line) => read,
             // Ctrl-C is how an interactive producer ends (as in Kafka): stop reading,
             // then flush and await what was sent, as at end of input.
-            _ = interrupt.recv() => break,
-            _ = terminate.recv() => break,
+            _ = interrupt.recv() => { interrupted = true; break }
+            _ = terminate.recv() => { interrupted = true; break }
         };
         let read = match read {
             Ok(n) => n,
@@ -185,6 +214,26 @@ pub async fn run(args: ProduceArgs) -> anyhow::Result<()> {
     }
     for (n, delivery) in pending {
         outcome.record(n, delivery.await);
+    }
+    if let Some(id) = &args.transactional_id {
+        let txn_what = format!("{what}: the transaction of {id:?}");
+        if outcome.first_failure.is_some() || input_error.is_some() || interrupted {
+            producer
+                .abort_transaction()
+                .await
+                .map_err(|e| client_error(&txn_what, e))?;
+            if interrupted && outcome.first_failure.is_none() && input_error.is_none() {
+                anyhow::bail!(
+                    "{txn_what} was aborted: input was interrupted after {} record(s); none of them is visible to read-committed consumers",
+                    outcome.acked
+                );
+            }
+        } else {
+            producer
+                .commit_transaction()
+                .await
+                .map_err(|e| client_error(&txn_what, e))?;
+        }
     }
     if let Err(e) = producer.close().await {
         tracing::warn!("closing the producer: {e}");

@@ -207,6 +207,58 @@ mod tests {
         }
     }
 
+    /// A transactional batch of producer `pid` at `base` (one record).
+    fn txn_batch(pid: i64, base: i64) -> Vec<u8> {
+        let mut b = BatchBuilder::new(Compression::None)
+            .producer(rill_proto::ProducerId(pid), 0, 0)
+            .transactional();
+        b.push(&Record::from_value(format!("p{pid}"), 1));
+        let mut bytes = b.build().to_vec();
+        set_base_offset(&mut bytes, Offset(base));
+        bytes
+    }
+
+    #[test]
+    fn aborted_transactions_and_markers_are_skipped() {
+        let marker = |pid: i64, base: i64, kind| {
+            let m = rill_proto::control::Marker {
+                kind,
+                coordinator_epoch: 0,
+            };
+            let mut b =
+                rill_proto::control::marker_batch(rill_proto::ProducerId(pid), 0, m, 1).to_vec();
+            set_base_offset(&mut b, Offset(base));
+            b
+        };
+        use rill_proto::control::MarkerKind::{Abort, Commit};
+        let mut data = txn_batch(1, 0); // aborted below
+        data.extend(txn_batch(2, 1)); // committed
+        data.extend(marker(1, 2, Abort));
+        data.extend(txn_batch(1, 3)); // producer 1's next transaction: committed
+        data.extend(marker(2, 4, Commit));
+        data.extend(marker(1, 5, Commit));
+        let data = Bytes::from(data);
+        let topic: Arc<str> = Arc::from("t");
+        let aborted = [AbortedRange {
+            producer_id: 1,
+            first_offset: Offset(0),
+            last_offset: Offset(2),
+        }];
+        let mut out = Vec::new();
+        let d = decode_batches(&topic, 0, &data, Offset(0), &aborted, &mut out).unwrap();
+        let offsets: Vec<i64> = out.iter().map(|r| r.offset.0).collect();
+        assert_eq!(offsets, vec![1, 3], "no aborted record, no marker");
+        assert_eq!(
+            d.next_offset,
+            Some(Offset(6)),
+            "the position passes the markers"
+        );
+        // Without the aborted list (read_uncommitted) the data is all there.
+        let mut out = Vec::new();
+        decode_batches(&topic, 0, &data, Offset(0), &[], &mut out).unwrap();
+        assert_eq!(out.len(), 3);
+    }
+
     #[test]
     fn partial_trailing_batch_is_ignored_and_corruption_reported() {
         let mut data = batch(0, 3, Compression::None);

@@ -167,6 +167,7 @@ impl Client {
         loop {
             let req = FindCoordinatorRequest {
                 group_id: group_id.to_string(),
+                kind: rill_proto::wire::CoordinatorKind::Group,
             };
             let resp = match self.call(None, &req, &[]).await {
                 Ok((resp, _)) => resp,

@@ -35,6 +35,7 @@
 pub(crate) mod accumulator;
 mod delivery;
 mod sender;
+mod txn;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -138,6 +139,9 @@ pub(crate) struct ProducerShared {
     pub request_payload_max: usize,
     /// The idempotent producer's id and per-partition sequences.
     pub identity: tokio::sync::Mutex<sender::Identity>,
+    /// The first batch of the open transaction that failed for good (the
+    /// transaction can then only abort).
+    pub txn_error: Mutex<Option<Arc<ClientError>>>,
 }
 
 impl ProducerShared {
@@ -210,7 +214,10 @@ impl Producer {
             closing: AtomicBool::new(false),
             in_flight: Mutex::new(HashMap::new()),
             request_payload_max,
-            identity: tokio::sync::Mutex::new(sender::Identity::default()),
+            identity: tokio::sync::Mutex::new(sender::Identity::new(
+                config.transactional_id.clone().map(txn::TxnState::new),
+            )),
+            txn_error: Mutex::new(None),
             client,
             config,
         });
@@ -436,6 +443,101 @@ impl Producer {
         Ok(())
     }
 
+    /// A transactional producer's first call: takes the producer id and epoch
+    /// of its transactional id from the transaction coordinator, which fences
+    /// every older producer with the same id (their writes and commits are
+    /// refused from now on) and aborts a transaction one of them left open.
+    pub async fn init_transactions(&self) -> Result<(), ClientError> {
+        let mut id = self.shared.identity.lock().await;
+        let txn = id.txn.as_mut().ok_or_else(not_transactional)?;
+        let producer = txn::init(&self.shared, txn).await?;
+        txn.open = false;
+        txn.added.clear();
+        id.set_producer(producer);
+        *self.shared.txn_error.lock() = None;
+        tracing::debug!(
+            producer_id = producer.0,
+            epoch = producer.1,
+            "transactional producer initialised"
+        );
+        Ok(())
+    }
+
+    /// Starts a transaction: the records sent until [`Producer::commit_transaction`]
+    /// or [`Producer::abort_transaction`] are committed or aborted together.
+    pub async fn begin_transaction(&self) -> Result<(), ClientError> {
+        let mut id = self.shared.identity.lock().await;
+        let has_producer = id.producer().is_some();
+        let txn = id.txn.as_mut().ok_or_else(not_transactional)?;
+        if !has_producer {
+            return Err(ClientError::Config(format!(
+                "transactional producer {:?}: call init_transactions before begin_transaction",
+                txn.id
+            )));
+        }
+        if txn.open {
+            return Err(ClientError::Config(format!(
+                "transactional producer {:?} has a transaction open already: commit or abort it first",
+                txn.id
+            )));
+        }
+        txn.open = true;
+        txn.added.clear();
+        *self.shared.txn_error.lock() = None;
+        Ok(())
+    }
+
+    /// Sends what is queued, then commits the transaction: once this returns,
+    /// `read_committed` readers see all of its records. If a record of it
+    /// failed, nothing is committed and the error says so (see
+    /// [`ClientError::txn_action`]): abort, then start over.
+    pub async fn commit_transaction(&self) -> Result<(), ClientError> {
+        self.flush().await?;
+        if let Some(e) = self.shared.txn_error.lock().clone() {
+            return Err(ClientError::Failed {
+                context:
+                    "a record of the transaction was not written, so it cannot commit: abort it"
+                        .into(),
+                source: e,
+            });
+        }
+        self.end_transaction(true).await
+    }
+
+    /// Aborts the transaction: `read_committed` readers never see its records.
+    /// The producer then takes a new epoch (its sequences restart), so it can
+    /// go on after a failed record.
+    pub async fn abort_transaction(&self) -> Result<(), ClientError> {
+        // Records still queued go out (and are aborted with the rest).
+        let _ = self.flush().await;
+        self.end_transaction(false).await?;
+        self.init_transactions().await
+    }
+
+    async fn end_transaction(&self, commit: bool) -> Result<(), ClientError> {
+        let mut id = self.shared.identity.lock().await;
+        let producer = id.producer();
+        let txn = id.txn.as_mut().ok_or_else(not_transactional)?;
+        if !txn.open {
+            return Err(ClientError::Config(format!(
+                "transactional producer {:?} has no open transaction: call begin_transaction",
+                txn.id
+            )));
+        }
+        let Some(producer) = producer else {
+            return Err(ClientError::Config(format!(
+                "transactional producer {:?} lost its producer id after a failed record: abort the transaction",
+                txn.id
+            )));
+        };
+        if !txn.added.is_empty() || !commit {
+            txn::end(&self.shared, txn, producer, commit).await?;
+        }
+        txn.open = false;
+        txn.added.clear();
+        Ok(())
+    }
+
     /// Flushes, then stops the sender task. Later sends fail with `Closed`.
     pub async fn close(&self) -> Result<(), ClientError> {
         self.flush().await?;
@@ -447,4 +549,10 @@ impl Producer {
         }
         Ok(())
     }
+}
+
+fn not_transactional() -> ClientError {
+    ClientError::Config(
+        "this producer has no transactional_id: set ProducerConfig::transactional_id to use transactions".into(),
+    )
 }

@@ -129,6 +129,10 @@ fn complete(shared: &ProducerShared, batch: ClosedBatch, ack: BatchAck) {
 }
 
 fn fail(shared: &ProducerShared, batch: ClosedBatch, error: Arc<ClientError>) {
+    if shared.config.transactional_id.is_some() {
+        // The open transaction cannot commit now.
+        shared.txn_error.lock().get_or_insert_with(|| error.clone());
+    }
     batch.completion.complete(Err(error));
     release(shared, &batch);
 }
@@ -156,14 +160,34 @@ pub(crate) struct Identity {
     next_sequence: HashMap<(Arc<str>, u32), i32>,
     /// The broker predates InitProducerId: send without ids.
     unsupported: bool,
+    /// A transactional producer's transaction state (`transactional_id` set).
+    pub txn: Option<super::txn::TxnState>,
 }
 
 impl Identity {
+    pub(crate) fn new(txn: Option<super::txn::TxnState>) -> Identity {
+        Identity {
+            txn,
+            ..Identity::default()
+        }
+    }
+
     /// Forgets the id (after a batch failed for good, or sequences ran out): the
     /// next request takes a new one and numbers from 0.
     fn reset(&mut self) {
         self.producer = None;
         self.next_sequence.clear();
+    }
+
+    /// A transactional producer's new id and epoch (from InitProducerId): its
+    /// sequences start again.
+    pub(crate) fn set_producer(&mut self, producer: (i64, i16)) {
+        self.producer = Some(producer);
+        self.next_sequence.clear();
+    }
+
+    pub(crate) fn producer(&self) -> Option<(i64, i16)> {
+        self.producer
     }
 }
 
@@ -177,12 +201,21 @@ async fn stamp(
         return Ok(());
     }
     let mut id = shared.identity.lock().await;
+    let transactional = id.txn.is_some();
+    if transactional {
+        add_to_transaction(shared, &mut id, groups).await?;
+    }
     loop {
         if id.unsupported {
             return Ok(());
         }
         let (pid, epoch) = match id.producer {
             Some(p) => p,
+            None if transactional => {
+                return Err(Arc::new(ClientError::Config(
+                    "the transactional producer has no producer id: call init_transactions (after a failed batch: abort_transaction)".into(),
+                )));
+            }
             None => match shared.client.init_producer_id().await {
                 Ok(p) => {
                     tracing::debug!(producer_id = p.0, "idempotent producer id");
@@ -228,11 +261,46 @@ async fn stamp(
             *next += b.record_count as i32;
             let mut bytes = BytesMut::from(&b.bytes[..]);
             rill_proto::batch::set_producer(&mut bytes, ProducerId(pid), epoch, seq);
+            if transactional {
+                rill_proto::batch::set_transactional(&mut bytes);
+            }
             b.bytes = bytes.freeze();
             b.stamp = Some((pid, seq));
         }
         return Ok(());
     }
+}
+
+/// A transactional producer adds the partitions of its unstamped batches to
+/// its open transaction before it sends them.
+async fn add_to_transaction(
+    shared: &ProducerShared,
+    id: &mut Identity,
+    groups: &[Vec<ClosedBatch>],
+) -> Result<(), Arc<ClientError>> {
+    let producer = id.producer;
+    let txn = id.txn.as_mut().expect("a transactional producer");
+    let Some(producer) = producer else {
+        return Err(Arc::new(ClientError::Config(format!(
+            "transactional producer {:?} has no producer id: call init_transactions (after a failed batch: abort_transaction)",
+            txn.id
+        ))));
+    };
+    if !txn.open {
+        return Err(Arc::new(ClientError::Config(format!(
+            "transactional producer {:?} sent records outside a transaction: call begin_transaction first",
+            txn.id
+        ))));
+    }
+    let new: Vec<(Arc<str>, u32)> = groups
+        .iter()
+        .flatten()
+        .filter(|b| b.stamp.is_none())
+        .map(|b| (b.topic.clone(), b.partition))
+        .collect();
+    super::txn::add_partitions(shared, txn, producer, &new)
+        .await
+        .map_err(Arc::new)
 }
 
 async fn send_request(
@@ -391,7 +459,9 @@ async fn send_request(
                     // producer takes a new id.
                     if let Some((pid, _)) = group.iter().find_map(|b| b.stamp) {
                         let mut id = shared.identity.lock().await;
-                        if id.producer.is_some_and(|(p, _)| p == pid) {
+                        // (A transactional producer keeps its id: the failed
+                        // transaction aborts, and the abort takes a new epoch.)
+                        if id.txn.is_none() && id.producer.is_some_and(|(p, _)| p == pid) {
                             id.reset();
                         }
                     }

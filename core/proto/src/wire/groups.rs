@@ -40,7 +40,20 @@ pub struct TopicPartitions {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FindCoordinatorRequest {
+    /// The group id, or (kind `Transaction`) the transactional id.
     pub group_id: String,
+    /// Version 1 (issue 20): which coordinator.
+    pub kind: CoordinatorKind,
+}
+
+/// Which coordinator FindCoordinator looks for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CoordinatorKind {
+    /// A consumer group's (`__consumer_offsets`).
+    #[default]
+    Group,
+    /// A transactional id's (`__transaction_state`).
+    Transaction,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -56,6 +69,7 @@ pub struct FindCoordinatorResponse {
 
 impl ApiRequest for FindCoordinatorRequest {
     const KEY: ApiKey = ApiKey::FindCoordinator;
+    const VERSION: u16 = 1;
     type Response = FindCoordinatorResponse;
 }
 

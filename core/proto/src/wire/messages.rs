@@ -69,10 +69,15 @@ pub enum ApiKey {
     CreatePartitions = 38,
     /// Idempotent producers per partition (issue 19: Kafka's DescribeProducers).
     DescribeProducers = 39,
+    // Transactions (issue 20), messages in `wire::txn`.
+    AddPartitionsToTxn = 40,
+    EndTxn = 41,
+    /// Between brokers: a partition leader appends a transaction marker.
+    WriteTxnMarkers = 42,
 }
 
 impl ApiKey {
-    pub const ALL: [ApiKey; 40] = [
+    pub const ALL: [ApiKey; 43] = [
         ApiKey::ApiVersions,
         ApiKey::Metadata,
         ApiKey::CreateTopics,
@@ -113,6 +118,9 @@ impl ApiKey {
         ApiKey::DescribeUsers,
         ApiKey::CreatePartitions,
         ApiKey::DescribeProducers,
+        ApiKey::AddPartitionsToTxn,
+        ApiKey::EndTxn,
+        ApiKey::WriteTxnMarkers,
     ];
 
     pub fn from_u16(n: u16) -> Option<ApiKey> {
@@ -162,6 +170,9 @@ impl ApiKey {
             ApiKey::DescribeUsers => "describe_users",
             ApiKey::CreatePartitions => "create_partitions",
             ApiKey::DescribeProducers => "describe_producers",
+            ApiKey::AddPartitionsToTxn => "add_partitions_to_txn",
+            ApiKey::EndTxn => "end_txn",
+            ApiKey::WriteTxnMarkers => "write_txn_markers",
         }
     }
 }
@@ -183,8 +194,18 @@ pub type ResponseMeta<T> = Result<T, ErrorInfo>;
 /// quorum), for an idempotent producer: it stamps the id, the epoch and a
 /// per-partition sequence into every batch so the leader writes each batch once,
 /// however often it is retried.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct InitProducerIdRequest {}
+///
+/// Version 1 (issue 20): with a transactional id, the transaction coordinator
+/// of that id answers (FindCoordinator with `CoordinatorKind::Transaction`):
+/// the id keeps its producer id and gets the next epoch, which fences every
+/// older instance of it, and an open transaction of the older instance is
+/// aborted first (answered CONCURRENT_TRANSACTIONS until that is done).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct InitProducerIdRequest {
+    pub transactional_id: Option<String>,
+    /// How long a transaction may stay open before the coordinator aborts it.
+    pub transaction_timeout_ms: i32,
+}
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InitProducerIdResponse {
@@ -194,6 +215,7 @@ pub struct InitProducerIdResponse {
 
 impl ApiRequest for InitProducerIdRequest {
     const KEY: ApiKey = ApiKey::InitProducerId;
+    const VERSION: u16 = 1;
     type Response = InitProducerIdResponse;
 }
 

@@ -9,6 +9,7 @@ pub mod frame;
 pub mod groups;
 pub mod messages;
 pub mod security;
+pub mod txn;
 
 pub use cluster::*;
 pub use codes::{ErrorCode, ErrorInfo};
@@ -16,6 +17,7 @@ pub use frame::{FRAME_HEADER_LEN, FrameHeader};
 pub use groups::*;
 pub use messages::*;
 pub use security::*;
+pub use txn::*;
 
 use crate::error::DecodeError;
 use serde::Serialize;

@@ -1,0 +1,93 @@
+//! The brokers' own topics (`__consumer_offsets`, `__transaction_state`):
+//! compacted, never tiered, created through the metadata quorum on first use,
+//! replicated like any topic, with the replication factor capped at the live
+//! brokers. Their partitions' leaders are the coordinators of what hashes to
+//! them ([`coordinator_partition`]).
+
+use std::sync::Arc;
+
+use rill_proto::wire::{ErrorCode, ErrorInfo};
+
+use crate::cluster::api as cluster_api;
+use crate::partition::Topic;
+use crate::state::BrokerState;
+use crate::topic_configs::{CLEANUP_POLICY_CONFIG, REMOTE_STORAGE_ENABLE_CONFIG};
+use crate::topics::TopicSpec;
+
+/// The partition of an internal topic of `partitions` that coordinates `key`
+/// (a group id, a transactional id): FNV-1a, stable across releases.
+pub fn coordinator_partition(key: &str, partitions: u32) -> u32 {
+    let mut hash: u32 = 0x811c_9dc5;
+    for b in key.as_bytes() {
+        hash ^= u32::from(*b);
+        hash = hash.wrapping_mul(0x0100_0193);
+    }
+    hash % partitions.max(1)
+}
+
+/// The spec of internal topic `name` as this broker would create it.
+pub fn spec(
+    state: &BrokerState,
+    name: &str,
+    partitions: u32,
+    replication_factor: u16,
+) -> TopicSpec {
+    let live = state.cluster.image().live_brokers().len().max(1);
+    TopicSpec {
+        name: name.to_string(),
+        partitions,
+        replication_factor: replication_factor.min(u16::try_from(live).unwrap_or(u16::MAX)),
+        // Never tiered: coordinators replay these topics from local segments.
+        configs: vec![
+            (CLEANUP_POLICY_CONFIG.into(), "compact".into()),
+            (REMOTE_STORAGE_ENABLE_CONFIG.into(), "false".into()),
+        ],
+        internal: true,
+    }
+}
+
+/// Internal topic `name`, created through the quorum (with `partitions` and
+/// `replication_factor`) if it does not exist yet; `creating` serializes this
+/// broker's attempts. COORDINATOR_NOT_AVAILABLE (retriable) while it is being
+/// created.
+pub async fn ensure(
+    state: &Arc<BrokerState>,
+    name: &str,
+    partitions: u32,
+    replication_factor: u16,
+    creating: &tokio::sync::Mutex<()>,
+) -> Result<Arc<Topic>, ErrorInfo> {
+    let in_quorum = || state.cluster.image().topics.contains_key(name);
+    if in_quorum()
+        && let Some(t) = state.registry.topic(name)
+    {
+        return Ok(t);
+    }
+    {
+        let _creating = creating.lock().await;
+        if !in_quorum() {
+            let spec = spec(state, name, partitions, replication_factor);
+            let rf = spec.replication_factor;
+            match cluster_api::create_topic(state, spec, false).await {
+                Ok(()) => tracing::info!(partitions, replication_factor = rf, "created {name}"),
+                Err(e) if e.code == ErrorCode::TopicAlreadyExists => {}
+                Err(e) => {
+                    return Err(ErrorInfo::new(
+                        ErrorCode::CoordinatorNotAvailable,
+                        format!("could not create {name}: {e}"),
+                    ));
+                }
+            }
+        }
+    }
+    state
+        .registry
+        .topic(name)
+        .filter(|_| in_quorum())
+        .ok_or_else(|| {
+            ErrorInfo::new(
+                ErrorCode::CoordinatorNotAvailable,
+                format!("{name} is being created: retry"),
+            )
+        })
+}

@@ -1,0 +1,755 @@
+//! The async shell around the [`TxnCoordinator`]: the transactional apis'
+//! handlers, `__transaction_state`, the marker writes, and the timer.
+//!
+//! `__transaction_state` is an internal topic like `__consumer_offsets`
+//! (compacted, replicated, created on first use; [`crate::internal_topics`]):
+//! the coordinator of a transactional id is the leader of the partition the id
+//! hashes to. Every state change of an id is one record there (key: the id,
+//! value: its [`TxnMeta`]), appended and replicated to every in-sync replica
+//! (acks=all) before the change is answered.
+//!
+//! Loading: a request for an id whose partition this broker leads, but has not
+//! loaded in the partition's current leader epoch, replays the partition first
+//! (and the timer does it within [`TXN_TICK_INTERVAL`] of a leadership change).
+//! Transactions that were preparing (their commit or abort decided, markers
+//! not all written) are finished by the new coordinator: it writes their
+//! markers again (a marker is idempotent for the partition's reader: a second
+//! commit of a closed transaction changes nothing) and completes them.
+//!
+//! Markers: for each partition of the transaction, its leader appends the
+//! marker and waits until it is replicated: this broker directly when it leads
+//! the partition, another broker through WriteTxnMarkers. Failures are retried
+//! until they succeed, the partition is gone (a deleted topic), or this broker
+//! stops coordinating the id; EndTxn answers once all markers are written
+//! (or RequestTimedOut after [`END_TXN_WAIT`], the markers still being written).
+//!
+//! Locking: one async mutex over the coordinator, held across the append of a
+//! state record (so records are appended in step order) but never across
+//! marker writes. Throughput of transaction starts and ends is bounded by that
+//! (one replicated append at a time per broker); data records do not pass here.
+//!
+//! Not yet: the group offsets of a transaction (AddOffsetsToTxn /
+//! TxnOffsetCommit), KIP-890's check that a transactional batch's partition
+//! was added to its transaction, and ACLs on transactional ids (the topics'
+//! write ACLs and IdempotentWrite apply).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use rill_proto::control::Marker;
+use rill_proto::types::now_ms;
+use rill_proto::wire::*;
+use rill_proto::{BatchBuilder, Compression, LeaderEpoch, ProducerId, Record};
+
+use super::coordinator::{Effect, Input, MarkerJob, Reply, TxnCoordinator, TxnMeta};
+use crate::cluster::api as cluster_api;
+use crate::group::records::{split_version, versioned};
+use crate::internal_topics;
+use crate::partition::{Partition, Topic};
+use crate::state::BrokerState;
+
+/// The coordinators' state topic.
+pub const TRANSACTION_STATE_TOPIC: &str = "__transaction_state";
+/// How often transactions are checked for timeouts, unfinished markers and
+/// leadership changes of `__transaction_state`.
+pub const TXN_TICK_INTERVAL: Duration = Duration::from_millis(500);
+/// Longest EndTxn waits for its markers before answering REQUEST_TIMED_OUT
+/// (they are still written after).
+pub const END_TXN_WAIT: Duration = Duration::from_secs(30);
+/// Longest a state record or a marker waits to reach every in-sync replica.
+const REPLICATION_WAIT: Duration = Duration::from_secs(5);
+/// Pause between attempts to write a transaction's markers.
+const MARKER_RETRY: Duration = Duration::from_millis(200);
+/// Bound on one WriteTxnMarkers call to another broker.
+const MARKER_CALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// Bytes read per step while loading a partition.
+const LOAD_READ_BYTES: usize = 1024 * 1024;
+/// Key version of a transactional id's record; value version of its state.
+const TXN_KEY_VERSION: u16 = 0;
+const TXN_VALUE_VERSION: u16 = 0;
+
+/// The transaction coordinator of this broker.
+#[derive(Debug, Default)]
+pub struct TxnService {
+    inner: tokio::sync::Mutex<Inner>,
+    creating: tokio::sync::Mutex<()>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    coordinator: TxnCoordinator,
+    /// Partitions of `__transaction_state` loaded here, in which leader epoch.
+    loaded: BTreeMap<u32, LeaderEpoch>,
+    /// Transactional ids whose markers are being written.
+    writing: BTreeSet<String>,
+}
+
+/// The record of one id's state.
+fn encode(meta: &TxnMeta) -> (Bytes, Bytes) {
+    (
+        versioned(TXN_KEY_VERSION, &(&meta.transactional_id,)),
+        versioned(TXN_VALUE_VERSION, meta),
+    )
+}
+
+/// Decodes a record; `Ok(None)`: a key version this build does not know, or a
+/// tombstone.
+fn decode(key: &[u8], value: Option<&[u8]>) -> Result<Option<TxnMeta>, String> {
+    let (version, _) = split_version(key, "key")?;
+    if version != TXN_KEY_VERSION {
+        return Ok(None);
+    }
+    let Some(value) = value else {
+        return Ok(None);
+    };
+    let (version, body) = split_version(value, "value")?;
+    if version != TXN_VALUE_VERSION {
+        return Err(format!("unknown value version {version}"));
+    }
+    postcard::from_bytes(body)
+        .map(Some)
+        .map_err(|e| format!("transaction state does not decode: {e}"))
+}
+
+async fn state_topic(state: &Arc<BrokerState>) -> Result<Arc<Topic>, ErrorInfo> {
+    internal_topics::ensure(
+        state,
+        TRANSACTION_STATE_TOPIC,
+        state.config.transaction_state_num_partitions,
+        state.config.transaction_state_replication_factor,
+        &state.txns.creating,
+    )
+    .await
+}
+
+fn partition_of(topic: &Topic, transactional_id: &str) -> (u32, Arc<Partition>) {
+    let index =
+        internal_topics::coordinator_partition(transactional_id, topic.partitions.len() as u32);
+    let p = topic
+        .partition(index)
+        .expect("index below the count")
+        .clone();
+    (index, p)
+}
+
+fn validate_id(id: &str) -> Result<(), ErrorInfo> {
+    if id.is_empty() || id.len() > 255 || id.chars().any(char::is_control) {
+        return Err(ErrorInfo::new(
+            ErrorCode::InvalidRequest,
+            format!(
+                "transactional id {id:?} is not valid: 1 to 255 characters, no control characters"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn not_coordinator(state: &BrokerState, p: &Partition) -> ErrorInfo {
+    let led_by = match p.leader() {
+        Some(l) if l == state.config.id => "is led here but not loaded yet".to_string(),
+        Some(l) => format!("is led by broker {l}"),
+        None => "has no leader right now".to_string(),
+    };
+    ErrorInfo::new(
+        ErrorCode::NotCoordinator,
+        format!(
+            "broker {} is not the transaction coordinator of {TRANSACTION_STATE_TOPIC}-{} (it {led_by}): ask FindCoordinator again",
+            state.config.id,
+            p.index()
+        ),
+    )
+}
+
+impl TxnService {
+    /// The coordinator state for `id`'s partition, loaded in its current
+    /// leader epoch (loading it now if needed); NOT_COORDINATOR if this broker
+    /// does not lead it.
+    async fn coordinate(
+        &self,
+        state: &Arc<BrokerState>,
+        id: &str,
+    ) -> Result<(tokio::sync::MutexGuard<'_, Inner>, Arc<Partition>), ErrorInfo> {
+        validate_id(id)?;
+        let topic = state_topic(state).await?;
+        let (index, p) = partition_of(&topic, id);
+        if !p.is_leader() {
+            return Err(not_coordinator(state, &p));
+        }
+        let mut inner = self.inner.lock().await;
+        self.load_locked(state, &topic, index, &p, &mut inner)?;
+        Ok((inner, p))
+    }
+
+    /// Loads partition `index` if it is not loaded in `p`'s current epoch.
+    fn load_locked(
+        &self,
+        state: &Arc<BrokerState>,
+        topic: &Topic,
+        index: u32,
+        p: &Arc<Partition>,
+        inner: &mut Inner,
+    ) -> Result<(), ErrorInfo> {
+        let epoch = p.leader_epoch();
+        if inner.loaded.get(&index) == Some(&epoch) {
+            return Ok(());
+        }
+        let n = topic.partitions.len() as u32;
+        inner
+            .coordinator
+            .retain(|id| internal_topics::coordinator_partition(id, n) != index);
+        let mut loaded = TxnCoordinator::default();
+        let count = replay(&mut loaded, p)?;
+        let now = now_ms();
+        for meta in loaded.all().cloned().collect::<Vec<_>>() {
+            inner.coordinator.step(now, Input::Replay(meta));
+        }
+        inner.loaded.insert(index, epoch);
+        tracing::info!(
+            partition = index,
+            records = count,
+            %epoch,
+            "loaded transaction coordinator state"
+        );
+        // Transactions decided but not completed: finish them.
+        for job in loaded.unfinished() {
+            spawn_markers(state, inner, job);
+        }
+        Ok(())
+    }
+
+    /// Forgets partitions no longer led here; aborts transactions past their
+    /// timeout; restarts marker writes that stopped.
+    async fn tick(&self, state: &Arc<BrokerState>) {
+        let Some(topic) = state.registry.topic(TRANSACTION_STATE_TOPIC) else {
+            return;
+        };
+        let n = topic.partitions.len() as u32;
+        let mut inner = self.inner.lock().await;
+        let gone: Vec<u32> = inner
+            .loaded
+            .iter()
+            .filter(|(i, epoch)| {
+                topic
+                    .partition(**i)
+                    .is_none_or(|p| !p.is_leader() || p.leader_epoch() != **epoch)
+            })
+            .map(|(i, _)| *i)
+            .collect();
+        for index in gone {
+            inner.loaded.remove(&index);
+            inner
+                .coordinator
+                .retain(|id| internal_topics::coordinator_partition(id, n) != index);
+        }
+        // Led here but not loaded (a new leadership): load it now.
+        for (index, p) in topic.partitions.iter().enumerate() {
+            if p.is_leader()
+                && inner.loaded.get(&(index as u32)) != Some(&p.leader_epoch())
+                && let Err(e) = self.load_locked(state, &topic, index as u32, p, &mut inner)
+            {
+                tracing::warn!(partition = index, error = %e, "could not load transaction state");
+            }
+        }
+        let stepped = inner.coordinator.step(now_ms(), Input::Tick);
+        let _ = apply(state, &topic, &mut inner, stepped.effects).await;
+        // Decided transactions whose marker writer stopped (it gave up when
+        // this broker lost the partition, and the partition came back).
+        let stalled: Vec<MarkerJob> = inner
+            .coordinator
+            .unfinished()
+            .into_iter()
+            .filter(|j| !inner.writing.contains(&j.transactional_id))
+            .collect();
+        for job in stalled {
+            spawn_markers(state, &mut inner, job);
+        }
+    }
+}
+
+/// Replays every record of `p` into `coordinator`. Returns how many.
+fn replay(coordinator: &mut TxnCoordinator, p: &Partition) -> Result<usize, ErrorInfo> {
+    let corrupt = |reason: String| {
+        ErrorInfo::new(
+            ErrorCode::CoordinatorNotAvailable,
+            format!(
+                "{TRANSACTION_STATE_TOPIC}-{} in {} cannot be loaded: {reason}; its transactional ids are unavailable on this broker",
+                p.index(),
+                p.dir().display()
+            ),
+        )
+    };
+    let end = p.log_end_offset();
+    let mut from = p.log_start_offset();
+    let mut count = 0;
+    let now = now_ms();
+    while from < end {
+        let Some(slice) = p
+            .read_up_to(from, LOAD_READ_BYTES, end)
+            .map_err(|e| corrupt(e.message))?
+        else {
+            break;
+        };
+        let bytes = slice
+            .read()
+            .map_err(|e| corrupt(format!("read failed: {e}")))?;
+        let mut next = from;
+        for batch in rill_proto::batch::batches(&bytes) {
+            let batch = batch.map_err(|e| corrupt(e.to_string()))?;
+            next = batch.header.next_offset();
+            for r in batch.records().map_err(|e| corrupt(e.to_string()))? {
+                let Some(key) = r.key.as_deref() else {
+                    continue;
+                };
+                match decode(key, r.value.as_deref()) {
+                    Ok(Some(meta)) => {
+                        coordinator.step(now, Input::Replay(meta));
+                        count += 1;
+                    }
+                    Ok(None) => {}
+                    Err(e) => return Err(corrupt(format!("record at offset {}: {e}", r.offset))),
+                }
+            }
+        }
+        if next <= from {
+            break;
+        }
+        from = next;
+    }
+    Ok(count)
+}
+
+/// Appends `meta` to its partition of `__transaction_state` and waits until
+/// every in-sync replica has it.
+async fn persist(state: &BrokerState, topic: &Topic, meta: &TxnMeta) -> Result<(), ErrorInfo> {
+    let (_, p) = partition_of(topic, &meta.transactional_id);
+    cluster_api::check_produce(state, &p, Acks::All)?;
+    let (key, value) = encode(meta);
+    let now = now_ms();
+    let mut b = BatchBuilder::new(Compression::None);
+    b.push(&Record {
+        key: Some(key),
+        value: Some(value),
+        headers: Vec::new(),
+        timestamp_ms: now,
+    });
+    let mut buf = BytesMut::from(&b.build()[..]);
+    let info = if p.syncs_on_append() {
+        let p = p.clone();
+        tokio::task::spawn_blocking(move || p.append(&mut buf, now))
+            .await
+            .map_err(|e| {
+                ErrorInfo::new(
+                    ErrorCode::InternalError,
+                    format!("writing {TRANSACTION_STATE_TOPIC} failed: {e}"),
+                )
+            })??
+    } else {
+        p.append(&mut buf, now)?
+    };
+    cluster_api::wait_replicated(
+        state,
+        &p,
+        info.last_offset.plus(1),
+        tokio::time::Instant::now() + REPLICATION_WAIT,
+    )
+    .await
+}
+
+/// Carries out a step's effects in order: persists states, starts marker
+/// writes. On a failed append the partition is unloaded (its next use
+/// replays the log, the truth), and the error is returned.
+async fn apply(
+    state: &Arc<BrokerState>,
+    topic: &Topic,
+    inner: &mut Inner,
+    effects: Vec<Effect>,
+) -> Result<(), ErrorInfo> {
+    for effect in effects {
+        match effect {
+            Effect::Persist(meta) => {
+                if let Err(e) = persist(state, topic, &meta).await {
+                    let n = topic.partitions.len() as u32;
+                    let index = internal_topics::coordinator_partition(&meta.transactional_id, n);
+                    tracing::warn!(transactional_id = %meta.transactional_id, error = %e, "could not persist transaction state; reloading");
+                    inner.loaded.remove(&index);
+                    inner
+                        .coordinator
+                        .retain(|id| internal_topics::coordinator_partition(id, n) != index);
+                    return Err(not_coordinator_if_moved(e));
+                }
+            }
+            Effect::WriteMarkers(job) => spawn_markers(state, inner, job),
+        }
+    }
+    Ok(())
+}
+
+fn not_coordinator_if_moved(e: ErrorInfo) -> ErrorInfo {
+    if e.code == ErrorCode::NotLeaderOrFollower {
+        ErrorInfo::new(ErrorCode::NotCoordinator, e.message)
+    } else {
+        e
+    }
+}
+
+/// Writes `job`'s markers in the background, then completes the transaction.
+fn spawn_markers(state: &Arc<BrokerState>, inner: &mut Inner, job: MarkerJob) {
+    if !inner.writing.insert(job.transactional_id.clone()) {
+        return;
+    }
+    let state = state.clone();
+    tokio::spawn(async move {
+        let id = job.transactional_id.clone();
+        let result = finish(&state, job).await;
+        state.txns.inner.lock().await.writing.remove(&id);
+        if let Err(e) = result {
+            tracing::warn!(transactional_id = %id, error = %e, "transaction markers not finished here");
+        }
+    });
+}
+
+/// Writes the markers until they are all written, then completes the
+/// transaction (a state record).
+async fn finish(state: &Arc<BrokerState>, job: MarkerJob) -> Result<(), ErrorInfo> {
+    let topic = state_topic(state).await?;
+    let (index, p) = partition_of(&topic, &job.transactional_id);
+    let epoch = p.leader_epoch();
+    loop {
+        if !p.is_leader() || p.leader_epoch() != epoch || state.shutdown.is_cancelled() {
+            return Err(not_coordinator(state, &p));
+        }
+        match write_markers(state, &job, epoch).await {
+            Ok(()) => break,
+            Err(e) => {
+                tracing::debug!(transactional_id = %job.transactional_id, error = %e, "transaction markers: retrying");
+                tokio::time::sleep(MARKER_RETRY).await;
+            }
+        }
+    }
+    let mut inner = state.txns.inner.lock().await;
+    if inner.loaded.get(&index) != Some(&epoch) {
+        return Err(not_coordinator(state, &p));
+    }
+    let stepped = inner.coordinator.step(
+        now_ms(),
+        Input::MarkersWritten {
+            transactional_id: job.transactional_id.clone(),
+        },
+    );
+    apply(state, &topic, &mut inner, stepped.effects).await
+}
+
+/// One attempt at every marker of `job`: Ok when all are written.
+async fn write_markers(
+    state: &Arc<BrokerState>,
+    job: &MarkerJob,
+    coordinator_epoch: LeaderEpoch,
+) -> Result<(), ErrorInfo> {
+    let marker = Marker {
+        kind: job.kind,
+        coordinator_epoch: coordinator_epoch.0,
+    };
+    let mut remote: BTreeMap<i32, Vec<(String, u32)>> = BTreeMap::new();
+    for (topic, index) in &job.partitions {
+        let p = match state.registry.partition(topic, *index) {
+            Ok(p) => p,
+            // A deleted topic holds no transaction any more.
+            Err(e) if e.code == ErrorCode::UnknownTopicOrPartition => continue,
+            Err(e) => return Err(e),
+        };
+        match p.leader() {
+            Some(l) if l == state.config.id => {
+                write_local_marker(state, &p, job.producer_id, job.epoch, marker).await?;
+            }
+            Some(l) => remote.entry(l).or_default().push((topic.clone(), *index)),
+            None => return Err(p.not_leader_error()),
+        }
+    }
+    for (broker, partitions) in remote {
+        let addr = state
+            .cluster
+            .image()
+            .brokers
+            .get(&broker)
+            .map(|b| b.addr.clone())
+            .ok_or_else(|| {
+                ErrorInfo::new(
+                    ErrorCode::BrokerNotAvailable,
+                    format!("broker {broker} is not registered"),
+                )
+            })?;
+        let mut topics: BTreeMap<String, Vec<u32>> = BTreeMap::new();
+        for (t, i) in partitions {
+            topics.entry(t).or_default().push(i);
+        }
+        let req = WriteTxnMarkersRequest {
+            producer_id: job.producer_id,
+            producer_epoch: job.epoch,
+            kind: job.kind,
+            coordinator_epoch: coordinator_epoch.0,
+            topics: topics
+                .into_iter()
+                .map(|(topic, partitions)| TxnTopic { topic, partitions })
+                .collect(),
+        };
+        let (resp, _) = state
+            .cluster
+            .links
+            .call(&addr, &req, MARKER_CALL_TIMEOUT)
+            .await
+            .map_err(|e| ErrorInfo::new(ErrorCode::BrokerNotAvailable, e.to_string()))?;
+        for r in resp.results {
+            if let Some(e) = r.error
+                && e.code != ErrorCode::UnknownTopicOrPartition
+            {
+                return Err(e);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Appends a marker to `p` (led here) and waits until it is replicated.
+async fn write_local_marker(
+    state: &BrokerState,
+    p: &Arc<Partition>,
+    producer_id: i64,
+    producer_epoch: i16,
+    marker: Marker,
+) -> Result<(), ErrorInfo> {
+    cluster_api::check_produce(state, p, Acks::All)?;
+    let now = now_ms();
+    let offset = if p.syncs_on_append() {
+        let p2 = p.clone();
+        tokio::task::spawn_blocking(move || {
+            p2.append_marker(ProducerId(producer_id), producer_epoch, marker, now)
+        })
+        .await
+        .map_err(|e| {
+            ErrorInfo::new(
+                ErrorCode::InternalError,
+                format!("marker write failed: {e}"),
+            )
+        })??
+    } else {
+        p.append_marker(ProducerId(producer_id), producer_epoch, marker, now)?
+    };
+    cluster_api::wait_replicated(
+        state,
+        p,
+        offset.plus(1),
+        tokio::time::Instant::now() + REPLICATION_WAIT,
+    )
+    .await
+}
+
+/// Runs the transaction timer until shutdown.
+pub(crate) async fn timer_loop(state: Arc<BrokerState>) {
+    let mut interval = tokio::time::interval(TXN_TICK_INTERVAL);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = interval.tick() => {}
+            _ = state.shutdown.cancelled() => return,
+        }
+        state.txns.tick(&state).await;
+    }
+}
+
+// ---------------------------------------------------------------- the apis
+
+/// InitProducerId with a transactional id.
+pub(crate) async fn init_producer_id(
+    state: &Arc<BrokerState>,
+    id: &str,
+    timeout_ms: i32,
+) -> Result<InitProducerIdResponse, ErrorInfo> {
+    // A fresh id, used only if the transactional id is new (or exhausted its
+    // epochs): allocated through the quorum before the coordinator is locked.
+    let known = {
+        let (inner, _) = state.txns.coordinate(state, id).await?;
+        inner.coordinator.get(id).map(|m| m.producer_id)
+    };
+    let fresh = match known {
+        Some(pid) => pid,
+        None => cluster_api::init_producer_id(state).await?.producer_id,
+    };
+    let (mut inner, _) = state.txns.coordinate(state, id).await?;
+    let topic = state_topic(state).await?;
+    let stepped = inner.coordinator.step(
+        now_ms(),
+        Input::InitProducerId {
+            transactional_id: id.to_string(),
+            timeout_ms,
+            fresh_producer_id: fresh,
+        },
+    );
+    apply(state, &topic, &mut inner, stepped.effects).await?;
+    match stepped.reply? {
+        Reply::Producer { producer_id, epoch } => Ok(InitProducerIdResponse {
+            producer_id,
+            producer_epoch: epoch,
+        }),
+        other => Err(ErrorInfo::new(
+            ErrorCode::InternalError,
+            format!("InitProducerId answered {other:?}"),
+        )),
+    }
+}
+
+pub(crate) async fn add_partitions(
+    state: &Arc<BrokerState>,
+    req: AddPartitionsToTxnRequest,
+) -> AddPartitionsToTxnResponse {
+    let result = async {
+        let mut partitions = Vec::new();
+        for t in &req.topics {
+            for i in &t.partitions {
+                // Unknown partitions are refused before they enter a transaction.
+                state.registry.partition(&t.topic, *i)?;
+                partitions.push((t.topic.clone(), *i));
+            }
+        }
+        let (mut inner, _) = state.txns.coordinate(state, &req.transactional_id).await?;
+        let topic = state_topic(state).await?;
+        let stepped = inner.coordinator.step(
+            now_ms(),
+            Input::AddPartitions {
+                transactional_id: req.transactional_id.clone(),
+                producer_id: req.producer_id,
+                epoch: req.producer_epoch,
+                partitions,
+            },
+        );
+        apply(state, &topic, &mut inner, stepped.effects).await?;
+        stepped.reply.map(|_| ())
+    }
+    .await;
+    AddPartitionsToTxnResponse {
+        error: result.err(),
+    }
+}
+
+pub(crate) async fn end_txn(state: &Arc<BrokerState>, req: EndTxnRequest) -> EndTxnResponse {
+    let result = async {
+        let (mut inner, p) = state.txns.coordinate(state, &req.transactional_id).await?;
+        let epoch = p.leader_epoch();
+        let topic = state_topic(state).await?;
+        let stepped = inner.coordinator.step(
+            now_ms(),
+            Input::EndTxn {
+                transactional_id: req.transactional_id.clone(),
+                producer_id: req.producer_id,
+                epoch: req.producer_epoch,
+                commit: req.commit,
+            },
+        );
+        apply(state, &topic, &mut inner, stepped.effects).await?;
+        drop(inner);
+        match stepped.reply? {
+            Reply::AfterMarkers => {}
+            _ => return Ok(()),
+        }
+        // Wait for the markers (written by the task `apply` started).
+        let deadline = tokio::time::Instant::now() + END_TXN_WAIT;
+        loop {
+            {
+                let inner = state.txns.inner.lock().await;
+                let status = inner.coordinator.get(&req.transactional_id).map(|m| m.status);
+                use super::coordinator::TxnStatus::*;
+                match status {
+                    Some(CompleteCommit | CompleteAbort | Empty | Ongoing) => return Ok(()),
+                    Some(PrepareCommit | PrepareAbort) => {}
+                    None => return Err(not_coordinator(state, &p)),
+                }
+            }
+            if p.leader_epoch() != epoch || !p.is_leader() {
+                return Err(not_coordinator(state, &p));
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(ErrorInfo::new(
+                    ErrorCode::RequestTimedOut,
+                    format!(
+                        "the markers of {:?}'s transaction were not all written within {END_TXN_WAIT:?}; \
+                         it is decided and will complete: retry EndTxn",
+                        req.transactional_id
+                    ),
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    .await;
+    EndTxnResponse {
+        error: result.err(),
+    }
+}
+
+/// WriteTxnMarkers (from a transaction coordinator): append each marker to a
+/// partition led here and wait until it is replicated.
+pub(crate) async fn write_txn_markers(
+    state: &Arc<BrokerState>,
+    req: WriteTxnMarkersRequest,
+) -> WriteTxnMarkersResponse {
+    let marker = Marker {
+        kind: req.kind,
+        coordinator_epoch: req.coordinator_epoch,
+    };
+    let mut results = Vec::new();
+    for t in &req.topics {
+        for i in &t.partitions {
+            let error = match state.registry.partition(&t.topic, *i) {
+                Ok(p) => write_local_marker(state, &p, req.producer_id, req.producer_epoch, marker)
+                    .await
+                    .err(),
+                Err(e) => Some(e),
+            };
+            results.push(MarkerResult {
+                topic: t.topic.clone(),
+                partition: *i,
+                error,
+            });
+        }
+    }
+    WriteTxnMarkersResponse { results }
+}
+
+/// The transaction coordinator of `id` (FindCoordinator, kind Transaction):
+/// (partition, leader) of its `__transaction_state` partition.
+pub(crate) async fn coordinator_of(
+    state: &Arc<BrokerState>,
+    id: &str,
+) -> Result<(u32, Option<i32>), ErrorInfo> {
+    validate_id(id)?;
+    let topic = state_topic(state).await?;
+    let (index, p) = partition_of(&topic, id);
+    Ok((index, p.leader()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::coordinator::TxnStatus;
+    use super::*;
+
+    #[test]
+    fn state_records_round_trip_and_unknown_versions_are_skipped() {
+        let meta = TxnMeta {
+            transactional_id: "tx".into(),
+            producer_id: 4,
+            epoch: 2,
+            timeout_ms: 60_000,
+            status: TxnStatus::Ongoing,
+            partitions: [("t".to_string(), 1)].into(),
+            groups: BTreeSet::new(),
+            started_ms: 5,
+            updated_ms: 6,
+        };
+        let (k, v) = encode(&meta);
+        assert_eq!(decode(&k, Some(&v)).unwrap(), Some(meta));
+        assert_eq!(decode(&[0, 9, 1], Some(&v)).unwrap(), None);
+        assert!(decode(&k, Some(&[0, 0, 0xff])).is_err());
+        assert_eq!(decode(&k, None).unwrap(), None);
+    }
+}

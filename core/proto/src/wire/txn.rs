@@ -1,0 +1,91 @@
+//! Transactions (issue 20): the messages of the transaction coordinator and of
+//! the markers it has partition leaders write. Kafka's model (KIP-98): a
+//! producer with a transactional id gets its producer id and epoch from
+//! InitProducerId (version 1 carries the transactional id), names the
+//! partitions of its transaction (AddPartitionsToTxn) before it writes
+//! transactional batches to them, and ends it (EndTxn); the coordinator then
+//! has every partition's leader append a commit or abort marker
+//! (WriteTxnMarkers, between brokers only).
+
+use super::ErrorInfo;
+use super::messages::ApiKey;
+use super::messages::ApiRequest;
+use crate::control::MarkerKind;
+use serde::{Deserialize, Serialize};
+
+/// A topic's partitions in a transaction.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TxnTopic {
+    pub topic: String,
+    pub partitions: Vec<u32>,
+}
+
+/// Adds partitions to the producer's open transaction (opening one if none
+/// is open). Sent to the transaction coordinator.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AddPartitionsToTxnRequest {
+    pub transactional_id: String,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub topics: Vec<TxnTopic>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AddPartitionsToTxnResponse {
+    /// PRODUCER_FENCED, CONCURRENT_TRANSACTIONS (retry), NOT_COORDINATOR,
+    /// UNKNOWN_TOPIC_OR_PARTITION, INVALID_PRODUCER_ID_MAPPING, ...
+    pub error: Option<ErrorInfo>,
+}
+
+impl ApiRequest for AddPartitionsToTxnRequest {
+    const KEY: ApiKey = ApiKey::AddPartitionsToTxn;
+    type Response = AddPartitionsToTxnResponse;
+}
+
+/// Commits or aborts the producer's transaction. Answered once every
+/// partition of it holds its marker.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EndTxnRequest {
+    pub transactional_id: String,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub commit: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EndTxnResponse {
+    pub error: Option<ErrorInfo>,
+}
+
+impl ApiRequest for EndTxnRequest {
+    const KEY: ApiKey = ApiKey::EndTxn;
+    type Response = EndTxnResponse;
+}
+
+/// Between brokers: the transaction coordinator asks a partition leader to
+/// append the marker ending a transaction (and wait until it is replicated).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WriteTxnMarkersRequest {
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub kind: MarkerKind,
+    pub coordinator_epoch: i32,
+    pub topics: Vec<TxnTopic>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MarkerResult {
+    pub topic: String,
+    pub partition: u32,
+    pub error: Option<ErrorInfo>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WriteTxnMarkersResponse {
+    pub results: Vec<MarkerResult>,
+}
+
+impl ApiRequest for WriteTxnMarkersRequest {
+    const KEY: ApiKey = ApiKey::WriteTxnMarkers;
+    type Response = WriteTxnMarkersResponse;
+}
