@@ -55,6 +55,12 @@ Usage: python kafka_clients.py COMMAND BOOTSTRAP TOPIC [N]
                     RILL_HOME) and the AdminClient show the three members; one
                     closes, the other two get three each; all N records are read
                     and the two commit
+  transactions      confluent-kafka transactional producer (transactional.id
+                    "txn-<TOPIC>"): N records aborted, then N committed; a second
+                    producer with the same id fences the first (its commit fails
+                    as fenced); a read_committed consumer reads exactly the N
+                    committed records, a read_uncommitted one all 2N (and the
+                    fenced producer's, if any reached the log)
 
 record(i): key b"key-<i>", value b"value-<i>" (every 97th a tombstone: None),
 headers [("i", b"<i>"), ("bin", b"\\x00\\xff")], timestamp BASE_MS + i.
@@ -675,6 +681,90 @@ def group_848(bootstrap, topic, n):
     print("kip848: read %d" % len(seen), flush=True)
 
 
+def read_all(bootstrap, topic, isolation):
+    """Every value of TOPIC from the beginning to its end as ISOLATION sees it."""
+    from confluent_kafka import Consumer, TopicPartition, OFFSET_BEGINNING
+
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "txn-reader",
+            "enable.auto.commit": False,
+            "isolation.level": isolation,
+            "enable.partition.eof": True,
+        }
+    )
+    c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+    values = []
+    at_end = set()
+    deadline = time.time() + DEADLINE_S
+    while len(at_end) < PARTITIONS and time.time() < deadline:
+        for msg in c.consume(num_messages=1000, timeout=1.0):
+            if msg.error():
+                if msg.error().code() == -191:  # _PARTITION_EOF
+                    at_end.add(msg.partition())
+                    continue
+                fail("consume error: %s" % msg.error())
+            values.append(msg.value().decode())
+    c.close()
+    if len(at_end) < PARTITIONS:
+        fail("%s: reached the end of %d of %d partitions" % (isolation, len(at_end), PARTITIONS))
+    return values
+
+
+def transactions(bootstrap, topic, n):
+    from confluent_kafka import Producer, KafkaException
+
+    def producer():
+        return Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "transactional.id": "txn-" + topic,
+                "transaction.timeout.ms": 60000,
+                "linger.ms": 5,
+            }
+        )
+
+    p = producer()
+    p.init_transactions(30)
+    p.begin_transaction()
+    for i in range(n):
+        p.produce(topic, key=b"k%d" % i, value=b"aborted-%d" % i)
+    p.flush(30)
+    p.abort_transaction(30)
+    p.begin_transaction()
+    for i in range(n):
+        p.produce(topic, key=b"k%d" % i, value=b"committed-%d" % i)
+    p.commit_transaction(30)
+
+    # A second instance with the same transactional id fences the first.
+    second = producer()
+    second.init_transactions(30)
+    fenced = None
+    try:
+        p.begin_transaction()
+        p.produce(topic, key=b"z", value=b"zombie")
+        p.commit_transaction(30)
+    except KafkaException as e:
+        fenced = e.args[0]
+    if fenced is None:
+        fail("the fenced producer's commit succeeded")
+    if not fenced.fatal() and "fenc" not in fenced.str().lower():
+        fail("the fenced producer's error is not fatal: %s" % fenced)
+    second.begin_transaction()
+    second.produce(topic, key=b"s", value=b"second")
+    second.commit_transaction(30)
+
+    committed = sorted(read_all(bootstrap, topic, "read_committed"))
+    want = sorted(["committed-%d" % i for i in range(n)] + ["second"])
+    if committed != want:
+        fail("read_committed read %d records, expected %d: %s" % (len(committed), len(want), committed[:10]))
+    everything = read_all(bootstrap, topic, "read_uncommitted")
+    if len([v for v in everything if v.startswith("aborted-")]) != n:
+        fail("read_uncommitted did not see the %d aborted records" % n)
+    print("transactions ok: fenced with %s" % fenced.name())
+
+
 def main():
     if len(sys.argv) < 4:
         fail(__doc__)
@@ -711,6 +801,8 @@ def main():
         group_848(bootstrap, topic, n)
     elif command == "group-rebalance":
         group_rebalance(bootstrap, topic, n)
+    elif command == "transactions":
+        transactions(bootstrap, topic, n)
     else:
         fail("unknown command %r" % command)
 

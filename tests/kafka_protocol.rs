@@ -204,6 +204,32 @@ fn kafka_clients_create_produce_idempotently_and_read_everything_back() {
 }
 
 #[test]
+fn kafka_transactions_commit_abort_and_fence_zombies() {
+    let (broker, kafka, _) = kafka_broker();
+    let topic = "kafka-txn";
+    run_script(&broker, &["create", &kafka, topic]);
+    let out = run_script(&broker, &["transactions", &kafka, topic, "200"]);
+    assert!(out.contains("transactions ok"), "{out}");
+    // The same transactions through the QUIC path: a read-committed
+    // `rill consume` sees the 201 committed records, not the 200 aborted.
+    let committed = broker.rill_ok(&[
+        "consume",
+        topic,
+        "--from-beginning",
+        "--isolation",
+        "read-committed",
+        "--timeout-ms",
+        "3000",
+    ]);
+    let lines: Vec<&str> = committed.lines().collect();
+    assert_eq!(lines.len(), 201, "{committed}");
+    assert!(
+        lines.iter().all(|l| !l.starts_with("aborted-")),
+        "{committed}"
+    );
+}
+
+#[test]
 fn records_cross_between_kafka_clients_and_rill_commands() {
     let (broker, kafka, _) = kafka_broker();
 

@@ -9,8 +9,9 @@
 //!
 //! What a Kafka request names that Rill has no notion of is answered as Kafka
 //! answers a broker without the feature: fetch sessions are never created
-//! (session id 0: every fetch is a full one), transactional ids are refused,
-//! the last stable offset is the high watermark.
+//! (session id 0: every fetch is a full one). Transactions: see [`crate::txn`];
+//! a `read_committed` fetch (isolation level 1) reads below the last stable
+//! offset and lists the aborted transactions in range, as Kafka's does.
 
 use crate::codes::{kafka, to_kafka};
 use crate::groups;
@@ -58,6 +59,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ConsumerGroupDescribe, 0, 1),
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::DescribeProducers, 0, 0),
+    (ApiKey::AddPartitionsToTxn, 0, 3),
+    (ApiKey::EndTxn, 0, 3),
 ];
 
 /// The versions of `key` this listener speaks, if any.
@@ -279,6 +282,14 @@ pub(crate) async fn serve(
             let r = decode(key, version, &mut body)?;
             answer!(crate::kip848::describe(shared, caller, r).await)
         }
+        ApiKey::AddPartitionsToTxn => {
+            let r = decode(key, version, &mut body)?;
+            answer!(crate::txn::add_partitions_to_txn(shared, caller, version, r).await)
+        }
+        ApiKey::EndTxn => {
+            let r = decode(key, version, &mut body)?;
+            answer!(crate::txn::end_txn(shared, caller, r).await)
+        }
         other => Err(Closed::Because(format!(
             "{other:?} is not served by this broker's Kafka listener"
         ))),
@@ -417,11 +428,6 @@ async fn produce(
                 Some(ErrorInfo::new(
                     ErrorCode::InvalidRequest,
                     format!("acks={} is not valid: use 0, 1 or -1 (all)", r.acks),
-                ))
-            } else if r.transactional_id.is_some() {
-                Some(ErrorInfo::new(
-                    ErrorCode::InvalidRequest,
-                    "transactions are not supported by this broker yet: produce without transactional.id",
                 ))
             } else if p.index < 0 {
                 Some(ErrorInfo::new(
@@ -802,11 +808,14 @@ async fn init_producer_id(
     r: km::InitProducerIdRequest,
 ) -> km::InitProducerIdResponse {
     let out = km::InitProducerIdResponse::default();
-    if r.transactional_id.is_some() {
-        tracing::debug!(peer = %caller.peer, "Kafka InitProducerId with a transactional id: transactions are not supported yet");
-        return out
-            .with_error_code(kafka::INVALID_REQUEST)
-            .with_producer_id(km::ProducerId(-1));
+    if let Some(id) = r.transactional_id {
+        return crate::txn::init_producer_id(
+            shared,
+            caller,
+            id.0.to_string(),
+            r.transaction_timeout_ms,
+        )
+        .await;
     }
     match shared
         .front

@@ -45,6 +45,7 @@ mod configs;
 mod groups;
 mod kip848;
 mod sasl;
+mod txn;
 mod unsupported;
 
 use bytes::{BufMut, Bytes, BytesMut};

@@ -111,6 +111,10 @@ pub struct ProduceBench {
     /// Concurrent producers, each with its own connection.
     #[arg(long, default_value_t = 2)]
     pub producers: usize,
+    /// Transactional producers (one transactional id each) that commit a
+    /// transaction every this many milliseconds (needs --acks all).
+    #[arg(long, value_name = "MS")]
+    pub transaction_interval_ms: Option<u64>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -293,6 +297,9 @@ async fn bench_produce(b: ProduceBench) -> anyhow::Result<()> {
     if b.producers == 0 {
         bail!("--producers must be at least 1");
     }
+    if b.transaction_interval_ms.is_some() && b.producer.acks != Acks::All {
+        bail!("--transaction-interval-ms needs --acks all (transactions are idempotent)");
+    }
     let admin_client = b.common.client.connect().await?;
     ensure_topic(&admin_client, &b.common).await?;
     let value = payload(b.producer.record_size);
@@ -310,12 +317,16 @@ async fn bench_produce(b: ProduceBench) -> anyhow::Result<()> {
     for (i, client) in clients.into_iter().enumerate() {
         let share = b.common.records / b.producers as u64
             + u64::from((i as u64) < b.common.records % b.producers as u64);
-        let config = producer_config(&b.producer, Duration::from_millis(5));
+        let mut config = producer_config(&b.producer, Duration::from_millis(5));
         let topic = b.common.topic.clone();
+        let interval = b.transaction_interval_ms.map(|ms| {
+            config.transactional_id = Some(format!("bench-{topic}-{i}"));
+            Duration::from_millis(ms)
+        });
         let value = value.clone();
         let done = done.clone();
         tasks.push(tokio::spawn(async move {
-            produce_share(client, config, topic, value, share, done).await
+            produce_share(client, config, topic, value, share, done, interval).await
         }));
     }
     let mut latency = new_histogram();
@@ -348,11 +359,18 @@ async fn produce_share(
     value: Bytes,
     count: u64,
     done: Arc<AtomicU64>,
+    transaction_interval: Option<Duration>,
 ) -> anyhow::Result<Histogram<u64>> {
     let acks_none = config.acks == Acks::None;
     let producer = client
         .producer(config)
         .map_err(|e| client_error("cannot start a producer", e))?;
+    let txn_error = |e| client_error("a transaction failed", e);
+    let mut txn_started = Instant::now();
+    if transaction_interval.is_some() {
+        producer.init_transactions().await.map_err(txn_error)?;
+        producer.begin_transaction().await.map_err(txn_error)?;
+    }
     let (tx, mut rx) = mpsc::channel::<(Instant, DeliveryFuture)>(PENDING_ACKS_MAX);
     let done_c = done.clone();
     let collector = tokio::spawn(async move {
@@ -368,6 +386,13 @@ async fn produce_share(
     // Untimed acknowledgements, oldest first; checked without waiting as sending goes on.
     let mut untimed: VecDeque<DeliveryFuture> = VecDeque::new();
     for i in 0..count {
+        if let Some(every) = transaction_interval
+            && txn_started.elapsed() >= every
+        {
+            producer.commit_transaction().await.map_err(txn_error)?;
+            producer.begin_transaction().await.map_err(txn_error)?;
+            txn_started = Instant::now();
+        }
         let record = ProducerRecord::new(topic.as_str(), value.clone());
         if i % PRODUCE_LATENCY_SAMPLE_EVERY == 0 {
             let sent = Instant::now();
@@ -402,6 +427,9 @@ async fn produce_share(
         fut.await
             .map_err(|e| client_error("a record was not delivered", e))?;
         done.fetch_add(1, Ordering::Relaxed);
+    }
+    if transaction_interval.is_some() {
+        producer.commit_transaction().await.map_err(txn_error)?;
     }
     producer
         .flush()

@@ -1,0 +1,154 @@
+//! Kafka's transactional producer apis (KIP-98) on Rill's transaction
+//! coordinator: InitProducerId with a transactional id, AddPartitionsToTxn
+//! v0-3 (the client's form; v4+ is Kafka's broker-to-broker form), EndTxn
+//! v0-3, and transactional Produce (batches with the transactional bit,
+//! passed through as sent). FindCoordinator key type 1 finds the coordinator.
+//!
+//! Not yet: AddOffsetsToTxn / TxnOffsetCommit (a transaction's consumer
+//! offsets, `send_offsets_to_transaction`): answered UNSUPPORTED_VERSION and
+//! not advertised.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use kafka_protocol::messages as km;
+use rill_broker::front_door::Caller;
+use rill_proto::wire as rw;
+use rill_proto::wire::ErrorInfo;
+
+use crate::Shared;
+use crate::apis::{code, failed};
+use crate::codes::{kafka, to_kafka};
+
+/// InitProducerId with a transactional id: the coordinator's producer id and
+/// the next epoch (fencing older instances).
+pub(crate) async fn init_producer_id(
+    shared: &Shared,
+    caller: &Arc<Caller>,
+    transactional_id: String,
+    transaction_timeout_ms: i32,
+) -> km::InitProducerIdResponse {
+    let out = km::InitProducerIdResponse::default();
+    let request = rw::InitProducerIdRequest {
+        transactional_id: Some(transactional_id),
+        transaction_timeout_ms,
+    };
+    match shared
+        .front
+        .call(caller, &request, Bytes::new())
+        .await
+        .and_then(|a| a.ok_or_else(|| failed("InitProducerId")))
+    {
+        Ok((a, _)) => out
+            .with_producer_id(km::ProducerId(a.producer_id))
+            .with_producer_epoch(a.producer_epoch),
+        Err(e) => {
+            tracing::debug!(peer = %caller.peer, error = %e, "Kafka InitProducerId (transactional) failed");
+            out.with_error_code(to_kafka(e.code))
+                .with_producer_id(km::ProducerId(-1))
+                .with_producer_epoch(-1)
+        }
+    }
+}
+
+/// AddPartitionsToTxn v0-3: one transaction's partitions; every partition of
+/// the request gets the request's outcome.
+pub(crate) async fn add_partitions_to_txn(
+    shared: &Shared,
+    caller: &Arc<Caller>,
+    version: i16,
+    r: km::AddPartitionsToTxnRequest,
+) -> km::AddPartitionsToTxnResponse {
+    use km::add_partitions_to_txn_response as resp;
+    let answer = |error: Option<ErrorInfo>| {
+        let results = r
+            .v3_and_below_topics
+            .iter()
+            .map(|t| {
+                resp::AddPartitionsToTxnTopicResult::default()
+                    .with_name(t.name.clone())
+                    .with_results_by_partition(
+                        t.partitions
+                            .iter()
+                            .map(|p| {
+                                resp::AddPartitionsToTxnPartitionResult::default()
+                                    .with_partition_index(*p)
+                                    .with_partition_error_code(code(&error))
+                            })
+                            .collect(),
+                    )
+            })
+            .collect();
+        km::AddPartitionsToTxnResponse::default().with_results_by_topic_v3_and_below(results)
+    };
+    if version > 3 {
+        // Kafka's broker-to-broker batch form: not a client's request.
+        return km::AddPartitionsToTxnResponse::default()
+            .with_error_code(kafka::UNSUPPORTED_VERSION);
+    }
+    let mut topics = Vec::new();
+    for t in &r.v3_and_below_topics {
+        let mut partitions = Vec::new();
+        for p in &t.partitions {
+            match u32::try_from(*p) {
+                Ok(p) => partitions.push(p),
+                Err(_) => {
+                    return answer(Some(ErrorInfo::new(
+                        rw::ErrorCode::UnknownTopicOrPartition,
+                        format!("partition {p} of topic {} does not exist", t.name.0),
+                    )));
+                }
+            }
+        }
+        topics.push(rw::TxnTopic {
+            topic: t.name.0.to_string(),
+            partitions,
+        });
+    }
+    let request = rw::AddPartitionsToTxnRequest {
+        transactional_id: r.v3_and_below_transactional_id.0.to_string(),
+        producer_id: r.v3_and_below_producer_id.0,
+        producer_epoch: r.v3_and_below_producer_epoch,
+        topics,
+    };
+    let error = match shared
+        .front
+        .call(caller, &request, Bytes::new())
+        .await
+        .and_then(|a| a.ok_or_else(|| failed("AddPartitionsToTxn")))
+    {
+        Ok((a, _)) => a.error,
+        Err(e) => Some(e),
+    };
+    if let Some(e) = &error {
+        tracing::debug!(peer = %caller.peer, error = %e, "Kafka AddPartitionsToTxn refused");
+    }
+    answer(error)
+}
+
+/// EndTxn v0-3.
+pub(crate) async fn end_txn(
+    shared: &Shared,
+    caller: &Arc<Caller>,
+    r: km::EndTxnRequest,
+) -> km::EndTxnResponse {
+    let request = rw::EndTxnRequest {
+        transactional_id: r.transactional_id.0.to_string(),
+        producer_id: r.producer_id.0,
+        producer_epoch: r.producer_epoch,
+        commit: r.committed,
+    };
+    let error = match shared
+        .front
+        .call(caller, &request, Bytes::new())
+        .await
+        .and_then(|a| a.ok_or_else(|| failed("EndTxn")))
+    {
+        Ok((a, _)) => a.error,
+        Err(e) => Some(e),
+    };
+    if let Some(e) = &error {
+        tracing::debug!(peer = %caller.peer, error = %e, "Kafka EndTxn refused");
+    }
+    km::EndTxnResponse::default().with_error_code(code(&error))
+}
