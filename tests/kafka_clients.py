@@ -58,7 +58,9 @@ Usage: python kafka_clients.py COMMAND BOOTSTRAP TOPIC [N]
   transactions      confluent-kafka transactional producer (transactional.id
                     "txn-<TOPIC>"): N records aborted, then N committed; a second
                     producer with the same id fences the first (its commit fails
-                    as fenced); a read_committed consumer reads exactly the N
+                    as fenced); the group offset sent with the committed
+                    transaction (send_offsets_to_transaction) is committed, the
+                    aborted one's is not; a read_committed consumer reads exactly the N
                     committed records, a read_uncommitted one all 2N (and the
                     fenced producer's, if any reached the log)
 
@@ -713,7 +715,7 @@ def read_all(bootstrap, topic, isolation):
 
 
 def transactions(bootstrap, topic, n):
-    from confluent_kafka import Producer, KafkaException
+    from confluent_kafka import Consumer, Producer, KafkaException, TopicPartition
 
     def producer():
         return Producer(
@@ -725,17 +727,26 @@ def transactions(bootstrap, topic, n):
             }
         )
 
+    # The group whose offsets the transactions commit (consume-transform-produce).
+    group = Consumer({"bootstrap.servers": bootstrap, "group.id": "eos-" + topic})
+    meta = group.consumer_group_metadata()
     p = producer()
     p.init_transactions(30)
     p.begin_transaction()
     for i in range(n):
         p.produce(topic, key=b"k%d" % i, value=b"aborted-%d" % i)
     p.flush(30)
+    p.send_offsets_to_transaction([TopicPartition(topic, 0, 5)], meta, 30)
     p.abort_transaction(30)
     p.begin_transaction()
     for i in range(n):
         p.produce(topic, key=b"k%d" % i, value=b"committed-%d" % i)
+    p.send_offsets_to_transaction([TopicPartition(topic, 0, 7)], meta, 30)
     p.commit_transaction(30)
+    committed = group.committed([TopicPartition(topic, 0)], 30)[0].offset
+    if committed != 7:
+        fail("the committed transaction's group offset is %d, expected 7" % committed)
+    group.close()
 
     # A second instance with the same transactional id fences the first.
     second = producer()

@@ -132,6 +132,7 @@ pub fn broker_only(api: ApiKey) -> bool {
             | ApiKey::AlterPartition
             | ApiKey::CheckAccess
             | ApiKey::WriteTxnMarkers
+            | ApiKey::CommitTxnOffsets
     )
 }
 

@@ -446,6 +446,12 @@ fn counts(api: ApiKey, request: &dyn Any) -> Vec<Count> {
             of::<CheckAccessRequest>(request, |r| vec![("checks", r.checks.len(), Topics)])
         }
         ApiKey::EndTxn => Vec::new(),
+        ApiKey::TxnOffsetCommit => of::<TxnOffsetCommitRequest>(request, |r| {
+            vec![("partitions", r.partitions.len(), Partitions)]
+        }),
+        ApiKey::CommitTxnOffsets => of::<CommitTxnOffsetsRequest>(request, |r| {
+            vec![("partitions", r.partitions.len(), Partitions)]
+        }),
         ApiKey::AddPartitionsToTxn => of::<AddPartitionsToTxnRequest>(request, |r| {
             vec![
                 ("topics", r.topics.len(), Topics),

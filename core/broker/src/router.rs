@@ -329,6 +329,18 @@ fn table() -> Table {
     t.add::<WriteTxnMarkersRequest, _, _, _>(Meta, none, |s, _, r, _| async move {
         Ok(crate::txn::service::write_txn_markers(&s, r).await)
     });
+    t.add::<TxnOffsetCommitRequest, _, _, _>(
+        Meta,
+        |r| {
+            let mut out = vec![Resource::Group(Read, &r.group_id)];
+            out.extend(topics(Read, r.partitions.iter().map(|p| &p.topic)));
+            out
+        },
+        |s, _, r, _| async move { Ok(crate::txn::service::txn_offset_commit(&s, r).await) },
+    );
+    t.add::<CommitTxnOffsetsRequest, _, _, _>(Meta, none, |s, _, r, _| async move {
+        Ok(crate::group::service::commit_txn_offsets(&s, r).await)
+    });
 
     // Consumer groups.
     t.add::<FindCoordinatorRequest, _, _, _>(

@@ -314,6 +314,15 @@ fn internal_requests() -> Vec<(ApiKey, Vec<u8>)> {
                 }],
             }),
         ),
+        // A committed transaction's offsets, stored whatever the group's members.
+        (
+            ApiKey::CommitTxnOffsets,
+            encode_meta(&CommitTxnOffsetsRequest {
+                transactional_id: "t".into(),
+                group_id: "g".into(),
+                partitions: Vec::new(),
+            }),
+        ),
         // Whether a principal may do something: brokers' transform runners ask.
         (
             ApiKey::CheckAccess,

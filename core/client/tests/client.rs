@@ -966,3 +966,61 @@ async fn a_second_producer_with_the_same_transactional_id_fences_the_first() {
     let seen = read_to_end(&client, "zombie", 1, rill_client::Isolation::ReadCommitted).await;
     assert_eq!(seen, vec!["second-0", "second-1"]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_offsets_commit_with_the_transaction_and_not_with_an_abort() {
+    let env = Env::start().await;
+    let client = env.client().await;
+    step("create", client.admin().create_topic(topic("txn-out", 1)))
+        .await
+        .unwrap();
+    let producer = txn_producer(&client, "txn-offsets");
+    step("init", producer.init_transactions()).await.unwrap();
+    let input = TopicPartition::new("txn-in", 0);
+    let committed = |client: Client| async move {
+        client
+            .admin()
+            .committed_offsets("eos-group")
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|(tp, _)| tp.topic == "txn-in" && tp.partition == 0)
+            .map(|(_, o)| o)
+    };
+
+    // Aborted: neither the output nor the offset.
+    step("begin", producer.begin_transaction()).await.unwrap();
+    producer
+        .send(ProducerRecord::new("txn-out", "out-a"))
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    step(
+        "offsets",
+        producer.send_offsets_to_transaction("eos-group", &[(input.clone(), Offset(5))]),
+    )
+    .await
+    .unwrap();
+    step("abort", producer.abort_transaction()).await.unwrap();
+    assert_eq!(committed(client.clone()).await, None);
+
+    // Committed: both.
+    step("begin", producer.begin_transaction()).await.unwrap();
+    producer
+        .send(ProducerRecord::new("txn-out", "out-b"))
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    step(
+        "offsets",
+        producer.send_offsets_to_transaction("eos-group", &[(input.clone(), Offset(9))]),
+    )
+    .await
+    .unwrap();
+    step("commit", producer.commit_transaction()).await.unwrap();
+    assert_eq!(committed(client.clone()).await, Some(Offset(9)));
+    let seen = read_to_end(&client, "txn-out", 1, rill_client::Isolation::ReadCommitted).await;
+    assert_eq!(seen, vec!["out-b"]);
+}

@@ -60,6 +60,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::DescribeProducers, 0, 0),
     (ApiKey::AddPartitionsToTxn, 0, 3),
+    (ApiKey::AddOffsetsToTxn, 0, 3),
+    (ApiKey::TxnOffsetCommit, 0, 3),
     (ApiKey::EndTxn, 0, 3),
 ];
 
@@ -289,6 +291,14 @@ pub(crate) async fn serve(
         ApiKey::EndTxn => {
             let r = decode(key, version, &mut body)?;
             answer!(crate::txn::end_txn(shared, caller, r).await)
+        }
+        ApiKey::AddOffsetsToTxn => {
+            let r = decode(key, version, &mut body)?;
+            answer!(crate::txn::add_offsets_to_txn(shared, caller, r).await)
+        }
+        ApiKey::TxnOffsetCommit => {
+            let r = decode(key, version, &mut body)?;
+            answer!(crate::txn::txn_offset_commit(shared, caller, r).await)
         }
         other => Err(Closed::Because(format!(
             "{other:?} is not served by this broker's Kafka listener"

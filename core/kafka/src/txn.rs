@@ -4,9 +4,12 @@
 //! v0-3, and transactional Produce (batches with the transactional bit,
 //! passed through as sent). FindCoordinator key type 1 finds the coordinator.
 //!
-//! Not yet: AddOffsetsToTxn / TxnOffsetCommit (a transaction's consumer
-//! offsets, `send_offsets_to_transaction`): answered UNSUPPORTED_VERSION and
-//! not advertised.
+//! A transaction's consumer offsets (`send_offsets_to_transaction`):
+//! AddOffsetsToTxn v0-3 adds the group, TxnOffsetCommit v0-3 its offsets; both
+//! become Rill's TxnOffsetCommit (the coordinator of the transactional id keeps
+//! them until the transaction ends; a broker that is not it forwards). The
+//! member id and generation a v3 TxnOffsetCommit carries (KIP-447) are not
+//! checked: the producer's epoch fences a zombie, as before KIP-447.
 
 use std::sync::Arc;
 
@@ -151,4 +154,111 @@ pub(crate) async fn end_txn(
         tracing::debug!(peer = %caller.peer, error = %e, "Kafka EndTxn refused");
     }
     km::EndTxnResponse::default().with_error_code(code(&error))
+}
+
+async fn txn_offsets(
+    shared: &Shared,
+    caller: &Arc<Caller>,
+    request: rw::TxnOffsetCommitRequest,
+) -> Option<ErrorInfo> {
+    let error = match shared
+        .front
+        .call(caller, &request, Bytes::new())
+        .await
+        .and_then(|a| a.ok_or_else(|| failed("TxnOffsetCommit")))
+    {
+        Ok((a, _)) => a.error,
+        Err(e) => Some(e),
+    };
+    if let Some(e) = &error {
+        tracing::debug!(peer = %caller.peer, error = %e, "Kafka transactional offsets refused");
+    }
+    error
+}
+
+/// AddOffsetsToTxn v0-3: the group joins the transaction.
+pub(crate) async fn add_offsets_to_txn(
+    shared: &Shared,
+    caller: &Arc<Caller>,
+    r: km::AddOffsetsToTxnRequest,
+) -> km::AddOffsetsToTxnResponse {
+    let request = rw::TxnOffsetCommitRequest {
+        transactional_id: r.transactional_id.0.to_string(),
+        producer_id: r.producer_id.0,
+        producer_epoch: r.producer_epoch,
+        group_id: r.group_id.0.to_string(),
+        partitions: Vec::new(),
+    };
+    let error = txn_offsets(shared, caller, request).await;
+    km::AddOffsetsToTxnResponse::default().with_error_code(code(&error))
+}
+
+/// TxnOffsetCommit v0-3: the group's offsets, committed with the transaction.
+pub(crate) async fn txn_offset_commit(
+    shared: &Shared,
+    caller: &Arc<Caller>,
+    r: km::TxnOffsetCommitRequest,
+) -> km::TxnOffsetCommitResponse {
+    use km::txn_offset_commit_response as resp;
+    let mut partitions = Vec::new();
+    let mut bad = None;
+    for t in &r.topics {
+        for p in &t.partitions {
+            match u32::try_from(p.partition_index) {
+                Ok(index) if p.committed_offset >= 0 => {
+                    partitions.push(rw::OffsetCommitPartition {
+                        topic: t.name.0.to_string(),
+                        partition: index,
+                        offset: rill_proto::Offset(p.committed_offset),
+                        metadata: p
+                            .committed_metadata
+                            .as_ref()
+                            .map(|m| m.to_string())
+                            .unwrap_or_default(),
+                    })
+                }
+                _ => {
+                    bad = Some(ErrorInfo::new(
+                        rw::ErrorCode::InvalidRequest,
+                        format!(
+                            "offset {} of {}-{} is not valid",
+                            p.committed_offset, t.name.0, p.partition_index
+                        ),
+                    ))
+                }
+            }
+        }
+    }
+    let error = match bad {
+        Some(e) => Some(e),
+        None => {
+            let request = rw::TxnOffsetCommitRequest {
+                transactional_id: r.transactional_id.0.to_string(),
+                producer_id: r.producer_id.0,
+                producer_epoch: r.producer_epoch,
+                group_id: r.group_id.0.to_string(),
+                partitions,
+            };
+            txn_offsets(shared, caller, request).await
+        }
+    };
+    let topics = r
+        .topics
+        .iter()
+        .map(|t| {
+            resp::TxnOffsetCommitResponseTopic::default()
+                .with_name(t.name.clone())
+                .with_partitions(
+                    t.partitions
+                        .iter()
+                        .map(|p| {
+                            resp::TxnOffsetCommitResponsePartition::default()
+                                .with_partition_index(p.partition_index)
+                                .with_error_code(code(&error))
+                        })
+                        .collect(),
+                )
+        })
+        .collect();
+    km::TxnOffsetCommitResponse::default().with_topics(topics)
 }

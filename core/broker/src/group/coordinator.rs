@@ -110,11 +110,14 @@ pub mod input {
         pub partition_counts: BTreeMap<String, u32>,
     }
 
-    /// A commit; `wall_ms` is stored as the commit time.
+    /// A commit; `wall_ms` is stored as the commit time. `transactional`: a
+    /// committed transaction's offsets (its producer was fenced by epoch, not
+    /// by group membership), stored whatever the group's members.
     #[derive(Debug, Clone)]
     pub struct CommitOffsets {
         pub request: OffsetCommitRequest,
         pub wall_ms: TimestampMs,
+        pub transactional: bool,
     }
 
     #[derive(Debug, Clone)]
@@ -180,7 +183,7 @@ impl Input for input::Heartbeat {
 impl Input for input::CommitOffsets {
     type Reply = OffsetCommitResponse;
     fn apply(self, c: &mut GroupCoordinator, now: Millis) -> Output<Self::Reply> {
-        c.commit(now, self.request, self.wall_ms)
+        c.commit(now, self.request, self.wall_ms, self.transactional)
     }
 }
 
@@ -906,6 +909,7 @@ impl GroupCoordinator {
         now: Millis,
         req: OffsetCommitRequest,
         wall_ms: TimestampMs,
+        transactional: bool,
     ) -> Output<OffsetCommitResponse> {
         let whole = |e: ErrorInfo| {
             Output::reply(OffsetCommitResponse {
@@ -931,10 +935,11 @@ impl GroupCoordinator {
         // leader gave it, which the coordinator does not read.
         let classic = match &req.member {
             Some((mid, generation))
-                if self
-                    .groups
-                    .get(gid)
-                    .is_some_and(|g| !g.classic.members.is_empty()) =>
+                if !transactional
+                    && self
+                        .groups
+                        .get(gid)
+                        .is_some_and(|g| !g.classic.members.is_empty()) =>
             {
                 if let Err(e) = self.check_classic_commit(now, gid, mid, *generation) {
                     return whole(e);
@@ -945,6 +950,7 @@ impl GroupCoordinator {
         };
         let group = self.groups.get(gid);
         let owner: Option<&Member> = match &req.member {
+            _ if transactional => None,
             Some(_) if classic => None,
             Some((mid, epoch)) => {
                 let Some(m) = group.and_then(|g| g.members.get(mid)) else {

@@ -130,6 +130,7 @@ impl World {
                 }],
             },
             wall_ms: 1,
+            transactional: false,
         };
         self.step(0, input)
     }
@@ -397,6 +398,7 @@ fn durable_state_survives_a_replay_into_a_new_coordinator() {
                 }],
             },
             wall_ms: 5,
+            transactional: false,
         },
     );
     // Not replayed yet: not visible.

@@ -750,6 +750,28 @@ pub(crate) async fn offset_commit(
     state: &Arc<BrokerState>,
     req: OffsetCommitRequest,
 ) -> OffsetCommitResponse {
+    commit(state, req, false).await
+}
+
+/// CommitTxnOffsets (from a transaction coordinator): a committed
+/// transaction's offsets, stored whatever the group's members.
+pub(crate) async fn commit_txn_offsets(
+    state: &Arc<BrokerState>,
+    req: CommitTxnOffsetsRequest,
+) -> OffsetCommitResponse {
+    let request = OffsetCommitRequest {
+        group_id: req.group_id,
+        member: None,
+        partitions: req.partitions,
+    };
+    commit(state, request, true).await
+}
+
+async fn commit(
+    state: &Arc<BrokerState>,
+    req: OffsetCommitRequest,
+    transactional: bool,
+) -> OffsetCommitResponse {
     if let Err(e) = check_coordinator(state, &req.group_id).await {
         return OffsetCommitResponse {
             error: Some(e),
@@ -760,6 +782,7 @@ pub(crate) async fn offset_commit(
     let input = input::CommitOffsets {
         request: req,
         wall_ms: now_ms(),
+        transactional,
     };
     let (mut resp, written) = state.groups.step(state, input).await;
     if let Err(e) = written {

@@ -26,7 +26,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use rill_proto::control::MarkerKind;
-use rill_proto::wire::{ErrorCode, ErrorInfo};
+use rill_proto::wire::{ErrorCode, ErrorInfo, OffsetCommitPartition};
 use serde::{Deserialize, Serialize};
 
 /// Milliseconds of the coordinator's clock.
@@ -73,9 +73,11 @@ pub struct TxnMeta {
     pub status: TxnStatus,
     /// The partitions of the current transaction (written to, or markers due).
     pub partitions: BTreeSet<TxnPartition>,
-    /// Consumer groups whose offsets the transaction commits (their
-    /// `__consumer_offsets` partitions get markers too).
+    /// Consumer groups whose offsets the transaction commits.
     pub groups: BTreeSet<String>,
+    /// Their offsets, stored as the groups' committed offsets when the
+    /// transaction commits: (group, topic, partition) -> (offset, metadata).
+    pub offsets: BTreeMap<(String, String, u32), (i64, String)>,
     /// When the current transaction began (its first AddPartitions).
     pub started_ms: Millis,
     pub updated_ms: Millis,
@@ -90,7 +92,8 @@ pub struct MarkerJob {
     pub epoch: i16,
     pub kind: MarkerKind,
     pub partitions: BTreeSet<TxnPartition>,
-    pub groups: BTreeSet<String>,
+    /// Commit only: the offsets to store per group (after the markers).
+    pub offsets: BTreeMap<String, Vec<OffsetCommitPartition>>,
 }
 
 /// What the shell must do after a step, in order.
@@ -145,11 +148,13 @@ pub enum Input {
         epoch: i16,
         partitions: Vec<TxnPartition>,
     },
+    /// A group's offsets in the transaction (none: just the group).
     AddOffsets {
         transactional_id: String,
         producer_id: i64,
         epoch: i16,
         group_id: String,
+        offsets: Vec<OffsetCommitPartition>,
     },
     EndTxn {
         transactional_id: String,
@@ -225,7 +230,14 @@ impl TxnCoordinator {
                 producer_id,
                 epoch,
                 group_id,
+                offsets,
             } => self.add(now, &transactional_id, producer_id, epoch, |m| {
+                for o in offsets {
+                    m.offsets.insert(
+                        (group_id.clone(), o.topic, o.partition),
+                        (o.offset.0, o.metadata),
+                    );
+                }
                 m.groups.insert(group_id);
             }),
             Input::EndTxn {
@@ -264,6 +276,7 @@ impl TxnCoordinator {
                 status: TxnStatus::Empty,
                 partitions: BTreeSet::new(),
                 groups: BTreeSet::new(),
+                offsets: BTreeMap::new(),
                 started_ms: now,
                 updated_ms: now,
             };
@@ -300,6 +313,7 @@ impl TxnCoordinator {
                 m.status = TxnStatus::Empty;
                 m.partitions.clear();
                 m.groups.clear();
+                m.offsets.clear();
                 m.updated_ms = now;
                 Stepped {
                     reply: Ok(Reply::Producer {
@@ -362,6 +376,7 @@ impl TxnCoordinator {
             TxnStatus::Empty | TxnStatus::CompleteCommit | TxnStatus::CompleteAbort => {
                 m.partitions.clear();
                 m.groups.clear();
+                m.offsets.clear();
                 m.started_ms = now;
                 m.status = TxnStatus::Ongoing;
                 f(m);
@@ -369,9 +384,9 @@ impl TxnCoordinator {
                 persisted(m)
             }
             TxnStatus::Ongoing => {
-                let before = (m.partitions.len(), m.groups.len());
+                let before = (m.partitions.clone(), m.groups.clone(), m.offsets.clone());
                 f(m);
-                if (m.partitions.len(), m.groups.len()) == before {
+                if (&m.partitions, &m.groups, &m.offsets) == (&before.0, &before.1, &before.2) {
                     // Nothing new: no write.
                     return Stepped {
                         reply: Ok(Reply::Ok),
@@ -461,6 +476,7 @@ impl TxnCoordinator {
         };
         m.partitions.clear();
         m.groups.clear();
+        m.offsets.clear();
         m.updated_ms = now;
         persisted(m)
     }
@@ -505,13 +521,27 @@ fn bump(m: &mut TxnMeta, fresh: i64) {
 }
 
 fn job(m: &TxnMeta, kind: MarkerKind) -> MarkerJob {
+    let mut offsets: BTreeMap<String, Vec<OffsetCommitPartition>> = BTreeMap::new();
+    if kind == MarkerKind::Commit {
+        for ((group, topic, partition), (offset, metadata)) in &m.offsets {
+            offsets
+                .entry(group.clone())
+                .or_default()
+                .push(OffsetCommitPartition {
+                    topic: topic.clone(),
+                    partition: *partition,
+                    offset: rill_proto::Offset(*offset),
+                    metadata: metadata.clone(),
+                });
+        }
+    }
     MarkerJob {
         transactional_id: m.transactional_id.clone(),
         producer_id: m.producer_id,
         epoch: m.epoch,
         kind,
         partitions: m.partitions.clone(),
-        groups: m.groups.clone(),
+        offsets,
     }
 }
 
@@ -624,6 +654,61 @@ mod tests {
         // The next transaction starts on AddPartitions.
         assert!(add(&mut c, "tx", 7, 0, 5).reply.is_ok());
         assert_eq!(c.get("tx").unwrap().status, TxnStatus::Ongoing);
+    }
+
+    #[test]
+    fn group_offsets_are_committed_with_the_transaction_and_dropped_on_abort() {
+        let mut c = TxnCoordinator::default();
+        init(&mut c, 0, "tx", 7);
+        let offsets = |at: i64| Input::AddOffsets {
+            transactional_id: "tx".into(),
+            producer_id: 7,
+            epoch: 0,
+            group_id: "g".into(),
+            offsets: vec![OffsetCommitPartition {
+                topic: "in".into(),
+                partition: 0,
+                offset: rill_proto::Offset(at),
+                metadata: String::new(),
+            }],
+        };
+        // Offsets alone start a transaction; a later commit of the same
+        // partition replaces the earlier.
+        assert!(c.step(1, offsets(10)).reply.is_ok());
+        assert_eq!(c.get("tx").unwrap().status, TxnStatus::Ongoing);
+        c.step(2, offsets(20));
+        add(&mut c, "tx", 7, 0, 1);
+        let s = end(&mut c, "tx", 7, 0, true);
+        let Effect::WriteMarkers(job) = &s.effects[1] else {
+            panic!("{:?}", s.effects)
+        };
+        assert_eq!(job.offsets["g"].len(), 1);
+        assert_eq!(job.offsets["g"][0].offset, rill_proto::Offset(20));
+        c.step(
+            3,
+            Input::MarkersWritten {
+                transactional_id: "tx".into(),
+            },
+        );
+        // An aborted transaction's offsets are never stored.
+        c.step(4, offsets(30));
+        let s = end(&mut c, "tx", 7, 0, false);
+        let Effect::WriteMarkers(job) = &s.effects[1] else {
+            panic!("{:?}", s.effects)
+        };
+        assert!(job.offsets.is_empty());
+        // A fenced instance cannot add offsets.
+        let fenced = c.step(
+            5,
+            Input::AddOffsets {
+                transactional_id: "tx".into(),
+                producer_id: 7,
+                epoch: 9,
+                group_id: "g".into(),
+                offsets: Vec::new(),
+            },
+        );
+        assert_eq!(code(&fenced), Some(ErrorCode::ProducerFenced));
     }
 
     #[test]

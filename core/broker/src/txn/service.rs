@@ -420,7 +420,11 @@ async fn finish(state: &Arc<BrokerState>, job: MarkerJob) -> Result<(), ErrorInf
         if !p.is_leader() || p.leader_epoch() != epoch || state.shutdown.is_cancelled() {
             return Err(not_coordinator(state, &p));
         }
-        match write_markers(state, &job, epoch).await {
+        let written = match write_markers(state, &job, epoch).await {
+            Ok(()) => commit_offsets(state, &job).await,
+            Err(e) => Err(e),
+        };
+        match written {
             Ok(()) => break,
             Err(e) => {
                 tracing::debug!(transactional_id = %job.transactional_id, error = %e, "transaction markers: retrying");
@@ -506,6 +510,46 @@ async fn write_markers(
             {
                 return Err(e);
             }
+        }
+    }
+    Ok(())
+}
+
+/// Stores a committed transaction's group offsets at each group's coordinator.
+async fn commit_offsets(state: &Arc<BrokerState>, job: &MarkerJob) -> Result<(), ErrorInfo> {
+    for (group, partitions) in &job.offsets {
+        let req = CommitTxnOffsetsRequest {
+            transactional_id: job.transactional_id.clone(),
+            group_id: group.clone(),
+            partitions: partitions.clone(),
+        };
+        let found = crate::group::service::find_coordinator_api(
+            state,
+            FindCoordinatorRequest {
+                group_id: group.clone(),
+                kind: CoordinatorKind::Group,
+            },
+        )
+        .await;
+        if let Some(e) = found.error {
+            return Err(e);
+        }
+        let resp = if found.coordinator_id == state.config.id {
+            crate::group::service::commit_txn_offsets(state, req).await
+        } else {
+            state
+                .cluster
+                .links
+                .call(&found.coordinator_addr, &req, MARKER_CALL_TIMEOUT)
+                .await
+                .map_err(|e| ErrorInfo::new(ErrorCode::BrokerNotAvailable, e.to_string()))?
+                .0
+        };
+        if let Some(e) = resp
+            .error
+            .or_else(|| resp.partitions.into_iter().find_map(|p| p.error))
+        {
+            return Err(e);
         }
     }
     Ok(())
@@ -687,6 +731,78 @@ pub(crate) async fn end_txn(state: &Arc<BrokerState>, req: EndTxnRequest) -> End
     }
 }
 
+/// TxnOffsetCommit: a group's offsets into the producer's transaction. A
+/// broker that does not coordinate the transactional id forwards it to the
+/// one that does (Kafka clients send it to the group's coordinator).
+pub(crate) async fn txn_offset_commit(
+    state: &Arc<BrokerState>,
+    req: TxnOffsetCommitRequest,
+) -> TxnOffsetCommitResponse {
+    let result = async {
+        crate::group::coordinator::validate_group_id(&req.group_id)?;
+        let local = state.txns.coordinate(state, &req.transactional_id).await;
+        let (mut inner, _) = match local {
+            Ok(found) => found,
+            Err(e) if e.code == ErrorCode::NotCoordinator => {
+                return forward(state, &req).await;
+            }
+            Err(e) => return Err(e),
+        };
+        let topic = state_topic(state).await?;
+        let stepped = inner.coordinator.step(
+            now_ms(),
+            Input::AddOffsets {
+                transactional_id: req.transactional_id.clone(),
+                producer_id: req.producer_id,
+                epoch: req.producer_epoch,
+                group_id: req.group_id.clone(),
+                offsets: req.partitions.clone(),
+            },
+        );
+        apply(state, &topic, &mut inner, stepped.effects).await?;
+        stepped.reply.map(|_| ())
+    }
+    .await;
+    TxnOffsetCommitResponse {
+        error: result.err(),
+    }
+}
+
+/// Sends a TxnOffsetCommit to the transactional id's coordinator.
+async fn forward(state: &Arc<BrokerState>, req: &TxnOffsetCommitRequest) -> Result<(), ErrorInfo> {
+    let (index, leader) = coordinator_of(state, &req.transactional_id).await?;
+    let unavailable = |why: String| {
+        ErrorInfo::new(
+            ErrorCode::CoordinatorNotAvailable,
+            format!(
+                "the transaction coordinator of {:?} ({TRANSACTION_STATE_TOPIC}-{index}) {why}: retry",
+                req.transactional_id
+            ),
+        )
+    };
+    let leader = leader.ok_or_else(|| unavailable("has no leader right now".into()))?;
+    if leader == state.config.id {
+        return Err(unavailable("is loading here".into()));
+    }
+    let addr = state
+        .cluster
+        .image()
+        .brokers
+        .get(&leader)
+        .map(|b| b.addr.clone())
+        .ok_or_else(|| unavailable(format!("is broker {leader}, not registered yet")))?;
+    let (resp, _) = state
+        .cluster
+        .links
+        .call(&addr, req, MARKER_CALL_TIMEOUT)
+        .await
+        .map_err(|e| unavailable(format!("(broker {leader}) did not answer: {e}")))?;
+    match resp.error {
+        None => Ok(()),
+        Some(e) => Err(e),
+    }
+}
+
 /// WriteTxnMarkers (from a transaction coordinator): append each marker to a
 /// partition led here and wait until it is replicated.
 pub(crate) async fn write_txn_markers(
@@ -743,6 +859,7 @@ mod tests {
             status: TxnStatus::Ongoing,
             partitions: [("t".to_string(), 1)].into(),
             groups: BTreeSet::new(),
+            offsets: BTreeMap::new(),
             started_ms: 5,
             updated_ms: 6,
         };

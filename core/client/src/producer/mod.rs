@@ -453,6 +453,7 @@ impl Producer {
         let producer = txn::init(&self.shared, txn).await?;
         txn.open = false;
         txn.added.clear();
+        txn.has_offsets = false;
         id.set_producer(producer);
         *self.shared.txn_error.lock() = None;
         tracing::debug!(
@@ -483,6 +484,7 @@ impl Producer {
         }
         txn.open = true;
         txn.added.clear();
+        txn.has_offsets = false;
         *self.shared.txn_error.lock() = None;
         Ok(())
     }
@@ -530,12 +532,49 @@ impl Producer {
                 txn.id
             )));
         };
-        if !txn.added.is_empty() || !commit {
+        if !txn.added.is_empty() || txn.has_offsets || !commit {
             txn::end(&self.shared, txn, producer, commit).await?;
         }
         txn.open = false;
         txn.added.clear();
+        txn.has_offsets = false;
         Ok(())
+    }
+
+    /// Makes `offsets` (the next offset to read, per partition) the committed
+    /// offsets of consumer group `group_id` when the open transaction commits,
+    /// and never if it aborts: the consume-transform-produce loop's input
+    /// progress and its outputs become visible together.
+    pub async fn send_offsets_to_transaction(
+        &self,
+        group_id: &str,
+        offsets: &[(crate::TopicPartition, rill_proto::Offset)],
+    ) -> Result<(), ClientError> {
+        let mut id = self.shared.identity.lock().await;
+        let producer = id.producer();
+        let txn = id.txn.as_mut().ok_or_else(not_transactional)?;
+        if !txn.open {
+            return Err(ClientError::Config(format!(
+                "transactional producer {:?} has no open transaction: call begin_transaction before sending offsets",
+                txn.id
+            )));
+        }
+        let Some(producer) = producer else {
+            return Err(ClientError::Config(format!(
+                "transactional producer {:?} has no producer id: call init_transactions",
+                txn.id
+            )));
+        };
+        let partitions = offsets
+            .iter()
+            .map(|(tp, offset)| rill_proto::wire::OffsetCommitPartition {
+                topic: tp.topic.clone(),
+                partition: tp.partition,
+                offset: *offset,
+                metadata: String::new(),
+            })
+            .collect();
+        txn::commit_offsets(&self.shared, txn, producer, group_id, partitions).await
     }
 
     /// Flushes, then stops the sender task. Later sends fail with `Closed`.

@@ -14,7 +14,8 @@ use std::time::Instant;
 
 use rill_proto::wire::{
     AddPartitionsToTxnRequest, ApiRequest, CoordinatorKind, EndTxnRequest, ErrorCode, ErrorInfo,
-    FindCoordinatorRequest, InitProducerIdRequest, TxnTopic,
+    FindCoordinatorRequest, InitProducerIdRequest, OffsetCommitPartition, TxnOffsetCommitRequest,
+    TxnTopic,
 };
 
 use super::ProducerShared;
@@ -30,6 +31,8 @@ pub(crate) struct TxnState {
     pub open: bool,
     /// Partitions added to the open transaction.
     pub added: HashSet<(Arc<str>, u32)>,
+    /// Group offsets were sent in the open transaction.
+    pub has_offsets: bool,
 }
 
 impl TxnState {
@@ -39,6 +42,7 @@ impl TxnState {
             coordinator: None,
             open: false,
             added: HashSet::new(),
+            has_offsets: false,
         }
     }
 }
@@ -172,5 +176,26 @@ pub(crate) async fn end(
         commit,
     };
     call(shared, txn, "EndTxn", &req, |r| r.error.clone()).await?;
+    Ok(())
+}
+
+/// TxnOffsetCommit: `group`'s offsets become committed with the transaction.
+pub(crate) async fn commit_offsets(
+    shared: &ProducerShared,
+    txn: &mut TxnState,
+    producer: (i64, i16),
+    group: &str,
+    partitions: Vec<OffsetCommitPartition>,
+) -> Result<(), ClientError> {
+    let req = TxnOffsetCommitRequest {
+        transactional_id: txn.id.clone(),
+        producer_id: producer.0,
+        producer_epoch: producer.1,
+        group_id: group.to_string(),
+        partitions,
+    };
+    call(shared, txn, "TxnOffsetCommit", &req, |r| r.error.clone()).await?;
+    // The transaction holds something to commit now.
+    txn.has_offsets = true;
     Ok(())
 }

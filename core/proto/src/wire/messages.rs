@@ -74,10 +74,13 @@ pub enum ApiKey {
     EndTxn = 41,
     /// Between brokers: a partition leader appends a transaction marker.
     WriteTxnMarkers = 42,
+    TxnOffsetCommit = 43,
+    /// Between brokers: a group coordinator stores a committed transaction's offsets.
+    CommitTxnOffsets = 44,
 }
 
 impl ApiKey {
-    pub const ALL: [ApiKey; 43] = [
+    pub const ALL: [ApiKey; 45] = [
         ApiKey::ApiVersions,
         ApiKey::Metadata,
         ApiKey::CreateTopics,
@@ -121,6 +124,8 @@ impl ApiKey {
         ApiKey::AddPartitionsToTxn,
         ApiKey::EndTxn,
         ApiKey::WriteTxnMarkers,
+        ApiKey::TxnOffsetCommit,
+        ApiKey::CommitTxnOffsets,
     ];
 
     pub fn from_u16(n: u16) -> Option<ApiKey> {
@@ -173,6 +178,8 @@ impl ApiKey {
             ApiKey::AddPartitionsToTxn => "add_partitions_to_txn",
             ApiKey::EndTxn => "end_txn",
             ApiKey::WriteTxnMarkers => "write_txn_markers",
+            ApiKey::TxnOffsetCommit => "txn_offset_commit",
+            ApiKey::CommitTxnOffsets => "commit_txn_offsets",
         }
     }
 }

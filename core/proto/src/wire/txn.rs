@@ -89,3 +89,42 @@ impl ApiRequest for WriteTxnMarkersRequest {
     const KEY: ApiKey = ApiKey::WriteTxnMarkers;
     type Response = WriteTxnMarkersResponse;
 }
+
+/// Commits consumer offsets as part of the producer's transaction (Kafka's
+/// AddOffsetsToTxn and TxnOffsetCommit in one): the group's offsets become
+/// its committed offsets when the transaction commits, and are dropped if it
+/// aborts. Sent to the transaction coordinator (a broker that is not forwards
+/// it there). Empty `partitions` only adds the group to the transaction.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TxnOffsetCommitRequest {
+    pub transactional_id: String,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub group_id: String,
+    pub partitions: Vec<super::OffsetCommitPartition>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TxnOffsetCommitResponse {
+    pub error: Option<ErrorInfo>,
+}
+
+impl ApiRequest for TxnOffsetCommitRequest {
+    const KEY: ApiKey = ApiKey::TxnOffsetCommit;
+    type Response = TxnOffsetCommitResponse;
+}
+
+/// Between brokers: a transaction coordinator has a group coordinator store a
+/// committed transaction's offsets (whatever the group's members: the
+/// transaction's producer was checked by its epoch).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommitTxnOffsetsRequest {
+    pub transactional_id: String,
+    pub group_id: String,
+    pub partitions: Vec<super::OffsetCommitPartition>,
+}
+
+impl ApiRequest for CommitTxnOffsetsRequest {
+    const KEY: ApiKey = ApiKey::CommitTxnOffsets;
+    type Response = super::OffsetCommitResponse;
+}
