@@ -8,7 +8,7 @@ mod support;
 use std::collections::BTreeMap;
 use std::process::Stdio;
 
-use support::cluster::{TestCluster, partition0};
+use support::cluster::{TestCluster, partition_n, partition0};
 use support::{CommitWatcher, collect_lines_on_thread, rill_command};
 
 const TOPIC: &str = "my-replicated-topic";
@@ -302,4 +302,96 @@ fn group_offsets_survive_the_coordinator_being_killed() {
     assert_eq!(group_describe(&out).1.values().sum::<i64>(), 300, "{out}");
     let seen = watcher.finish();
     assert!(!seen.is_empty(), "the watcher saw commits");
+}
+
+/// The partition of `__transaction_state` (of `partitions`) that coordinates
+/// `transactional_id`: the broker's FNV-1a (`internal_topics::coordinator_partition`).
+fn txn_partition(transactional_id: &str, partitions: u32) -> u32 {
+    let mut hash: u32 = 0x811c_9dc5;
+    for b in transactional_id.as_bytes() {
+        hash ^= u32::from(*b);
+        hash = hash.wrapping_mul(0x0100_0193);
+    }
+    hash % partitions
+}
+
+#[test]
+fn transactions_span_brokers_and_survive_their_coordinator_being_killed() {
+    let mut c = TestCluster::start_joined(3, &[]);
+    c.wait_all_live();
+    c.rill_ok(
+        &[
+            "topic",
+            "create",
+            "paid",
+            "--partitions",
+            "3",
+            "--replication-factor",
+            "3",
+        ],
+        b"",
+    );
+    // One transaction over three partitions led by different brokers: the
+    // coordinator has the other leaders write their markers.
+    let first: String = (0..60).map(|i| format!("k{i}:p{i:03}\n")).collect();
+    let produce = [
+        "produce",
+        "paid",
+        "--key-separator",
+        ":",
+        "--transactional-id",
+        "payments",
+    ];
+    c.rill_ok(&produce, first.as_bytes());
+
+    // Kill the coordinator of "payments"; the next transaction goes to the
+    // broker that takes its __transaction_state partition over.
+    let state = c.rill_ok(&["topic", "describe", "__transaction_state"], b"");
+    let count = state.lines().filter(|l| l.contains("Partition: ")).count() as u32;
+    assert!(count > 0, "{state}");
+    let (leader, replicas, _) = partition_n(&state, txn_partition("payments", count))
+        .unwrap_or_else(|| panic!("no partition line\n{state}"));
+    assert_eq!(
+        replicas.len(),
+        3,
+        "__transaction_state is replicated: {state}"
+    );
+    let coordinator = leader.expect("the coordinator partition has a leader");
+    c.kill(coordinator as usize);
+    let second: String = (60..100).map(|i| format!("k{i}:p{i:03}\n")).collect();
+    c.rill_ok(&produce, second.as_bytes());
+
+    // A transaction that fails part-way (a line without the separator) is
+    // aborted: its records are in the log, invisible to read-committed readers.
+    let bad = "k100:aborted-1\nk101:aborted-2\nno separator here\n";
+    let out = c.rill(&produce, bad.as_bytes());
+    assert!(!out.status.success(), "a bad line fails the command");
+
+    let read = |isolation: &str, n: usize| -> Vec<String> {
+        let out = c.rill_ok(
+            &[
+                "consume",
+                "paid",
+                "--from-beginning",
+                "--isolation",
+                isolation,
+                "--timeout-ms",
+                "5000",
+                "--max-messages",
+                &n.to_string(),
+            ],
+            b"",
+        );
+        let mut lines: Vec<String> = out.lines().map(str::to_string).collect();
+        lines.sort();
+        lines
+    };
+    let want: Vec<String> = (0..100).map(|i| format!("p{i:03}")).collect();
+    assert_eq!(read("read-committed", 102), want, "committed records only");
+    let all = read("read-uncommitted", 102);
+    assert_eq!(
+        all.len(),
+        102,
+        "the aborted records are in the log: {all:?}"
+    );
 }

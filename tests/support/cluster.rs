@@ -302,7 +302,13 @@ impl Drop for TestCluster {
 
 /// The `(leader, replicas, isr)` of partition 0 in `rill topic describe` output.
 pub fn partition0(describe: &str) -> Option<(Option<i32>, Vec<i32>, Vec<i32>)> {
-    let line = describe.lines().find(|l| l.contains("Partition: 0"))?;
+    partition_n(describe, 0)
+}
+
+/// The `(leader, replicas, isr)` of partition `n` in `rill topic describe` output.
+pub fn partition_n(describe: &str, n: u32) -> Option<(Option<i32>, Vec<i32>, Vec<i32>)> {
+    let tag = format!("Partition: {n}\t");
+    let line = describe.lines().find(|l| l.contains(&tag))?;
     let field = |name: &str| -> Option<String> {
         line.split('\t')
             .find_map(|f| f.trim().strip_prefix(name).map(|v| v.trim().to_string()))
