@@ -29,7 +29,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use rill_client::{Client, ClientConfig, TopicPartition};
-use support::{TestBroker, read_all, rill_bin, run_bounded, single_error_line};
+use support::{TestBroker, read_all, read_all_committed, rill_bin, run_bounded, single_error_line};
 
 /// Bound on building one guest (the first build compiles wit-bindgen and serde).
 const GUEST_BUILD_TIMEOUT: Duration = Duration::from_secs(600);
@@ -913,5 +913,130 @@ fn a_killed_worker_resumes_without_duplicating_outputs() {
     assert!(
         log.contains("resuming after the checkpoint"),
         "the second worker resumed from a checkpoint:\n{log}"
+    );
+}
+
+#[test]
+fn an_exactly_once_transform_fences_a_paused_worker_and_writes_every_output_once() {
+    const RECORDS: usize = 20_000;
+    let wasm = build_guest(&root().join("examples/identity"));
+    let broker = TestBroker::start_with(&["--no-transforms"]);
+    broker.rill_ok(&["topic", "create", "eos-src", "--partitions", "2"]);
+    broker.rill_ok(&["topic", "create", "eos-dst", "--partitions", "3"]);
+    let rt = runtime();
+    let client = rt.block_on(client(&broker));
+    rt.block_on(async {
+        let producer = client
+            .producer(rill_client::ProducerConfig::default())
+            .unwrap();
+        for i in 0..RECORDS {
+            let mut r = rill_client::ProducerRecord::new("eos-src", format!("record-{i:06}"));
+            if i % 2 == 0 {
+                r = r.key(format!("k{}", i % 97));
+            }
+            drop(producer.send(r).await.unwrap());
+        }
+        producer.flush().await.unwrap();
+    });
+    deploy(
+        &broker,
+        &wasm,
+        &[
+            "--name",
+            "eos",
+            "--input",
+            "eos-src",
+            "--output",
+            "eos-dst",
+            "--from",
+            "earliest",
+            "--delivery",
+            "exactly-once",
+            "--commit-interval-ms",
+            "50",
+        ],
+    );
+    let described = describe(&broker, "eos");
+    assert!(
+        described.contains("delivery:   exactly-once"),
+        "{described}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let mut first = spawn_worker(&broker, &dir.path().join("worker-1.log"));
+
+    // Pause the first worker mid-stream: it keeps its open transactions and
+    // its partitions until its group session runs out.
+    let deadline = Instant::now() + PROGRESS_TIMEOUT;
+    loop {
+        let written = rt.block_on(end_offsets_sum(&client, "eos-dst"));
+        if written >= (RECORDS / 4) as i64 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the worker wrote {written} outputs in {PROGRESS_TIMEOUT:?}:\n{}",
+            std::fs::read_to_string(dir.path().join("worker-1.log")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    #[allow(unsafe_code)]
+    // SAFETY: kill(2) on our own unreaped child; no memory-safety preconditions.
+    let stopped = unsafe { libc::kill(first.id() as libc::pid_t, libc::SIGSTOP) };
+    assert_eq!(stopped, 0);
+
+    // A second worker takes the partitions over (after the first's session
+    // expires), fencing the first's transactional ids, and finishes.
+    let mut second = spawn_worker(&broker, &dir.path().join("worker-2.log"));
+    let deadline = Instant::now() + PROGRESS_TIMEOUT;
+    loop {
+        let committed: i64 = rt
+            .block_on(client.admin().committed_offsets("__transform-eos"))
+            .unwrap()
+            .iter()
+            .map(|(_, o)| o.0)
+            .sum();
+        if committed >= RECORDS as i64 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the second worker committed {committed} of {RECORDS} in {PROGRESS_TIMEOUT:?}:\n{}",
+            std::fs::read_to_string(dir.path().join("worker-2.log")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // The first resumes: its writes and commits are refused as fenced.
+    #[allow(unsafe_code)]
+    // SAFETY: as above.
+    let resumed = unsafe { libc::kill(first.id() as libc::pid_t, libc::SIGCONT) };
+    assert_eq!(resumed, 0);
+    std::thread::sleep(Duration::from_secs(3));
+    let _ = first.kill();
+    let _ = first.wait();
+    let _ = second.kill();
+    let _ = second.wait();
+
+    let outputs = rt.block_on(read_all_committed(&client, "eos-dst"));
+    let mut seen = std::collections::HashMap::new();
+    for r in &outputs {
+        let v = String::from_utf8(r.value.clone().unwrap().to_vec()).unwrap();
+        *seen.entry(v).or_insert(0) += 1;
+    }
+    let repeated: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).take(5).collect();
+    assert!(
+        repeated.is_empty(),
+        "read_committed saw outputs twice (e.g. {repeated:?}); {} outputs for {RECORDS} inputs",
+        outputs.len()
+    );
+    assert_eq!(seen.len(), RECORDS, "every input has its output");
+    let log = std::fs::read_to_string(dir.path().join("worker-1.log")).unwrap_or_default();
+    let everything = rt.block_on(read_all(&client, "eos-dst")).len();
+    println!(
+        "read_uncommitted: {everything} outputs (aborted ones included); the paused worker: {}",
+        if log.contains("fenced") {
+            "fenced"
+        } else {
+            "did not write again"
+        }
     );
 }

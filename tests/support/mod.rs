@@ -462,11 +462,33 @@ pub async fn read_all(
     client: &rill_client::Client,
     topic: &str,
 ) -> Vec<rill_client::ConsumerRecord> {
+    read_all_as(client, topic, rill_client::Isolation::ReadUncommitted).await
+}
+
+/// As [`read_all`], as a `read_committed` reader: only committed
+/// transactions' records (waiting for the transactions open now to end).
+pub async fn read_all_committed(
+    client: &rill_client::Client,
+    topic: &str,
+) -> Vec<rill_client::ConsumerRecord> {
+    read_all_as(client, topic, rill_client::Isolation::ReadCommitted).await
+}
+
+async fn read_all_as(
+    client: &rill_client::Client,
+    topic: &str,
+    isolation: rill_client::Isolation,
+) -> Vec<rill_client::ConsumerRecord> {
     use rill_client::{ConsumerConfig, OffsetSpec, TopicPartition};
     let n = client.partition_count(topic).await.unwrap();
     let tps: Vec<TopicPartition> = (0..n).map(|p| TopicPartition::new(topic, p)).collect();
     let ends = client.list_offsets(&tps, OffsetSpec::Latest).await.unwrap();
-    let mut consumer = client.consumer(ConsumerConfig::default()).unwrap();
+    let mut consumer = client
+        .consumer(ConsumerConfig {
+            isolation,
+            ..ConsumerConfig::default()
+        })
+        .unwrap();
     consumer.assign(tps.clone());
     consumer.seek_to_beginning(&tps).await.unwrap();
     let mut out = Vec::new();

@@ -20,7 +20,11 @@ use crate::module::MODULE_BYTES_MAX;
 /// The compacted topic that holds every deployment.
 pub const TRANSFORMS_TOPIC: &str = "__transforms";
 /// The format version of a deployment record.
-pub const DEPLOYMENT_FORMAT_VERSION: u8 = 1;
+pub const DEPLOYMENT_FORMAT_VERSION: u8 = 2;
+/// The format before `delivery` (read, converted to at-least-once).
+const DEPLOYMENT_FORMAT_V1: u8 = 1;
+/// The default commit interval of an exactly-once transform.
+pub const DEFAULT_COMMIT_INTERVAL_MS: u64 = 100;
 /// The longest transform name.
 pub const NAME_LEN_MAX: usize = 100;
 /// Bound on input and on output topics of one deployment.
@@ -107,6 +111,33 @@ impl std::fmt::Display for RunState {
     }
 }
 
+/// How a transform's outputs, state writes and input offsets are committed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum Delivery {
+    /// Outputs are acknowledged, then the state and the input offsets are
+    /// committed; a restart does not write an output twice (checkpoints and
+    /// origin headers, see `checkpoint.rs`), but a reader can see outputs of
+    /// input records whose offsets are not committed yet.
+    #[default]
+    AtLeastOnce,
+    /// Each input partition's outputs, state writes and input offsets are
+    /// committed in one transaction, at most every `commit_interval_ms`, under
+    /// a transactional id of its own: a new owner of the partition fences the
+    /// old one, and `read_committed` readers see every output exactly once.
+    ExactlyOnce { commit_interval_ms: u64 },
+}
+
+impl std::fmt::Display for Delivery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Delivery::AtLeastOnce => f.write_str("at-least-once"),
+            Delivery::ExactlyOnce { commit_interval_ms } => {
+                write!(f, "exactly-once (commit every {commit_interval_ms} ms)")
+            }
+        }
+    }
+}
+
 /// One deployed transform.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Deployment {
@@ -125,6 +156,7 @@ pub struct Deployment {
     pub memory_bytes_max: u64,
     /// Deadline of one call into the module.
     pub call_timeout_ms: u64,
+    pub delivery: Delivery,
     /// The component's bytes.
     pub module: Vec<u8>,
     /// The principal the transform runs as (`User:NAME`, `Anonymous`,
@@ -134,6 +166,44 @@ pub struct Deployment {
     /// carried it, or not yet written.
     #[serde(skip)]
     pub owner: Option<String>,
+}
+
+/// A deployment record of format 1 (before `delivery`).
+#[derive(Deserialize)]
+struct DeploymentV1 {
+    name: String,
+    inputs: Vec<String>,
+    outputs: Vec<String>,
+    on_error: ErrorPolicy,
+    from: StartFrom,
+    config: Vec<(String, String)>,
+    state: RunState,
+    version: u64,
+    deployed_at_ms: i64,
+    memory_bytes_max: u64,
+    call_timeout_ms: u64,
+    module: Vec<u8>,
+}
+
+impl From<DeploymentV1> for Deployment {
+    fn from(v: DeploymentV1) -> Deployment {
+        Deployment {
+            name: v.name,
+            inputs: v.inputs,
+            outputs: v.outputs,
+            on_error: v.on_error,
+            from: v.from,
+            config: v.config,
+            state: v.state,
+            version: v.version,
+            deployed_at_ms: v.deployed_at_ms,
+            memory_bytes_max: v.memory_bytes_max,
+            call_timeout_ms: v.call_timeout_ms,
+            delivery: Delivery::AtLeastOnce,
+            module: v.module,
+            owner: None,
+        }
+    }
 }
 
 impl Deployment {
@@ -196,6 +266,13 @@ impl Deployment {
 
     pub fn decode(bytes: &[u8]) -> Result<Deployment, TransformError> {
         match bytes.split_first() {
+            Some((&DEPLOYMENT_FORMAT_V1, rest)) => postcard::from_bytes::<DeploymentV1>(rest)
+                .map(Deployment::from)
+                .map_err(|e| {
+                    TransformError::Decode(format!(
+                        "a deployment record in {TRANSFORMS_TOPIC} does not decode: {e}"
+                    ))
+                }),
             Some((&DEPLOYMENT_FORMAT_VERSION, rest)) => postcard::from_bytes(rest).map_err(|e| {
                 TransformError::Decode(format!(
                     "a deployment record in {TRANSFORMS_TOPIC} does not decode: {e}"
@@ -309,6 +386,7 @@ mod tests {
             deployed_at_ms: 17,
             memory_bytes_max: 64 << 20,
             call_timeout_ms: 1000,
+            delivery: Default::default(),
             module: vec![0, 1, 2],
             owner: None,
         }

@@ -106,6 +106,31 @@ pub async fn read_between(
     tps: &[TopicPartition],
     from: rill_client::OffsetSpec,
 ) -> Result<Vec<ConsumerRecord>, ClientError> {
+    read_between_as(client, tps, from, rill_client::Isolation::ReadUncommitted).await
+}
+
+/// Every committed record of `tps` (transactions' records only once they
+/// committed) from the start to their end as of now: the read waits until the
+/// transactions open now end (commit, abort or time out).
+pub async fn read_committed_to_end(
+    client: &Client,
+    tps: &[TopicPartition],
+) -> Result<Vec<ConsumerRecord>, ClientError> {
+    read_between_as(
+        client,
+        tps,
+        rill_client::OffsetSpec::Earliest,
+        rill_client::Isolation::ReadCommitted,
+    )
+    .await
+}
+
+async fn read_between_as(
+    client: &Client,
+    tps: &[TopicPartition],
+    from: rill_client::OffsetSpec,
+    isolation: rill_client::Isolation,
+) -> Result<Vec<ConsumerRecord>, ClientError> {
     let ends: HashMap<TopicPartition, Offset> = client
         .list_offsets(tps, rill_client::OffsetSpec::Latest)
         .await?
@@ -114,6 +139,7 @@ pub async fn read_between(
     let starts = client.list_offsets(tps, from).await?;
     let mut consumer = client.consumer(ConsumerConfig {
         fetch_max_wait: Duration::from_millis(50),
+        isolation,
         ..ConsumerConfig::default()
     })?;
     consumer.assign(tps.to_vec());

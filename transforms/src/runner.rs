@@ -41,7 +41,8 @@ use crate::error::TransformError;
 use crate::instance::{Limits, TransformInstance, now_ms};
 use crate::module::TransformModule;
 use crate::registry::{
-    InstanceStatus, LOGS_TOPIC, LogRecord, STATUS_TOPIC, read_between, read_to_end,
+    InstanceStatus, LOGS_TOPIC, LogRecord, STATUS_TOPIC, read_between, read_committed_to_end,
+    read_to_end,
 };
 use crate::state::StateStore;
 
@@ -156,6 +157,31 @@ pub struct Runner {
     committer: [tokio::task::JoinHandle<()>; 2],
     last_status: Instant,
     pending_logs: Vec<LogRecord>,
+    /// With exactly-once delivery: the input partitions' transactions.
+    eos: Option<ExactlyOnce>,
+}
+
+/// Exactly-once delivery: one transactional producer per input partition
+/// (transactional id `__transform-<name>-<topic>-<partition>`), whose
+/// transaction holds the partition's outputs, state writes, checkpoint and
+/// input offset until it commits (every `interval`). A new owner of the
+/// partition initialises the same transactional id, which aborts the old
+/// owner's open transaction and fences it.
+struct ExactlyOnce {
+    interval: Duration,
+    producers: HashMap<TopicPartition, Producer>,
+    /// Input partitions with an open transaction, and the offset it commits.
+    open: HashMap<TopicPartition, Offset>,
+    last_commit: Instant,
+}
+
+/// How long a transform's transaction may stay open before its coordinator
+/// aborts it (a stalled or partitioned-away owner's).
+pub const TRANSFORM_TRANSACTION_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The transactional id of a deployment's input partition.
+pub fn transactional_id(deployment: &str, tp: &TopicPartition) -> String {
+    format!("__transform-{deployment}-{}-{}", tp.topic, tp.partition)
 }
 
 impl std::fmt::Debug for Runner {
@@ -217,6 +243,15 @@ impl Runner {
             }
         });
         let committer = [outputs_acked, changelog_acked];
+        let eos = match deployment.delivery {
+            crate::deployment::Delivery::AtLeastOnce => None,
+            crate::deployment::Delivery::ExactlyOnce { commit_interval_ms } => Some(ExactlyOnce {
+                interval: Duration::from_millis(commit_interval_ms),
+                producers: HashMap::new(),
+                open: HashMap::new(),
+                last_commit: Instant::now(),
+            }),
+        };
         Ok(Runner {
             deployment,
             module,
@@ -235,7 +270,85 @@ impl Runner {
             committer,
             last_status: Instant::now() - STATUS_INTERVAL,
             pending_logs: Vec::new(),
+            eos,
         })
+    }
+
+    /// The producer that writes `tp`'s outputs and state (its transactional
+    /// one with exactly-once delivery), its transaction begun.
+    async fn producer_for(&mut self, tp: &TopicPartition) -> Result<Producer, TransformError> {
+        let Some(eos) = &mut self.eos else {
+            return Ok(self.producer.clone());
+        };
+        let producer = eos.producers.get(tp).cloned().ok_or_else(|| {
+            TransformError::Deployment(format!("{tp} has no transactional producer"))
+        })?;
+        if !eos.open.contains_key(tp) {
+            producer.begin_transaction().await?;
+            eos.open.insert(tp.clone(), Offset(-1));
+        }
+        Ok(producer)
+    }
+
+    /// Commits every open transaction (outputs, state, checkpoint and input
+    /// offset together). A partition whose producer was fenced (a new owner
+    /// took it over) is dropped here.
+    async fn commit_transactions(&mut self) -> Result<(), TransformError> {
+        let Some(eos) = &mut self.eos else {
+            return Ok(());
+        };
+        let group = self.deployment.group_id();
+        let open: Vec<(TopicPartition, Offset)> = eos.open.drain().collect();
+        eos.last_commit = Instant::now();
+        let mut lost = Vec::new();
+        for (tp, next) in open {
+            let producer = eos
+                .producers
+                .get(&tp)
+                .expect("an open transaction has a producer")
+                .clone();
+            let result = async {
+                if next.0 >= 0 {
+                    producer
+                        .send_offsets_to_transaction(&group, &[(tp.clone(), next)])
+                        .await?;
+                }
+                producer.commit_transaction().await
+            }
+            .await;
+            if let Err(e) = result {
+                match e.txn_action() {
+                    rill_client::TxnAction::Fenced => {
+                        tracing::warn!(transform = %self.deployment.name, %tp, error = %e, "fenced: another instance owns this partition now");
+                        lost.push(tp);
+                    }
+                    _ => {
+                        // Not committed: abort, and process the records again
+                        // from the committed offset (a new instance).
+                        let _ = producer.abort_transaction().await;
+                        return Err(e.into());
+                    }
+                }
+            }
+        }
+        for tp in lost {
+            self.drop_partition(&tp).await;
+        }
+        Ok(())
+    }
+
+    /// Forgets a partition: its instance, recovery, and transactional producer.
+    async fn drop_partition(&mut self, tp: &TopicPartition) {
+        if let Some(mut inst) = self.instances.remove(tp) {
+            self.collect_logs(tp, &mut inst);
+        }
+        self.recovery.remove(tp);
+        if let Some(eos) = &mut self.eos
+            && let Some(p) = eos.producers.remove(tp)
+        {
+            eos.open.remove(tp);
+            let _ = p.close().await;
+        }
     }
 
     fn limits(&self) -> Limits {
@@ -252,8 +365,27 @@ impl Runner {
             if self.instances.contains_key(tp) {
                 continue;
             }
-            let (state, checkpoint) =
-                restore_state(&self.client, &self.deployment, self.state_partition(tp), tp).await?;
+            if let Some(eos) = &mut self.eos {
+                // Fences the partition's previous owner and aborts what it left
+                // open, before the state is read back.
+                let producer = self.client.producer(ProducerConfig {
+                    linger: Duration::from_millis(2),
+                    transactional_id: Some(transactional_id(&self.deployment.name, tp)),
+                    transaction_timeout: TRANSFORM_TRANSACTION_TIMEOUT,
+                    ..ProducerConfig::default()
+                })?;
+                producer.init_transactions().await?;
+                eos.producers.insert(tp.clone(), producer);
+            }
+            let committed_only = self.eos.is_some();
+            let (state, checkpoint) = restore_state(
+                &self.client,
+                &self.deployment,
+                self.state_partition(tp),
+                tp,
+                committed_only,
+            )
+            .await?;
             let checkpoint = match checkpoint {
                 Some(c) => c,
                 None => self.first_checkpoint(tp).await?,
@@ -264,7 +396,13 @@ impl Runner {
         let Some(since) = restored.iter().map(|(_, _, c)| c.since_ms).min() else {
             return Ok(());
         };
-        let mut written = self.written_since(since).await?;
+        // Exactly-once: what the previous owner wrote and did not commit was
+        // aborted, so nothing is skipped on the replay.
+        let mut written = if self.eos.is_some() {
+            HashMap::new()
+        } else {
+            self.written_since(since).await?
+        };
         for (tp, state, checkpoint) in restored {
             let written = written.remove(&tp).unwrap_or_default();
             if checkpoint.next.is_some() || !written.is_empty() {
@@ -304,10 +442,7 @@ impl Runner {
     ) -> Result<(), TransformError> {
         self.drain(sink).await?;
         for tp in tps {
-            if let Some(mut inst) = self.instances.remove(tp) {
-                self.collect_logs(tp, &mut inst);
-            }
-            self.recovery.remove(tp);
+            self.drop_partition(tp).await;
         }
         Ok(())
     }
@@ -448,6 +583,7 @@ impl Runner {
             }
             let halt_policy = self.deployment.on_error == ErrorPolicy::Halt;
             let origins = Origins::new(&tp);
+            let producer = self.producer_for(&tp).await?;
             let Processed {
                 mut outputs,
                 results,
@@ -485,7 +621,7 @@ impl Runner {
                             }
                             let origin = origins.value(record.offset.0, index as u32);
                             point.wait_for(
-                                send_output(&self.producer, to, std::mem::take(o), origin).await?,
+                                send_output(&producer, to, std::mem::take(o), origin).await?,
                             );
                             self.counters.outputs += 1;
                         }
@@ -512,8 +648,7 @@ impl Runner {
                                 } else {
                                     let origin = origins.value(record.offset.0, 0);
                                     point.wait_for(
-                                        dead_letter(&self.producer, to, record, &error, origin)
-                                            .await?,
+                                        dead_letter(&producer, to, record, &error, origin).await?,
                                     );
                                 }
                                 self.counters.dead_lettered += 1;
@@ -549,7 +684,25 @@ impl Runner {
             let mut inst = self.instances.remove(&tp).expect("checked above");
             self.collect_logs(&tp, &mut inst);
             self.instances.insert(tp.clone(), inst);
-            if let Some(next) = next {
+            if let Some(next) = next
+                && let Some(eos) = &mut self.eos
+            {
+                // Into the partition's transaction: state writes, the
+                // checkpoint, and (at commit) the input offset.
+                let checkpoint = Checkpoint {
+                    next: Some(next.0),
+                    since_ms: point.made_ms,
+                };
+                for r in state {
+                    drop(producer.send(r).await?);
+                }
+                let record = ProducerRecord::new(&topic, checkpoint.encode())
+                    .key(Checkpoint::key(&tp))
+                    .partition(state_partition);
+                drop(producer.send(record).await?);
+                eos.open.insert(tp.clone(), next);
+                self.recovery.remove(&tp);
+            } else if let Some(next) = next {
                 self.end_recovery_before(&tp, next);
                 let since_ms = self.recovery.get(&tp).map(|r| r.since_ms);
                 point.parts.push(PointPart {
@@ -567,7 +720,13 @@ impl Runner {
                 break;
             }
         }
-        if !point.parts.is_empty() || !point.deliveries.is_empty() {
+        if let Some(eos) = &self.eos {
+            // The outputs' deliveries resolve with the transaction's commit.
+            drop(point);
+            if eos.last_commit.elapsed() >= eos.interval || halted.is_some() {
+                self.commit_transactions().await?;
+            }
+        } else if !point.parts.is_empty() || !point.deliveries.is_empty() {
             self.in_flight += 1;
             self.commit_tx
                 .send(point)
@@ -670,6 +829,7 @@ impl Runner {
 
     /// Resolves and commits every pending commit point.
     pub async fn drain<S: OffsetSink>(&mut self, sink: &mut S) -> Result<(), TransformError> {
+        self.commit_transactions().await?;
         self.producer.flush().await?;
         self.absorb_resolved(sink, true).await
     }
@@ -740,6 +900,11 @@ impl Runner {
             }
         }
         self.publish_status(state, 0, true).await?;
+        if let Some(eos) = &mut self.eos {
+            for (_, p) in eos.producers.drain() {
+                let _ = p.close().await;
+            }
+        }
         self.producer.close().await?;
         for task in &self.committer {
             task.abort();
@@ -763,12 +928,18 @@ async fn restore_state(
     deployment: &Deployment,
     state_partition: u32,
     tp: &TopicPartition,
+    committed_only: bool,
 ) -> Result<(StateStore, Option<Checkpoint>), TransformError> {
     let mut state = StateStore::default();
     let mut checkpoint = None;
     let stp = TopicPartition::new(deployment.state_topic(), state_partition);
     let prefix = Runner::state_key_prefix(tp);
-    for r in read_to_end(client, &[stp]).await? {
+    let records = if committed_only {
+        read_committed_to_end(client, &[stp]).await?
+    } else {
+        read_to_end(client, &[stp]).await?
+    };
+    for r in records {
         if let Some(c) = Checkpoint::decode_for(tp, &r) {
             checkpoint = Some(c);
             continue;

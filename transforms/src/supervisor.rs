@@ -273,6 +273,7 @@ mod tests {
             deployed_at_ms: 0,
             memory_bytes_max: memory_mb << 20,
             call_timeout_ms: 1000,
+            delivery: Default::default(),
             module: vec![],
             owner: None,
         }

@@ -229,6 +229,7 @@ pub async fn run(b: TransformBench) -> anyhow::Result<()> {
         deployed_at_ms: run_id,
         memory_bytes_max: rill_transforms::instance::MEMORY_BYTES_MAX_DEFAULT as u64,
         call_timeout_ms: rill_transforms::instance::CALL_TIMEOUT_DEFAULT.as_millis() as u64,
+        delivery: Default::default(),
         module: Vec::new(),
         owner: None,
     };

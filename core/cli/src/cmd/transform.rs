@@ -109,6 +109,20 @@ pub struct DeployArgs {
     /// Deadline of one call into the module, in milliseconds.
     #[arg(long, value_name = "MS")]
     pub timeout_ms: Option<u64>,
+    /// at-least-once: outputs, then state and input offsets are committed
+    /// (restarts write no output twice); exactly-once: each input partition's
+    /// outputs, state and input offsets commit together in transactions, and
+    /// read-committed readers see every output once, whatever fails.
+    #[arg(
+        long,
+        default_value = "at-least-once",
+        value_name = "at-least-once|exactly-once"
+    )]
+    pub delivery: String,
+    /// With --delivery exactly-once: how often each input partition's
+    /// transaction commits (the outputs' latency to read-committed readers).
+    #[arg(long, value_name = "MS", default_value_t = rill_transforms::deployment::DEFAULT_COMMIT_INTERVAL_MS)]
+    pub commit_interval_ms: u64,
     #[command(flatten)]
     pub client: ClientArgs,
 }
@@ -348,6 +362,21 @@ async fn deploy(a: DeployArgs) -> anyhow::Result<()> {
         call_timeout_ms: a
             .timeout_ms
             .unwrap_or(CALL_TIMEOUT_DEFAULT.as_millis() as u64),
+        delivery: match a.delivery.as_str() {
+            "at-least-once" => rill_transforms::deployment::Delivery::AtLeastOnce,
+            "exactly-once" => {
+                if a.commit_interval_ms == 0 || a.commit_interval_ms > 60_000 {
+                    bail!(
+                        "--commit-interval-ms {} must be in 1..=60000",
+                        a.commit_interval_ms
+                    );
+                }
+                rill_transforms::deployment::Delivery::ExactlyOnce {
+                    commit_interval_ms: a.commit_interval_ms,
+                }
+            }
+            other => bail!("--delivery {other:?}: use at-least-once or exactly-once"),
+        },
         module,
         owner: None,
     };
@@ -476,6 +505,7 @@ async fn describe(a: NameArgs) -> anyhow::Result<()> {
             String::new()
         }
     )?;
+    writeln!(out, "  delivery:   {}", d.delivery)?;
     writeln!(out, "  group:      {}", d.group_id())?;
     writeln!(out, "  state topic: {}", d.state_topic())?;
     writeln!(

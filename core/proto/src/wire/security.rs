@@ -308,7 +308,7 @@ impl ApiRequest for TransformWriteRequest {
 }
 
 /// The start of a deployment record (rill-transforms' `Deployment`, format
-/// version 1: the version byte, then postcard fields in this order), which is
+/// versions 1 and 2: the version byte, then postcard fields in this order), which is
 /// all a broker needs to check who may deploy it: the name, the topics it
 /// reads and writes, and whether failed records go to `<name>.dlq`. Postcard
 /// is not self-describing, so this mirror must keep the order and types of the
@@ -330,14 +330,15 @@ pub enum DeploymentErrorPolicy {
     Halt,
 }
 
-/// The deployment record format version [`DeploymentHead`] reads.
-pub const DEPLOYMENT_FORMAT_VERSION: u8 = 1;
+/// The newest deployment record format version [`DeploymentHead`] reads
+/// (version 2 added `delivery` after the head: both share the head).
+pub const DEPLOYMENT_FORMAT_VERSION: u8 = 2;
 
 impl DeploymentHead {
     /// Reads the head of a deployment record; the error says what is wrong.
     pub fn decode(value: &[u8]) -> Result<DeploymentHead, String> {
         match value.split_first() {
-            Some((&DEPLOYMENT_FORMAT_VERSION, rest)) => postcard::take_from_bytes(rest)
+            Some((1..=DEPLOYMENT_FORMAT_VERSION, rest)) => postcard::take_from_bytes(rest)
                 .map(|(head, _)| head)
                 .map_err(|e| format!("the deployment record does not decode: {e}")),
             Some((v, _)) => Err(format!(
