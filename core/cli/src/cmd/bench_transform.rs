@@ -60,6 +60,11 @@ pub struct TransformBench {
     /// `rill transform deploy --config` does (e.g. dedup=false for the RSS cleaner).
     #[arg(long = "config", value_name = "KEY=VALUE", value_parser = rill_transforms::deployment::parse_config_entry)]
     pub config: Vec<(String, String)>,
+    /// Run the transform exactly-once (each input partition's outputs, state
+    /// and offset committed in transactions every this many milliseconds)
+    /// instead of at-least-once.
+    #[arg(long, value_name = "MS")]
+    pub exactly_once_interval_ms: Option<u64>,
 }
 
 /// Commits to memory: the bench measures the data path, not the offset store.
@@ -229,7 +234,12 @@ pub async fn run(b: TransformBench) -> anyhow::Result<()> {
         deployed_at_ms: run_id,
         memory_bytes_max: rill_transforms::instance::MEMORY_BYTES_MAX_DEFAULT as u64,
         call_timeout_ms: rill_transforms::instance::CALL_TIMEOUT_DEFAULT.as_millis() as u64,
-        delivery: Default::default(),
+        delivery: match b.exactly_once_interval_ms {
+            None => Default::default(),
+            Some(commit_interval_ms) => {
+                rill_transforms::deployment::Delivery::ExactlyOnce { commit_interval_ms }
+            }
+        },
         module: Vec::new(),
         owner: None,
     };
