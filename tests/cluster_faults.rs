@@ -19,24 +19,11 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+use support::Rng;
 use support::cluster::TestCluster;
 
 const TOPIC: &str = "jepsen";
 const PARTITIONS: u32 = 3;
-
-/// xorshift64*: a seeded, reproducible schedule.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// Every partition of the topic has all three replicas in its ISR.
 fn full_isrs(describe: &str) -> bool {
@@ -53,13 +40,7 @@ fn env_u64(name: &str) -> Option<u64> {
 
 #[test]
 fn acknowledged_writes_survive_kills_and_pauses() {
-    let seed = env_u64("RILL_FAULT_SEED").unwrap_or_else(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos() as u64
-            | 1
-    });
+    let seed = Rng::seed_from_env();
     let fault_secs = env_u64("RILL_FAULT_SECS").unwrap_or(25);
     println!(
         "fault test seed: {seed} (RILL_FAULT_SEED={seed} replays it), {fault_secs}s of faults"

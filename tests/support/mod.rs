@@ -724,3 +724,33 @@ pub fn committed_offsets(describe: &str, group: &str) -> Committed {
         })
         .collect()
 }
+
+/// xorshift64*: a seeded, reproducible fault schedule.
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// A seed from `RILL_FAULT_SEED`, else from the clock (never zero).
+    pub fn seed_from_env() -> u64 {
+        std::env::var("RILL_FAULT_SEED")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_nanos() as u64
+                    | 1
+            })
+    }
+
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
