@@ -300,7 +300,6 @@ impl Runner {
         let group = self.deployment.group_id();
         let open: Vec<(TopicPartition, Offset)> = eos.open.drain().collect();
         eos.last_commit = Instant::now();
-        let mut lost = Vec::new();
         for (tp, next) in open {
             let producer = eos
                 .producers
@@ -317,22 +316,19 @@ impl Runner {
             }
             .await;
             if let Err(e) = result {
-                match e.txn_action() {
-                    rill_client::TxnAction::Fenced => {
-                        tracing::warn!(transform = %self.deployment.name, %tp, error = %e, "fenced: another instance owns this partition now");
-                        lost.push(tp);
-                    }
-                    _ => {
-                        // Not committed: abort, and process the records again
-                        // from the committed offset (a new instance).
-                        let _ = producer.abort_transaction().await;
-                        return Err(e.into());
-                    }
+                if e.txn_action() == rill_client::TxnAction::Fenced {
+                    // Another instance took the partition over (or the
+                    // coordinator timed the transaction out): this runner's
+                    // positions are past what committed, so it stops and
+                    // starts again from the committed offsets.
+                    tracing::warn!(transform = %self.deployment.name, %tp, error = %e, "fenced: another instance owns this partition now");
+                } else {
+                    // Not committed: abort; the restarted runner processes
+                    // the records again from the committed offsets.
+                    let _ = producer.abort_transaction().await;
                 }
+                return Err(e.into());
             }
-        }
-        for tp in lost {
-            self.drop_partition(&tp).await;
         }
         Ok(())
     }

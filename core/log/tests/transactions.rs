@@ -100,6 +100,29 @@ fn a_marker_at_a_newer_epoch_fences_the_producers_older_epoch() {
 }
 
 #[test]
+fn a_fenced_producers_late_batch_is_refused_where_it_never_wrote_before() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path(), small_config(), NOW).unwrap();
+    // The coordinator aborted producer 5's transaction at epoch 1 before its
+    // first batch (epoch 0) reached this partition.
+    let m = Marker {
+        kind: MarkerKind::Abort,
+        coordinator_epoch: 0,
+    };
+    log.append_marker(ProducerId(5), 1, m, E1, NOW).unwrap();
+    let err = log
+        .append(&mut txn_batch(5, 0, 1, "a"), E1, NOW)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("fenced"), "{err}");
+    assert_eq!(
+        log.first_unstable_offset(),
+        None,
+        "no transaction left open"
+    );
+}
+
+#[test]
 fn truncation_forgets_what_it_removed_and_rebuilds_the_rest() {
     let dir = tempfile::tempdir().unwrap();
     let mut log = Log::open(dir.path(), small_config(), NOW).unwrap();
