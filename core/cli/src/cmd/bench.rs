@@ -142,6 +142,15 @@ pub struct E2eBench {
     /// Records per second the producer offers.
     #[arg(long, default_value_t = 50_000)]
     pub rate: u64,
+    /// Read the records back from this topic instead (e.g. the output of a
+    /// transform that copies values, such as examples/identity): the latency
+    /// then includes the transform.
+    #[arg(long, value_name = "TOPIC")]
+    pub read_topic: Option<String>,
+    /// How the reader reads: read-uncommitted (default) or read-committed
+    /// (only committed transactions' records).
+    #[arg(long, default_value = "read-uncommitted", value_parser = super::consume::parse_isolation)]
+    pub isolation: rill_proto::wire::Isolation,
 }
 
 pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
@@ -574,18 +583,23 @@ async fn bench_e2e(b: E2eBench) -> anyhow::Result<()> {
     }
     let client = b.common.client.connect().await?;
     ensure_topic(&client, &b.common).await?;
+    let read_topic = b
+        .read_topic
+        .clone()
+        .unwrap_or_else(|| b.common.topic.clone());
     let partitions = client
-        .partition_count(&b.common.topic)
+        .partition_count(&read_topic)
         .await
-        .map_err(|e| client_error(format!("cannot read topic {}", b.common.topic), e))?;
+        .map_err(|e| client_error(format!("cannot read topic {read_topic}"), e))?;
     let tps: Vec<_> = (0..partitions)
-        .map(|p| TopicPartition::new(b.common.topic.clone(), p))
+        .map(|p| TopicPartition::new(read_topic.clone(), p))
         .collect();
 
     let consumer_client = b.common.client.connect().await?;
     let mut consumer = consumer_client
         .consumer(ConsumerConfig {
             fetch_max_wait: Duration::from_millis(100),
+            isolation: b.isolation,
             ..Default::default()
         })
         .map_err(|e| client_error("cannot start a consumer", e))?;

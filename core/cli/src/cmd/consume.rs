@@ -384,7 +384,7 @@ pub fn format_record(
     out.push(b'\n');
 }
 
-fn parse_isolation(s: &str) -> Result<Isolation, String> {
+pub(crate) fn parse_isolation(s: &str) -> Result<Isolation, String> {
     match s {
         "read-uncommitted" | "read_uncommitted" => Ok(Isolation::ReadUncommitted),
         "read-committed" | "read_committed" => Ok(Isolation::ReadCommitted),
