@@ -23,6 +23,12 @@
 # tests) and kcat on PATH:
 #   RILL_BIN=target/release/rill TANSU_BIN=/work/tansu/bin/tansu \
 #     tests/scale/kafka_vs_tansu.sh 2>&1 | tee /tmp/kafka_vs_tansu.log
+# Debian's kcat is built on librdkafka 2.0.2, which cannot read Tansu 0.6's
+# ApiVersions answer; KCAT_LIBRDKAFKA=DIR runs kcat (on both brokers) with
+# LD_LIBRARY_PATH=DIR, DIR holding a librdkafka.so.1 of a newer release, e.g. a
+# link to the one in the venv's confluent_kafka.libs (librdkafka 2.16.0):
+#   mkdir -p /tmp/rdkafka && ln -sf $PWD/target/tmp/kafka-venv/lib/python3*/site-packages/confluent_kafka.libs/librdkafka-*.so.1 /tmp/rdkafka/librdkafka.so.1
+#   KCAT_LIBRDKAFKA=/tmp/rdkafka RILL_BIN=... tests/scale/kafka_vs_tansu.sh
 # Tansu runs with its in-memory storage engine (memory://tansu/, dynostore);
 # Rill writes its log to a temporary directory. Figures in docs/BENCHMARKS.md
 # ("Rill's Kafka listener side by side with Tansu 0.6").
@@ -31,6 +37,11 @@ R=${RILL_BIN:-target/release/rill}
 T=${TANSU_BIN:-/work/tansu/bin/tansu}
 PY=${PYTHON:-target/tmp/kafka-venv/bin/python}
 KCAT=${KCAT:-kcat}
+if [ -n "${KCAT_LIBRDKAFKA:-}" ]; then
+  KCAT_BIN=$(command -v "$KCAT")
+  kcat_env() { LD_LIBRARY_PATH=$KCAT_LIBRDKAFKA "$KCAT_BIN" "$@"; }
+  KCAT=kcat_env
+fi
 N=${RECORDS:-1000000}
 RATE=${RATE:-1000}
 E2E_SECONDS=${E2E_SECONDS:-10}
@@ -106,9 +117,9 @@ wait_port "$RILL_KAFKA"
 wait_port "$TANSU"
 sleep 1
 export RILL_BOOTSTRAP=$RILL_QUIC
-echo "rill: $("$R" --version); tansu: $("$T" --version 2>&1 | head -1); kcat: $("$KCAT" -V | head -1)"
+echo "rill: $("$R" --version); tansu: $("$T" --version 2>&1 | head -1); kcat: $("$KCAT" -V | grep -m1 Version)"
 echo "records: $N of 100 bytes; latency: $RATE records/s for $E2E_SECONDS s"
-# kcat (Debian's, librdkafka 2.0.2) cannot read Tansu 0.6's ApiVersions v3
+# kcat on Debian's librdkafka 2.0.2 cannot read Tansu 0.6's ApiVersions v3
 # answer ("Protocol read buffer underflow"); try once, skip kcat there if so.
 KCAT_TANSU=1
 if ! "$KCAT" -b "$TANSU" -L -m 5 > "$D/kcat-probe" 2>&1; then
