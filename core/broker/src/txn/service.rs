@@ -75,6 +75,8 @@ const TXN_VALUE_VERSION: u16 = 0;
 pub struct TxnService {
     inner: tokio::sync::Mutex<Inner>,
     creating: tokio::sync::Mutex<()>,
+    /// Woken when a marker writer finishes (or gives up): EndTxn waits on it.
+    markers_done: tokio::sync::Notify,
 }
 
 #[derive(Debug, Default)]
@@ -404,6 +406,7 @@ fn spawn_markers(state: &Arc<BrokerState>, inner: &mut Inner, job: MarkerJob) {
         let id = job.transactional_id.clone();
         let result = finish(&state, job).await;
         state.txns.inner.lock().await.writing.remove(&id);
+        state.txns.markers_done.notify_waiters();
         if let Err(e) = result {
             tracing::warn!(transactional_id = %id, error = %e, "transaction markers not finished here");
         }
@@ -699,6 +702,9 @@ pub(crate) async fn end_txn(state: &Arc<BrokerState>, req: EndTxnRequest) -> End
         // Wait for the markers (written by the task `apply` started).
         let deadline = tokio::time::Instant::now() + END_TXN_WAIT;
         loop {
+            let done = state.txns.markers_done.notified();
+            tokio::pin!(done);
+            done.as_mut().enable();
             {
                 let inner = state.txns.inner.lock().await;
                 let status = inner.coordinator.get(&req.transactional_id).map(|m| m.status);
@@ -722,7 +728,11 @@ pub(crate) async fn end_txn(state: &Arc<BrokerState>, req: EndTxnRequest) -> End
                     ),
                 ));
             }
-            tokio::time::sleep(Duration::from_millis(5)).await;
+            tokio::select! {
+                _ = done => {}
+                // A leadership change is seen by the next round at the latest.
+                _ = tokio::time::sleep(TXN_TICK_INTERVAL) => {}
+            }
         }
     }
     .await;
