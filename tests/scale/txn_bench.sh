@@ -5,7 +5,7 @@
 # One broker, release build; run from the repository root after
 # `cargo build --release --bin rill` and `rill transform build examples/identity`
 # (the tests build it into target/wasm-guests). Figures in docs/BENCHMARKS.md
-# ("Transactions").
+# ("Transactions"); the latency through a transform is tests/scale/txn_latency.sh.
 set -euo pipefail
 R=${RILL_BIN:-target/release/rill}
 WASM=${WASM:-target/wasm-guests/wasm32-wasip2/release/identity.wasm}
@@ -28,16 +28,3 @@ for run in 1 2 3; do
   echo "== run $run: identity transform, exactly-once (commit every 100 ms)"
   $R bench transform --module $WASM --records $T --exactly-once-interval-ms 100 2>&1 | grep "^records="
 done
-if [ -n "${LATENCY:-}" ]; then
-  # End-to-end latency through an identity transform run by the broker, as a
-  # read-committed reader of its output, at 10,000 records/s: exactly-once
-  # (commit every 100 ms) and at-least-once.
-  for delivery in exactly-once at-least-once; do
-    $R topic create lat-in-$delivery --partitions 2 > /dev/null
-    $R topic create lat-out-$delivery --partitions 2 > /dev/null
-    $R transform deploy $WASM --name lat-$delivery --input lat-in-$delivery --output lat-out-$delivery --from earliest --delivery $delivery > /dev/null
-    sleep 3
-    echo "== e2e through the identity transform, $delivery, read-committed reader, 10,000 records/s"
-    $R bench e2e --topic lat-in-$delivery --read-topic lat-out-$delivery --isolation read-committed --rate 10000 --records 100000 --record-size 100 --acks all 2>&1 | grep -iE "latency|p50|p99|records/s" | head -4
-  done
-fi
