@@ -16,6 +16,7 @@
 #![allow(dead_code)] // each test file uses a different part of the harness
 
 pub mod cluster;
+pub mod netns;
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Read, Write};

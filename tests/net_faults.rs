@@ -1,0 +1,1024 @@
+//! Network faults (issue 21): three `rill broker` processes, each in its own
+//! network namespace on a bridge the test makes (tests/support/netns.rs), and
+//! the test's client in another. While producers write unique records with
+//! acks=all (replication factor 3, min.insync.replicas=2) and a consumer reads
+//! along, a seeded schedule applies faults one at a time, each held a few
+//! seconds then healed:
+//!
+//! - isolate: one broker loses every packet;
+//! - leader-cut: a partition leader cut from both followers, still reached by
+//!   the client;
+//! - controller-minority: the Raft leader (the controller) cut from the other
+//!   brokers (the client still reaches it);
+//! - bridge: two brokers cut from each other, both still seeing the third;
+//! - one-way: a partition leader's packets to one follower dropped (or the
+//!   reverse), the other direction passing;
+//! - loss: 5-20% of every broker's packets dropped at random;
+//! - kill: SIGKILL of a partition leader, restarted after the hold;
+//! - pause: SIGSTOP of a broker, SIGCONT after the hold.
+//!
+//! The checker then names every anomaly with its seed and the history around
+//! it: (1) an acknowledged record lost, moved or read twice, or records of one
+//! key out of producer order; (2) two different records read at one offset of a
+//! partition (across every read, during and after the faults), or a consumer's
+//! offsets going back; (5) replicas not byte-identical up to the high
+//! watermark (the segment files' batches compared by offset). A broker that
+//! does not come back (full ISRs) within a bound after a heal is one too.
+//!
+//! Short mode (`cargo test`): three schedules (every fault kind once each, in a
+//! seeded order). `RILL_FAULT_SEED=N` replays one schedule;
+//! `RILL_FAULT_SOAK_S=1800` runs new schedules until that many seconds passed.
+//! Without root or `ip`/`nft` the test prints why and is skipped, unless `CI`
+//! is set (then it fails).
+
+mod support;
+
+use rill_client::{
+    Client, ClientConfig, ConsumerConfig, NewTopic, OffsetSpec, ProducerConfig, ProducerRecord,
+    TopicPartition,
+};
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use support::Rng;
+use support::netns::{NetCluster, NetLab, skip_unless_supported};
+
+const BROKERS: usize = 3;
+const PARTITIONS: u32 = 3;
+/// Schedules of the short mode (each about 40 s here).
+const SHORT_SCHEDULES: u32 = 3;
+/// Longest wait for the cluster to heal (all brokers back in every ISR).
+const RECOVER_TIMEOUT: Duration = Duration::from_secs(60);
+/// Delivery timeout of the producers (a record not acknowledged by then is
+/// indeterminate: it may or may not be in the log).
+const DELIVERY_TIMEOUT: Duration = Duration::from_secs(6);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Isolate,
+    LeaderCut,
+    ControllerMinority,
+    Bridge,
+    OneWay,
+    Loss,
+    Kill,
+    Pause,
+}
+
+const KINDS: [Kind; 8] = [
+    Kind::Isolate,
+    Kind::LeaderCut,
+    Kind::ControllerMinority,
+    Kind::Bridge,
+    Kind::OneWay,
+    Kind::Loss,
+    Kind::Kill,
+    Kind::Pause,
+];
+
+/// Timestamped events: faults, heals, errors, acks (sampled), reads.
+struct History {
+    start: Instant,
+    events: Mutex<Vec<(f64, String)>>,
+}
+
+impl History {
+    fn new() -> Arc<History> {
+        Arc::new(History {
+            start: Instant::now(),
+            events: Mutex::new(Vec::new()),
+        })
+    }
+
+    fn now(&self) -> f64 {
+        self.start.elapsed().as_secs_f64()
+    }
+
+    fn note(&self, what: impl Into<String>) -> f64 {
+        let t = self.now();
+        self.events.lock().unwrap().push((t, what.into()));
+        t
+    }
+
+    /// The events from 6 s before `t` to 2 s after (at most 40, nearest `t`).
+    fn around(&self, t: f64) -> String {
+        let events = self.events.lock().unwrap();
+        let mut near: Vec<&(f64, String)> = events
+            .iter()
+            .filter(|(e, _)| *e >= t - 6.0 && *e <= t + 2.0)
+            .collect();
+        if near.len() > 40 {
+            near.sort_by(|a, b| (a.0 - t).abs().total_cmp(&(b.0 - t).abs()));
+            near.truncate(40);
+            near.sort_by(|a, b| a.0.total_cmp(&b.0));
+        }
+        near.iter()
+            .map(|(e, s)| format!("    {e:8.3}s {s}\n"))
+            .collect()
+    }
+}
+
+#[derive(Debug)]
+struct Anomaly {
+    t: f64,
+    what: String,
+}
+
+type Anomalies = Arc<Mutex<Vec<Anomaly>>>;
+
+#[derive(Debug, Clone)]
+struct Ack {
+    n: u64,
+    offset: i64,
+    t: f64,
+}
+
+/// What one schedule saw, for the report.
+struct Outcome {
+    seed: u64,
+    anomalies: Vec<Anomaly>,
+    faults: Vec<String>,
+}
+
+fn env_u64(name: &str) -> Option<u64> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
+}
+
+#[test]
+fn network_faults() {
+    if skip_unless_supported("network_faults") {
+        return;
+    }
+    let began = Instant::now();
+    let soak = env_u64("RILL_FAULT_SOAK_S").map(Duration::from_secs);
+    let fixed = env_u64("RILL_FAULT_SEED");
+    let base = Rng::seed_from_env();
+    let lab = NetLab::new(BROKERS).unwrap_or_else(|e| panic!("cannot build the network: {e}"));
+    let client_ns = lab.client().ns.clone();
+    let outcomes = NetLab::run_in(&client_ns, move || {
+        // Declared in this order so the brokers die before their namespaces.
+        let mut lab = lab;
+        let mut cluster = NetCluster::start(&lab, &[]);
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let mut config = ClientConfig::new(cluster.bootstrap());
+        config.tls = rill_net::ClientTls::Dev {
+            home: cluster.home(),
+        };
+        wait_live(&rt, &config, &cluster);
+        let mut outcomes = Vec::new();
+        let mut seeds = Rng(base);
+        let mut i = 0u32;
+        loop {
+            let seed = match (fixed, i) {
+                (Some(s), 0) => s,
+                (Some(_), _) => break,
+                (None, 0) => base,
+                _ => seeds.next() | 1,
+            };
+            if fixed.is_none() && i > 0 {
+                let more = match soak {
+                    Some(s) => began.elapsed() < s,
+                    None => i < SHORT_SCHEDULES,
+                };
+                if !more {
+                    break;
+                }
+            }
+            println!(
+                "=== schedule {i}: seed {seed} (RILL_FAULT_SEED={seed} replays it), {:.0}s in",
+                began.elapsed().as_secs_f64()
+            );
+            let o = run_schedule(seed, i, &mut lab, &mut cluster, &rt, &config);
+            outcomes.push(o);
+            i += 1;
+        }
+        drop(rt);
+        drop(cluster);
+        drop(lab);
+        outcomes
+    });
+    println!(
+        "network_faults: {} schedule(s) in {:.1}s",
+        outcomes.len(),
+        began.elapsed().as_secs_f64()
+    );
+    let mut total = 0;
+    for o in &outcomes {
+        println!("seed {}: {}", o.seed, o.faults.join("; "));
+        total += o.anomalies.len();
+    }
+    assert_eq!(
+        total,
+        0,
+        "{total} anomalies (seeds {:?}); each is printed above with its history",
+        outcomes
+            .iter()
+            .filter(|o| !o.anomalies.is_empty())
+            .map(|o| o.seed)
+            .collect::<Vec<_>>()
+    );
+}
+
+/// Waits until every broker is alive in the cluster metadata.
+fn wait_live(rt: &tokio::runtime::Runtime, config: &ClientConfig, cluster: &NetCluster) {
+    let deadline = Instant::now() + RECOVER_TIMEOUT;
+    let mut last = String::new();
+    while Instant::now() < deadline {
+        let r = rt.block_on(async {
+            let c = Client::connect(config.clone()).await?;
+            c.admin().cluster().await
+        });
+        match r {
+            Ok(info) if info.brokers.iter().filter(|b| b.alive).count() == BROKERS => return,
+            Ok(info) => last = format!("{info:?}"),
+            Err(e) => last = e.to_string(),
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    panic!(
+        "the brokers did not all come up: {last}\n{}",
+        (0..BROKERS)
+            .map(|i| cluster.log_tail(i, 80))
+            .collect::<String>()
+    );
+}
+
+/// One admin call with a bound.
+fn admin<T>(
+    rt: &tokio::runtime::Runtime,
+    config: &ClientConfig,
+    f: impl AsyncFnOnce(rill_client::Admin) -> Result<T, rill_client::ClientError>,
+) -> Result<T, String> {
+    rt.block_on(async {
+        tokio::time::timeout(Duration::from_secs(10), async {
+            let c = Client::connect(config.clone())
+                .await
+                .map_err(|e| e.to_string())?;
+            f(c.admin()).await.map_err(|e| e.to_string())
+        })
+        .await
+        .unwrap_or_else(|_| Err("timed out".into()))
+    })
+}
+
+/// Leaders and ISRs of the topic's partitions, as one broker tells it.
+fn describe(
+    rt: &tokio::runtime::Runtime,
+    config: &ClientConfig,
+    topic: &str,
+) -> Result<Vec<rill_client::PartitionMetadata>, String> {
+    let t = topic.to_string();
+    admin(rt, config, async move |a| a.describe_topic(&t).await).map(|d| d.partitions)
+}
+
+fn full_isrs(parts: &[rill_client::PartitionMetadata]) -> bool {
+    parts.len() == PARTITIONS as usize
+        && parts
+            .iter()
+            .all(|p| p.isr.len() == BROKERS && p.leader.is_some())
+}
+
+/// Waits (bounded) until every broker is alive and in every ISR of `topic`;
+/// how long it took, or what it last saw.
+fn wait_healed(
+    rt: &tokio::runtime::Runtime,
+    config: &ClientConfig,
+    topic: &str,
+) -> Result<Duration, String> {
+    let began = Instant::now();
+    let mut last = String::new();
+    while began.elapsed() < RECOVER_TIMEOUT {
+        let live = admin(rt, config, async |a| a.cluster().await);
+        let parts = describe(rt, config, topic);
+        match (live, parts) {
+            (Ok(info), Ok(parts))
+                if info.brokers.iter().filter(|b| b.alive).count() == BROKERS
+                    && full_isrs(&parts) =>
+            {
+                return Ok(began.elapsed());
+            }
+            (live, parts) => last = format!("cluster {live:?}\npartitions {parts:?}"),
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    Err(last)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_schedule(
+    seed: u64,
+    idx: u32,
+    lab: &mut NetLab,
+    cluster: &mut NetCluster,
+    rt: &tokio::runtime::Runtime,
+    config: &ClientConfig,
+) -> Outcome {
+    let mut rng = Rng(seed);
+    let hist = History::new();
+    let anomalies: Anomalies = Arc::new(Mutex::new(Vec::new()));
+    let topic = format!("netq{idx}-{seed}");
+    let mut faults_done = Vec::new();
+
+    // The topic: RF 3, min.insync.replicas=2, small segments.
+    let created = {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let t = topic.clone();
+            let r = admin(rt, config, async move |a| {
+                a.create_topic(NewTopic {
+                    name: t,
+                    partitions: Some(PARTITIONS),
+                    replication_factor: Some(BROKERS as u16),
+                    configs: vec![
+                        ("min.insync.replicas".into(), "2".into()),
+                        ("replica.lag.time.max.ms".into(), "3000".into()),
+                        ("segment.bytes".into(), "65536".into()),
+                    ],
+                })
+                .await
+            });
+            match r {
+                Ok(()) => break Ok(()),
+                Err(e) if e.contains("already exists") || e.contains("ALREADY_EXISTS") => {
+                    break Ok(());
+                }
+                Err(e) if Instant::now() > deadline => break Err(e),
+                Err(_) => std::thread::sleep(Duration::from_millis(300)),
+            }
+        }
+    };
+    if let Err(e) = created {
+        panic!("seed {seed}: cannot create {topic}: {e}");
+    }
+    if let Err(e) = wait_healed(rt, config, &topic) {
+        panic!("seed {seed}: {topic} never got full ISRs: {e}");
+    }
+    hist.note(format!("topic {topic} created, full ISRs"));
+
+    // Workloads.
+    let stop = Arc::new(AtomicBool::new(false));
+    let acks: Arc<Mutex<BTreeMap<u32, Vec<Ack>>>> = Arc::default();
+    // (partition, offset) -> (value, time first read): every read, live and final.
+    let seen: Arc<Mutex<HashMap<(u32, i64), (String, f64)>>> = Arc::default();
+    let mut producers = Vec::new();
+    for p in 0..PARTITIONS {
+        producers.push(rt.spawn(producer(
+            config.clone(),
+            topic.clone(),
+            p,
+            stop.clone(),
+            hist.clone(),
+            acks.clone(),
+        )));
+    }
+    let reader = rt.spawn(live_reader(
+        config.clone(),
+        topic.clone(),
+        stop.clone(),
+        hist.clone(),
+        seen.clone(),
+        anomalies.clone(),
+        seed,
+    ));
+    std::thread::sleep(Duration::from_millis(1500));
+
+    // The faults: every kind once, in a seeded order.
+    let mut kinds = KINDS.to_vec();
+    for i in (1..kinds.len()).rev() {
+        let j = rng.below(i as u64 + 1) as usize;
+        kinds.swap(i, j);
+    }
+    let mut windows: Vec<(String, f64, f64, Duration)> = Vec::new();
+    for (k, kind) in kinds.iter().enumerate() {
+        let hold = Duration::from_millis(2500 + rng.below(2500));
+        let parts = describe(rt, config, &topic).unwrap_or_default();
+        let leader_of = |rng: &mut Rng| -> usize {
+            let p = rng.below(PARTITIONS as u64) as usize;
+            parts
+                .get(p)
+                .and_then(|m| m.leader)
+                .map_or_else(|| rng.below(BROKERS as u64) as usize, |l| l as usize)
+        };
+        let others = |x: usize| -> Vec<usize> { (0..BROKERS).filter(|&b| b != x).collect() };
+        let mut restart = None;
+        let mut resume = None;
+        let what = match kind {
+            Kind::Isolate => {
+                let v = rng.below(BROKERS as u64) as usize;
+                lab.isolate(v);
+                format!("isolate broker {v}")
+            }
+            Kind::LeaderCut => {
+                let l = leader_of(&mut rng);
+                lab.cut(l, &others(l));
+                format!("leader-cut: broker {l} (a partition leader) cut from its followers")
+            }
+            Kind::ControllerMinority => {
+                let c = admin(rt, config, async |a| a.cluster().await)
+                    .ok()
+                    .and_then(|i| i.controller_id)
+                    .map_or_else(|| rng.below(BROKERS as u64) as usize, |c| c as usize);
+                lab.cut(c, &others(c));
+                format!("controller-minority: controller {c} cut from the other brokers")
+            }
+            Kind::Bridge => {
+                let m = rng.below(BROKERS as u64) as usize;
+                let o = others(m);
+                lab.cut(o[0], &[o[1]]);
+                format!(
+                    "bridge: brokers {} and {} cut apart, both see {m}",
+                    o[0], o[1]
+                )
+            }
+            Kind::OneWay => {
+                let l = leader_of(&mut rng);
+                let o = others(l);
+                let f = o[rng.below(o.len() as u64) as usize];
+                if rng.below(2) == 0 {
+                    lab.drop_one_way(l, f);
+                    format!("one-way: leader {l} -> follower {f} dropped")
+                } else {
+                    lab.drop_one_way(f, l);
+                    format!("one-way: follower {f} -> leader {l} dropped")
+                }
+            }
+            Kind::Loss => {
+                let pct = 5 + rng.below(16) as u32;
+                for b in 0..BROKERS {
+                    lab.loss(b, pct);
+                }
+                format!("loss: {pct}% of every broker's packets")
+            }
+            Kind::Kill => {
+                let v = leader_of(&mut rng);
+                restart = Some(v);
+                format!("kill: SIGKILL broker {v} (a partition leader)")
+            }
+            Kind::Pause => {
+                let v = rng.below(BROKERS as u64) as usize;
+                resume = Some(v);
+                format!("pause: SIGSTOP broker {v}")
+            }
+        };
+        let what = format!("fault {k}: {what} for {hold:?}");
+        println!("  {what}");
+        let t0 = hist.note(format!("BEGIN {what}"));
+        if let Err(e) = lab.apply() {
+            panic!("seed {seed}: cannot apply {what}: {e}");
+        }
+        if let Some(v) = restart {
+            cluster.kill(v);
+        }
+        if let Some(v) = resume {
+            cluster.pause(v);
+        }
+        std::thread::sleep(hold);
+        lab.heal();
+        if let Some(v) = restart {
+            cluster.spawn(v);
+        }
+        if let Some(v) = resume {
+            cluster.resume(v);
+        }
+        let t1 = hist.note(format!("HEALED {what}"));
+        for b in 0..BROKERS {
+            if let Some(status) = cluster.exited(b) {
+                let t = hist.note(format!("broker {b} exited by itself: {status}"));
+                anomalies.lock().unwrap().push(Anomaly {
+                    t,
+                    what: format!(
+                        "broker {b} exited by itself ({status})\n{}",
+                        cluster.log_tail(b, 40)
+                    ),
+                });
+            }
+        }
+        match wait_healed(rt, config, &topic) {
+            Ok(d) => {
+                hist.note(format!(
+                    "recovered (full ISRs) {:.1}s after the heal",
+                    d.as_secs_f64()
+                ));
+                windows.push((what, t0, t1, d));
+            }
+            Err(last) => {
+                let t = hist.note("NOT RECOVERED");
+                anomalies.lock().unwrap().push(Anomaly {
+                    t,
+                    what: format!(
+                        "the cluster did not recover within {RECOVER_TIMEOUT:?} after {what}: {last}\n{}",
+                        (0..BROKERS).map(|i| cluster.log_tail(i, 40)).collect::<String>()
+                    ),
+                });
+                windows.push((what, t0, t1, RECOVER_TIMEOUT));
+            }
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+
+    // Stop writing, then read everything back.
+    std::thread::sleep(Duration::from_secs(1));
+    stop.store(true, Ordering::Relaxed);
+    let mut attempted = BTreeMap::new();
+    for (p, h) in producers.into_iter().enumerate() {
+        attempted.insert(p as u32, rt.block_on(h).unwrap());
+    }
+    let _ = rt.block_on(reader);
+    let final_read = rt.block_on(read_back(config.clone(), topic.clone(), hist.clone()));
+    let acks = acks.lock().unwrap().clone();
+
+    check_queue(seed, &hist, &anomalies, &acks, &final_read, &seen);
+    check_replicas(seed, rt, config, cluster, &topic, &hist, &anomalies);
+
+    // Failover: per fault, the longest wait between two acknowledgements of
+    // one partition that overlaps the fault (while it held or until the
+    // cluster healed), and when that wait ended, from the fault's start: the
+    // time until produce with acks=all succeeded again.
+    for (what, t0, t1, recovered) in &windows {
+        let mut worst: Option<(f64, f64, u32)> = None; // (gap, end - t0, partition)
+        for (p, list) in &acks {
+            for w in list.windows(2) {
+                let (a, b) = (w[0].t, w[1].t);
+                if b >= *t0 && a <= *t1 + recovered.as_secs_f64() {
+                    let gap = b - a;
+                    if worst.is_none_or(|(g, _, _)| gap > g) {
+                        worst = Some((gap, b - t0, *p));
+                    }
+                }
+            }
+        }
+        let line = match worst {
+            Some((gap, back, p)) => format!(
+                "{what}: longest ack gap {gap:.2}s (partition {p}, acks back {back:.2}s after the fault began), full ISRs {:.1}s after the heal",
+                recovered.as_secs_f64()
+            ),
+            None => format!("{what}: no acks around it"),
+        };
+        println!("  {line}");
+        faults_done.push(line);
+    }
+
+    let total_acked: usize = acks.values().map(Vec::len).sum();
+    let attempted_n: u64 = attempted.values().sum();
+    let read_n: usize = final_read.values().map(Vec::len).sum();
+    println!(
+        "  seed {seed}: {attempted_n} attempted, {total_acked} acknowledged, {read_n} read back"
+    );
+    if total_acked == 0 {
+        let t = hist.now();
+        anomalies.lock().unwrap().push(Anomaly {
+            t,
+            what: "no write was acknowledged at all".into(),
+        });
+    }
+    let anomalies = std::mem::take(&mut *anomalies.lock().unwrap());
+    for a in &anomalies {
+        println!(
+            "ANOMALY (seed {seed}, RILL_FAULT_SEED={seed} replays it) at {:.3}s: {}\n  history:\n{}",
+            a.t,
+            a.what,
+            hist.around(a.t)
+        );
+    }
+    // Free the disk for the next schedule.
+    let t = topic.clone();
+    let _ = admin(rt, config, async move |a| a.delete_topic(&t).await);
+    Outcome {
+        seed,
+        anomalies,
+        faults: faults_done,
+    }
+}
+
+/// Writes `p<p>-<n>` with key `k<p>` to partition `p`, one at a time, acks=all,
+/// idempotent, until `stop`; returns how many it attempted.
+async fn producer(
+    config: ClientConfig,
+    topic: String,
+    p: u32,
+    stop: Arc<AtomicBool>,
+    hist: Arc<History>,
+    acks: Arc<Mutex<BTreeMap<u32, Vec<Ack>>>>,
+) -> u64 {
+    let mut n = 0u64;
+    let mut producer = None;
+    let mut last_err = String::new();
+    while !stop.load(Ordering::Relaxed) {
+        if producer.is_none() {
+            match tokio::time::timeout(Duration::from_secs(5), Client::connect(config.clone()))
+                .await
+            {
+                Ok(Ok(c)) => {
+                    producer = Some(
+                        c.producer(ProducerConfig {
+                            linger: Duration::ZERO,
+                            delivery_timeout: DELIVERY_TIMEOUT,
+                            ..ProducerConfig::default()
+                        })
+                        .unwrap(),
+                    )
+                }
+                _ => {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    continue;
+                }
+            }
+        }
+        let value = format!("p{p}-{n:07}");
+        let record = ProducerRecord::new(topic.clone(), value.clone().into_bytes())
+            .key(format!("k{p}").into_bytes())
+            .partition(p);
+        n += 1;
+        let sent = tokio::time::timeout(
+            DELIVERY_TIMEOUT + Duration::from_secs(5),
+            producer.as_ref().unwrap().send_and_wait(record),
+        )
+        .await;
+        match sent {
+            Ok(Ok(md)) => {
+                let t = hist.now();
+                if n % 50 == 1 || !last_err.is_empty() {
+                    hist.note(format!("ack {value} at {p}/{}", md.offset.0));
+                }
+                last_err.clear();
+                acks.lock().unwrap().entry(p).or_default().push(Ack {
+                    n: n - 1,
+                    offset: md.offset.0,
+                    t,
+                });
+            }
+            Ok(Err(e)) => {
+                let e = e.to_string();
+                if e != last_err {
+                    hist.note(format!("produce {value} failed: {e}"));
+                    last_err = e;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(_) => {
+                hist.note(format!(
+                    "produce {value}: no answer in {:?}; new producer",
+                    DELIVERY_TIMEOUT + Duration::from_secs(5)
+                ));
+                producer = None;
+            }
+        }
+    }
+    n
+}
+
+/// Reads the topic from the beginning while the faults run: notes every
+/// record in `seen` and flags a different record at an offset already read, or
+/// an offset not above the last one read from that partition.
+async fn live_reader(
+    config: ClientConfig,
+    topic: String,
+    stop: Arc<AtomicBool>,
+    hist: Arc<History>,
+    seen: Arc<Mutex<HashMap<(u32, i64), (String, f64)>>>,
+    anomalies: Anomalies,
+    seed: u64,
+) {
+    let tps: Vec<TopicPartition> = (0..PARTITIONS)
+        .map(|p| TopicPartition::new(&topic, p))
+        .collect();
+    let mut last: HashMap<u32, i64> = HashMap::new();
+    let mut last_err = String::new();
+    'connect: while !stop.load(Ordering::Relaxed) {
+        let client =
+            match tokio::time::timeout(Duration::from_secs(5), Client::connect(config.clone()))
+                .await
+            {
+                Ok(Ok(c)) => c,
+                _ => {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    continue;
+                }
+            };
+        let mut consumer = client.consumer(ConsumerConfig::default()).unwrap();
+        consumer.assign(tps.clone());
+        // Resume after what was read (a new consumer, same positions).
+        for tp in &tps {
+            let from = last.get(&tp.partition).map_or(0, |o| o + 1);
+            let _ = consumer.seek(tp, rill_client::Offset(from));
+        }
+        while !stop.load(Ordering::Relaxed) {
+            let got = tokio::time::timeout(
+                Duration::from_secs(15),
+                consumer.poll(Duration::from_millis(200)),
+            )
+            .await;
+            let records = match got {
+                Ok(Ok(r)) => r,
+                Ok(Err(e)) => {
+                    let e = e.to_string();
+                    if e != last_err {
+                        hist.note(format!("live read failed: {e}"));
+                        last_err = e;
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+                Err(_) => {
+                    hist.note("live read: poll hung 15s; new consumer");
+                    continue 'connect;
+                }
+            };
+            last_err.clear();
+            for r in records {
+                let p = r.partition;
+                let o = r.offset.0;
+                let v = r
+                    .value
+                    .as_deref()
+                    .map_or("<null>".into(), |v| String::from_utf8_lossy(v).into_owned());
+                if let Some(prev) = last.get(&p)
+                    && o <= *prev
+                {
+                    let t = hist.note(format!("live read {v} at {p}/{o} after {p}/{prev}"));
+                    anomalies.lock().unwrap().push(Anomaly {
+                        t,
+                        what: format!(
+                            "offsets went back: the consumer read {p}/{o} ({v}) after {p}/{prev} (seed {seed})"
+                        ),
+                    });
+                }
+                last.insert(p, o);
+                note_read(&seen, &hist, &anomalies, p, o, v, "live", seed);
+            }
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn note_read(
+    seen: &Mutex<HashMap<(u32, i64), (String, f64)>>,
+    hist: &History,
+    anomalies: &Anomalies,
+    p: u32,
+    o: i64,
+    v: String,
+    how: &str,
+    seed: u64,
+) {
+    let t = hist.now();
+    let mut seen = seen.lock().unwrap();
+    match seen.get(&(p, o)) {
+        Some((prev, t_prev)) if *prev != v => {
+            let t = hist.note(format!(
+                "{how} read {v} at {p}/{o}; {prev} was read there at {t_prev:.3}s"
+            ));
+            anomalies.lock().unwrap().push(Anomaly {
+                t,
+                what: format!(
+                    "inconsistent offsets: partition {p} offset {o} held {prev} (read at {t_prev:.3}s) and now {v} ({how} read, seed {seed})"
+                ),
+            });
+        }
+        Some(_) => {}
+        None => {
+            seen.insert((p, o), (v, t));
+        }
+    }
+}
+
+/// Every record of the topic up to the high watermarks, per partition, as
+/// (offset, value); retries through errors, bounded.
+async fn read_back(
+    config: ClientConfig,
+    topic: String,
+    hist: Arc<History>,
+) -> BTreeMap<u32, Vec<(i64, String)>> {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let attempt = async {
+            let client = Client::connect(config.clone()).await?;
+            let tps: Vec<TopicPartition> = (0..PARTITIONS)
+                .map(|p| TopicPartition::new(&topic, p))
+                .collect();
+            let ends = client.list_offsets(&tps, OffsetSpec::Latest).await?;
+            let mut consumer = client.consumer(ConsumerConfig::default())?;
+            consumer.assign(tps.clone());
+            consumer.seek_to_beginning(&tps).await?;
+            let mut out: BTreeMap<u32, Vec<(i64, String)>> = BTreeMap::new();
+            loop {
+                let mut done = true;
+                for (tp, end) in &ends {
+                    if consumer.position(tp).await? < *end {
+                        done = false;
+                    }
+                }
+                if done {
+                    return Ok::<_, rill_client::ClientError>(out);
+                }
+                for r in consumer.poll(Duration::from_millis(200)).await? {
+                    let v = r
+                        .value
+                        .as_deref()
+                        .map_or("<null>".into(), |v| String::from_utf8_lossy(v).into_owned());
+                    out.entry(r.partition).or_default().push((r.offset.0, v));
+                }
+            }
+        };
+        match tokio::time::timeout(Duration::from_secs(60), attempt).await {
+            Ok(Ok(out)) => return out,
+            other => {
+                hist.note(format!("final read failed: {other:?}"));
+                assert!(
+                    Instant::now() < deadline,
+                    "cannot read {topic} back: {other:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
+    }
+}
+
+/// Workload (1) and the final half of (2).
+fn check_queue(
+    seed: u64,
+    hist: &History,
+    anomalies: &Anomalies,
+    acks: &BTreeMap<u32, Vec<Ack>>,
+    read: &BTreeMap<u32, Vec<(i64, String)>>,
+    seen: &Mutex<HashMap<(u32, i64), (String, f64)>>,
+) {
+    let flag = |t: f64, what: String| {
+        anomalies.lock().unwrap().push(Anomaly {
+            t,
+            what: format!("{what} (seed {seed})"),
+        })
+    };
+    for p in 0..PARTITIONS {
+        let empty = Vec::new();
+        let records = read.get(&p).unwrap_or(&empty);
+        let mut at: HashMap<&str, i64> = HashMap::new();
+        let mut prev: Option<(i64, u64, &str)> = None;
+        for (o, v) in records {
+            note_read(seen, hist, anomalies, p, *o, v.clone(), "final", seed);
+            if let Some(first) = at.insert(v.as_str(), *o) {
+                flag(
+                    hist.now(),
+                    format!("duplicated: {v} in partition {p} at offsets {first} and {o}"),
+                );
+            }
+            let Some(n) = v
+                .strip_prefix(&format!("p{p}-"))
+                .and_then(|s| s.parse::<u64>().ok())
+            else {
+                flag(hist.now(), format!("foreign record {v} at {p}/{o}"));
+                continue;
+            };
+            if let Some((po, pn, pv)) = prev
+                && n <= pn
+            {
+                flag(
+                    hist.now(),
+                    format!("reordered: key k{p}: {v} at {p}/{o} after {pv} at {p}/{po}"),
+                );
+            }
+            prev = Some((*o, n, v.as_str()));
+        }
+        for a in acks.get(&p).unwrap_or(&Vec::new()) {
+            let v = format!("p{p}-{:07}", a.n);
+            match at.get(v.as_str()) {
+                None => flag(
+                    a.t,
+                    format!(
+                        "lost acknowledged write: {v}, acknowledged at {p}/{}, is not in the log",
+                        a.offset
+                    ),
+                ),
+                Some(o) if *o != a.offset => flag(
+                    a.t,
+                    format!(
+                        "moved: {v} was acknowledged at {p}/{} but is at {p}/{o}",
+                        a.offset
+                    ),
+                ),
+                Some(_) => {}
+            }
+        }
+    }
+}
+
+/// The batches of a partition directory's segment files: base offset ->
+/// (last offset, bytes), those below `hw` only.
+fn batches(dir: &Path, hw: i64) -> BTreeMap<i64, (i64, Vec<u8>)> {
+    let mut out = BTreeMap::new();
+    let mut logs: Vec<_> = std::fs::read_dir(dir)
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|e| e == "log"))
+                .collect()
+        })
+        .unwrap_or_default();
+    logs.sort();
+    for l in logs {
+        let Ok(bytes) = std::fs::read(&l) else {
+            continue;
+        };
+        let mut pos = 0usize;
+        while pos + 61 <= bytes.len() {
+            let base = i64::from_be_bytes(bytes[pos..pos + 8].try_into().unwrap());
+            let len = i32::from_be_bytes(bytes[pos + 8..pos + 12].try_into().unwrap());
+            let delta = i32::from_be_bytes(bytes[pos + 23..pos + 27].try_into().unwrap());
+            if len <= 0 {
+                break;
+            }
+            let end = pos + 12 + len as usize;
+            if end > bytes.len() {
+                break;
+            }
+            let last = base + delta as i64;
+            if last < hw {
+                out.insert(base, (last, bytes[pos..end].to_vec()));
+            }
+            pos = end;
+        }
+    }
+    out
+}
+
+/// Workload (5): every replica byte-identical up to the high watermark.
+fn check_replicas(
+    seed: u64,
+    rt: &tokio::runtime::Runtime,
+    config: &ClientConfig,
+    cluster: &NetCluster,
+    topic: &str,
+    hist: &History,
+    anomalies: &Anomalies,
+) {
+    let hws = rt.block_on(async {
+        let c = Client::connect(config.clone()).await?;
+        let tps: Vec<TopicPartition> = (0..PARTITIONS)
+            .map(|p| TopicPartition::new(topic, p))
+            .collect();
+        c.list_offsets(&tps, OffsetSpec::Latest).await
+    });
+    let hws = match hws {
+        Ok(h) => h,
+        Err(e) => {
+            anomalies.lock().unwrap().push(Anomaly {
+                t: hist.now(),
+                what: format!("cannot read the high watermarks of {topic}: {e} (seed {seed})"),
+            });
+            return;
+        }
+    };
+    for (tp, hw) in hws {
+        let p = tp.partition;
+        let give_up = Instant::now() + Duration::from_secs(20);
+        loop {
+            let reps: Vec<BTreeMap<i64, (i64, Vec<u8>)>> = (0..BROKERS)
+                .map(|b| batches(&cluster.data_dir(b).join(format!("{topic}-{p}")), hw.0))
+                .collect();
+            let first_diff = (1..BROKERS).find_map(|b| {
+                if reps[b] == reps[0] {
+                    return None;
+                }
+                // The first offset where replica b and replica 0 differ.
+                let keys: std::collections::BTreeSet<i64> =
+                    reps[0].keys().chain(reps[b].keys()).copied().collect();
+                let k = keys
+                    .into_iter()
+                    .find(|k| reps[0].get(k) != reps[b].get(k))
+                    .unwrap();
+                let show = |m: &BTreeMap<i64, (i64, Vec<u8>)>| {
+                    m.get(&k)
+                        .map_or("none".to_string(), |(l, b)| format!("{k}..={l}, {} bytes", b.len()))
+                };
+                Some(format!(
+                    "broker 0 and broker {b} differ at offset {k}: batch {} vs {}; batches below hw {}: {} vs {}",
+                    show(&reps[0]),
+                    show(&reps[b]),
+                    hw.0,
+                    reps[0].len(),
+                    reps[b].len()
+                ))
+            });
+            let Some(diff) = first_diff else {
+                break;
+            };
+            if Instant::now() > give_up {
+                anomalies.lock().unwrap().push(Anomaly {
+                    t: hist.now(),
+                    what: format!(
+                        "divergent replicas of {topic}-{p} up to hw {}: {diff} (seed {seed})",
+                        hw.0
+                    ),
+                });
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    }
+}
