@@ -829,7 +829,18 @@ fn a_killed_worker_resumes_without_duplicating_outputs() {
         &broker,
         &wasm,
         &[
-            "--name", "copy", "--input", "src", "--output", "dst", "--from", "earliest",
+            "--name",
+            "copy",
+            "--input",
+            "src",
+            "--output",
+            "dst",
+            "--from",
+            "earliest",
+            // What this test checks is the at-least-once mode's restart
+            // de-duplication (checkpoints and origin headers).
+            "--delivery",
+            "at-least-once",
         ],
     );
     let dir = tempfile::tempdir().unwrap();
@@ -1046,22 +1057,28 @@ fn an_exactly_once_transform_fences_a_paused_worker_and_writes_every_output_once
 /// over inputs with unique ids, while one broker at a time is SIGKILLed (and
 /// restarted) or SIGSTOPped for longer than the transform group's session and
 /// resumed, and more inputs arrive. Afterwards a read_committed reader of the
-/// output sees every input id exactly once. The seed is printed
-/// (`RILL_FAULT_SEED` replays a schedule). The identity transform keeps no
-/// state, so the state check of the issue is not covered here.
+/// output sees every input id exactly once. Beside it runs a stateful
+/// transform (the activity example: a running count per page and minute in
+/// transform state, default delivery), whose every output is its state after
+/// one input: read committed, each count runs 1, 2, .. n with nothing missing
+/// or repeated, and the counts add up to the inputs, so the state equals a
+/// replay of its inputs. The seed is printed (`RILL_FAULT_SEED` replays a
+/// schedule).
 #[test]
 fn an_exactly_once_transform_keeps_every_id_once_while_brokers_fail() {
     use support::Rng;
     use support::cluster::TestCluster;
     const ROUNDS: usize = 3;
     const PER_ROUND: usize = 2_000;
+    const PAGES: usize = 24;
     let seed = Rng::seed_from_env();
     println!("exactly-once fault test seed: {seed} (RILL_FAULT_SEED={seed} replays it)");
     let mut rng = Rng(seed);
     let wasm = build_guest(&root().join("examples/identity"));
+    let counter = build_guest(&root().join("examples/activity/transform"));
     let mut c = TestCluster::start_joined(3, &[]);
     c.wait_all_live();
-    for t in ["ids", "ids-out"] {
+    for t in ["ids", "ids-out", "views", "views-out"] {
         c.rill_ok(
             &[
                 "topic",
@@ -1080,7 +1097,36 @@ fn an_exactly_once_transform_keeps_every_id_once_while_brokers_fail() {
             .map(|i| format!("id-{i:06}\n"))
             .collect()
     };
-    c.rill_ok(&["produce", "ids"], ids(0).as_bytes());
+    // Page views keyed by their page, so each page is counted in one place.
+    let views = |round: usize| -> String {
+        (round * PER_ROUND..(round + 1) * PER_ROUND)
+            .map(|i| format!("/p{0}:/p{0}\n", i % PAGES))
+            .collect()
+    };
+    let produce = |c: &TestCluster, round: usize| {
+        c.rill_ok(&["produce", "ids"], ids(round).as_bytes());
+        c.rill_ok(
+            &["produce", "views", "--key-separator", ":"],
+            views(round).as_bytes(),
+        );
+    };
+    produce(&c, 0);
+    c.rill_ok(
+        &[
+            "transform",
+            "deploy",
+            counter.to_str().unwrap(),
+            "--name",
+            "eos-counts",
+            "--input",
+            "views",
+            "--output",
+            "views-out",
+            "--from",
+            "earliest",
+        ],
+        b"",
+    );
     c.rill_ok(
         &[
             "transform",
@@ -1113,11 +1159,11 @@ fn an_exactly_once_transform_keeps_every_id_once_while_brokers_fail() {
                 u64::from(rill_transforms::worker::GROUP_SESSION_TIMEOUT_MS) + 2_000,
             ));
             // Inputs produced while it is paused (through the other brokers).
-            c.rill_ok(&["produce", "ids"], ids(round).as_bytes());
+            produce(&c, round);
             c.signal(victim, libc::SIGCONT);
         } else {
             c.kill(victim);
-            c.rill_ok(&["produce", "ids"], ids(round).as_bytes());
+            produce(&c, round);
             std::thread::sleep(Duration::from_secs(2));
             c.spawn(victim);
         }
@@ -1127,7 +1173,12 @@ fn an_exactly_once_transform_keeps_every_id_once_while_brokers_fail() {
     c.wait_for(
         "the transform's group committed every input",
         &["group", "describe", "__transform-eos-faults"],
-        |out| committed_sum(out) >= total as i64,
+        |out| committed_sum(out, "ids") >= total as i64,
+    );
+    c.wait_for(
+        "the counting transform's group committed every input",
+        &["group", "describe", "__transform-eos-counts"],
+        |out| committed_sum(out, "views") >= total as i64,
     );
     let out = c.rill_ok(
         &[
@@ -1154,16 +1205,58 @@ fn an_exactly_once_transform_keeps_every_id_once_while_brokers_fail() {
         .collect();
     assert!(missing.is_empty(), "ids missing (seed {seed}): {missing:?}");
     assert_eq!(seen.len(), total, "seed {seed}");
+
+    // The counts: per output key (minute|page) the committed values run 1..=n.
+    let out = c.rill_ok(
+        &[
+            "consume",
+            "views-out",
+            "--from-beginning",
+            "--isolation",
+            "read-committed",
+            "--print-key",
+            "--timeout-ms",
+            "5000",
+        ],
+        b"",
+    );
+    let mut counts: std::collections::BTreeMap<String, Vec<u64>> = Default::default();
+    for line in out.lines() {
+        let (key, value) = line.split_once('\t').expect("key<TAB>count");
+        counts
+            .entry(key.to_string())
+            .or_default()
+            .push(value.parse().expect("a count"));
+    }
+    let mut per_page = std::collections::BTreeMap::new();
+    for (key, seq) in &counts {
+        let expected: Vec<u64> = (1..=seq.len() as u64).collect();
+        assert_eq!(
+            seq, &expected,
+            "the counts of {key} (seed {seed}): a repeat is a state update applied twice, a gap one lost"
+        );
+        let page = key.split_once('|').expect("minute|page").1;
+        *per_page.entry(page.to_string()).or_insert(0usize) += seq.len();
+    }
+    for p in 0..PAGES {
+        let page = format!("/p{p}");
+        let inputs = (0..total).filter(|i| i % PAGES == p).count();
+        assert_eq!(
+            per_page.get(&page).copied().unwrap_or(0),
+            inputs,
+            "views of {page} counted (seed {seed})"
+        );
+    }
 }
 
-/// The sum of the committed offsets `rill group describe` lists.
-fn committed_sum(describe: &str) -> i64 {
+/// The sum of the committed offsets of `topic` that `rill group describe` lists.
+fn committed_sum(describe: &str, topic: &str) -> i64 {
     describe
         .lines()
         .filter_map(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
-            // GROUP TOPIC PARTITION CURRENT-OFFSET ...: a partition row of `ids`.
-            (f.len() >= 4 && f[1] == "ids").then(|| f[3].parse::<i64>().ok())?
+            // GROUP TOPIC PARTITION CURRENT-OFFSET ...: a partition row of `topic`.
+            (f.len() >= 4 && f[1] == topic).then(|| f[3].parse::<i64>().ok())?
         })
         .sum()
 }

@@ -109,17 +109,19 @@ pub struct DeployArgs {
     /// Deadline of one call into the module, in milliseconds.
     #[arg(long, value_name = "MS")]
     pub timeout_ms: Option<u64>,
-    /// at-least-once: outputs, then state and input offsets are committed
-    /// (restarts write no output twice); exactly-once: each input partition's
-    /// outputs, state and input offsets commit together in transactions, and
-    /// read-committed readers see every output once, whatever fails.
+    /// exactly-once (the default): each input partition's outputs, state
+    /// and input offsets commit together in transactions, a new owner of a
+    /// partition fences the old one, and read-committed readers see every
+    /// output once, whatever fails; at-least-once: outputs, then state and
+    /// input offsets are committed (no transaction, lower latency; restarts
+    /// write no output twice, a paused zombie can).
     #[arg(
         long,
-        default_value = "at-least-once",
-        value_name = "at-least-once|exactly-once"
+        default_value = "exactly-once",
+        value_name = "exactly-once|at-least-once"
     )]
     pub delivery: String,
-    /// With --delivery exactly-once: how often each input partition's
+    /// With exactly-once delivery: how often each input partition's
     /// transaction commits (the outputs' latency to read-committed readers).
     #[arg(long, value_name = "MS", default_value_t = rill_transforms::deployment::DEFAULT_COMMIT_INTERVAL_MS)]
     pub commit_interval_ms: u64,
