@@ -49,6 +49,8 @@ const BROKERS: usize = 3;
 const PARTITIONS: u32 = 3;
 /// Schedules of the short mode (each about 40 s here).
 const SHORT_SCHEDULES: u32 = 3;
+/// Steps of two faults at once per schedule (after one of each kind alone).
+const COMPOUND_STEPS: u64 = 3;
 /// Longest wait for the cluster to heal (all brokers back in every ISR).
 const RECOVER_TIMEOUT: Duration = Duration::from_secs(60);
 /// Delivery timeout of the producers (a record not acknowledged by then is
@@ -394,96 +396,63 @@ fn run_schedule(
         let j = rng.below(i as u64 + 1) as usize;
         kinds.swap(i, j);
     }
+    // Then compound steps: two kinds at once, the second 1-2.5 s after the
+    // first (e.g. a leader cut from its followers, then the new leader killed).
+    let mut steps: Vec<Vec<Kind>> = kinds.iter().map(|k| vec![*k]).collect();
+    for _ in 0..COMPOUND_STEPS {
+        let a = KINDS[rng.below(KINDS.len() as u64) as usize];
+        let b = KINDS[rng.below(KINDS.len() as u64) as usize];
+        steps.push(vec![a, b]);
+    }
     let mut windows: Vec<(String, f64, f64, Duration)> = Vec::new();
-    for (k, kind) in kinds.iter().enumerate() {
+    for (k, step) in steps.iter().enumerate() {
         let hold = Duration::from_millis(2500 + rng.below(2500));
-        let parts = describe(rt, config, &topic).unwrap_or_default();
-        let leader_of = |rng: &mut Rng| -> usize {
-            let p = rng.below(PARTITIONS as u64) as usize;
-            parts
-                .get(p)
-                .and_then(|m| m.leader)
-                .map_or_else(|| rng.below(BROKERS as u64) as usize, |l| l as usize)
-        };
-        let others = |x: usize| -> Vec<usize> { (0..BROKERS).filter(|&b| b != x).collect() };
-        let mut restart = None;
-        let mut resume = None;
-        let what = match kind {
-            Kind::Isolate => {
-                let v = rng.below(BROKERS as u64) as usize;
-                lab.isolate(v);
-                format!("isolate broker {v}")
+        let mut killed: Vec<usize> = Vec::new();
+        let mut paused: Vec<usize> = Vec::new();
+        let mut whats = Vec::new();
+        let mut t0 = None;
+        for (j, kind) in step.iter().enumerate() {
+            if j > 0 {
+                std::thread::sleep(Duration::from_millis(1000 + rng.below(1500)));
             }
-            Kind::LeaderCut => {
-                let l = leader_of(&mut rng);
-                lab.cut(l, &others(l));
-                format!("leader-cut: broker {l} (a partition leader) cut from its followers")
+            let (what, kill, pause) = choose(*kind, &mut rng, lab, rt, config, &topic);
+            let already = |v: usize| killed.contains(&v) || paused.contains(&v);
+            let (kill, pause) = (
+                kill.filter(|&v| !already(v)),
+                pause.filter(|&v| !already(v)),
+            );
+            let skipped = what.starts_with("kill") && kill.is_none()
+                || what.starts_with("pause") && pause.is_none();
+            let what = if skipped {
+                format!("{what} (skipped: already down)")
+            } else {
+                what
+            };
+            let line = format!("fault {k}.{j}: {what}");
+            println!("  {line}");
+            let t = hist.note(format!("BEGIN {line}"));
+            t0.get_or_insert(t);
+            if let Err(e) = lab.apply() {
+                panic!("seed {seed}: cannot apply {what}: {e}");
             }
-            Kind::ControllerMinority => {
-                let c = admin(rt, config, async |a| a.cluster().await)
-                    .ok()
-                    .and_then(|i| i.controller_id)
-                    .map_or_else(|| rng.below(BROKERS as u64) as usize, |c| c as usize);
-                lab.cut(c, &others(c));
-                format!("controller-minority: controller {c} cut from the other brokers")
+            if let Some(v) = kill {
+                cluster.kill(v);
+                killed.push(v);
             }
-            Kind::Bridge => {
-                let m = rng.below(BROKERS as u64) as usize;
-                let o = others(m);
-                lab.cut(o[0], &[o[1]]);
-                format!(
-                    "bridge: brokers {} and {} cut apart, both see {m}",
-                    o[0], o[1]
-                )
+            if let Some(v) = pause {
+                cluster.pause(v);
+                paused.push(v);
             }
-            Kind::OneWay => {
-                let l = leader_of(&mut rng);
-                let o = others(l);
-                let f = o[rng.below(o.len() as u64) as usize];
-                if rng.below(2) == 0 {
-                    lab.drop_one_way(l, f);
-                    format!("one-way: leader {l} -> follower {f} dropped")
-                } else {
-                    lab.drop_one_way(f, l);
-                    format!("one-way: follower {f} -> leader {l} dropped")
-                }
-            }
-            Kind::Loss => {
-                let pct = 5 + rng.below(16) as u32;
-                for b in 0..BROKERS {
-                    lab.loss(b, pct);
-                }
-                format!("loss: {pct}% of every broker's packets")
-            }
-            Kind::Kill => {
-                let v = leader_of(&mut rng);
-                restart = Some(v);
-                format!("kill: SIGKILL broker {v} (a partition leader)")
-            }
-            Kind::Pause => {
-                let v = rng.below(BROKERS as u64) as usize;
-                resume = Some(v);
-                format!("pause: SIGSTOP broker {v}")
-            }
-        };
-        let what = format!("fault {k}: {what} for {hold:?}");
-        println!("  {what}");
-        let t0 = hist.note(format!("BEGIN {what}"));
-        if let Err(e) = lab.apply() {
-            panic!("seed {seed}: cannot apply {what}: {e}");
+            whats.push(what);
         }
-        if let Some(v) = restart {
-            cluster.kill(v);
-        }
-        if let Some(v) = resume {
-            cluster.pause(v);
-        }
+        let what = format!("fault {k}: {} for {hold:?}", whats.join(" + "));
+        let t0 = t0.unwrap();
         std::thread::sleep(hold);
         lab.heal();
-        if let Some(v) = restart {
+        for &v in &killed {
             cluster.spawn(v);
         }
-        if let Some(v) = resume {
+        for &v in &paused {
             cluster.resume(v);
         }
         let t1 = hist.note(format!("HEALED {what}"));
@@ -593,6 +562,112 @@ fn run_schedule(
         seed,
         anomalies,
         faults: faults_done,
+    }
+}
+
+/// Picks the targets of one fault of `kind` from the cluster's state, adds
+/// its network rules to `lab` (not applied yet); what it is, and the broker
+/// to kill or to pause.
+fn choose(
+    kind: Kind,
+    rng: &mut Rng,
+    lab: &mut NetLab,
+    rt: &tokio::runtime::Runtime,
+    config: &ClientConfig,
+    topic: &str,
+) -> (String, Option<usize>, Option<usize>) {
+    let parts = describe(rt, config, topic).unwrap_or_default();
+    let leader_of = |rng: &mut Rng| -> usize {
+        let p = rng.below(PARTITIONS as u64) as usize;
+        parts
+            .get(p)
+            .and_then(|m| m.leader)
+            .map_or_else(|| rng.below(BROKERS as u64) as usize, |l| l as usize)
+    };
+    let others = |x: usize| -> Vec<usize> { (0..BROKERS).filter(|&b| b != x).collect() };
+    match kind {
+        Kind::Isolate => {
+            let v = rng.below(BROKERS as u64) as usize;
+            lab.isolate(v);
+            (format!("isolate broker {v}"), None, None)
+        }
+        Kind::LeaderCut => {
+            let l = leader_of(rng);
+            lab.cut(l, &others(l));
+            (
+                format!("leader-cut: broker {l} (a partition leader) cut from its followers"),
+                None,
+                None,
+            )
+        }
+        Kind::ControllerMinority => {
+            let c = admin(rt, config, async |a| a.cluster().await)
+                .ok()
+                .and_then(|i| i.controller_id)
+                .map_or_else(|| rng.below(BROKERS as u64) as usize, |c| c as usize);
+            lab.cut(c, &others(c));
+            (
+                format!("controller-minority: controller {c} cut from the other brokers"),
+                None,
+                None,
+            )
+        }
+        Kind::Bridge => {
+            let m = rng.below(BROKERS as u64) as usize;
+            let o = others(m);
+            lab.cut(o[0], &[o[1]]);
+            (
+                format!(
+                    "bridge: brokers {} and {} cut apart, both see {m}",
+                    o[0], o[1]
+                ),
+                None,
+                None,
+            )
+        }
+        Kind::OneWay => {
+            let l = leader_of(rng);
+            let o = others(l);
+            let f = o[rng.below(o.len() as u64) as usize];
+            if rng.below(2) == 0 {
+                lab.drop_one_way(l, f);
+                (
+                    format!("one-way: leader {l} -> follower {f} dropped"),
+                    None,
+                    None,
+                )
+            } else {
+                lab.drop_one_way(f, l);
+                (
+                    format!("one-way: follower {f} -> leader {l} dropped"),
+                    None,
+                    None,
+                )
+            }
+        }
+        Kind::Loss => {
+            let pct = 5 + rng.below(16) as u32;
+            for b in 0..BROKERS {
+                lab.loss(b, pct);
+            }
+            (
+                format!("loss: {pct}% of every broker's packets"),
+                None,
+                None,
+            )
+        }
+        Kind::Kill => {
+            let v = leader_of(rng);
+            (
+                format!("kill: SIGKILL broker {v} (a partition leader)"),
+                Some(v),
+                None,
+            )
+        }
+        Kind::Pause => {
+            let v = rng.below(BROKERS as u64) as usize;
+            (format!("pause: SIGSTOP broker {v}"), None, Some(v))
+        }
     }
 }
 
