@@ -17,7 +17,16 @@
 //!   restarts with no extra state; a producer-set old timestamp shortens the grace);
 //! * records without a key are kept (Kafka rejects them at produce time for
 //!   compacted topics; the log does not police that);
-//! * control and transactional batches are kept whole;
+//! * transactions, as Kafka's cleaner treats them: only segments wholly below
+//!   the first unstable offset are cleaned (an open transaction's records wait
+//!   for its marker); a batch of an aborted transaction (the aborted index) is
+//!   dropped and its keys never enter the map, so an aborted write never hides
+//!   a committed one; a committed transaction's records are compacted like any
+//!   others (a partly kept batch stays transactional); a marker is kept while
+//!   any record of its transaction is, then until its timestamp is older than
+//!   `delete.retention.ms` (so a reader that saw the records also sees the
+//!   marker), then dropped. A dropped marker takes nothing a reader needs: its
+//!   transaction's records are gone, and a reopen finds no open transaction;
 //! * a segment from which nothing is dropped keeps its files (the copy is discarded);
 //! * a batch whose records all stay is copied byte for byte; a partly kept batch is
 //!   re-encoded with `BatchBuilder::push_with_offset_delta` + `build_spanning`, so
@@ -42,6 +51,7 @@ use crate::segment::{
     CLEANED_SUFFIX, ChunkReader, INDEX_SUFFIX, LOG_SUFFIX, SCAN_CHUNK_BYTES, ScanStop, Segment,
     TIME_INDEX_SUFFIX, scan_batches, segment_path,
 };
+use crate::txn::AbortedTxn;
 use bytes::Bytes;
 use rill_proto::batch::{BatchHeader, BatchView};
 use rill_proto::{BatchBuilder, Offset, Record, StoredRecord, TimestampMs};
@@ -72,7 +82,8 @@ fn corrupt(seg: &Segment, position: u64, reason: impl Into<String>) -> LogError 
 }
 
 /// Calls `f(position, header, records or None for kept-whole batches, raw bytes)`
-/// for every batch of `seg`, CRC-checked.
+/// for every batch of `seg`, CRC-checked. Control batches (markers) are not
+/// decoded.
 fn for_each_batch(
     seg: &Segment,
     decode: bool,
@@ -80,7 +91,7 @@ fn for_each_batch(
 ) -> Result<(), LogError> {
     let mut reader = ChunkReader::new(&seg.file, &seg.path, seg.size, SCAN_CHUNK_BYTES);
     let (_, stop) = scan_batches(&mut reader, 0, seg.base_offset, true, |pos, h, bytes| {
-        let records = if decode && !h.is_control() && !h.is_transactional() {
+        let records = if decode && !h.is_control() {
             let view = BatchView::new(bytes).map_err(|e| corrupt(seg, pos, e.to_string()))?;
             // The scan checked the CRC; records that still do not decode came so
             // from their producer. Keep such a batch whole rather than stop
@@ -116,7 +127,16 @@ impl Log {
         if !config.cleanup_policy.compact || self.segments.len() < 2 {
             return Ok(false);
         }
-        let n = self.segments.len() - 1;
+        // Only segments wholly below the first unstable offset: an open
+        // transaction's records are neither committed nor aborted yet.
+        let stable = self.txns.first_unstable_offset();
+        let n = (0..self.segments.len() - 1)
+            .take_while(|&i| stable.is_none_or(|s| self.segments[i + 1].base_offset <= s))
+            .count();
+        if n == 0 {
+            return Ok(false);
+        }
+        let aborted = AbortedBatches::new(self.txns.aborted());
         let checkpoint = self.cleaner_checkpoint;
         // Segment i is dirty if it can hold offsets >= the checkpoint.
         let first_dirty = (0..n)
@@ -136,7 +156,10 @@ impl Log {
         let mut map_bytes = 0usize;
         let mut end = first_dirty;
         while end < n {
-            for_each_batch(&self.segments[end], true, |_, records, _| {
+            for_each_batch(&self.segments[end], true, |h, records, _| {
+                if aborted.contains(h) {
+                    return Ok(());
+                }
                 for r in records.into_iter().flatten() {
                     if let Some(k) = r.key {
                         let len = k.len();
@@ -163,8 +186,18 @@ impl Log {
         let mut kept_segments = Vec::with_capacity(end);
         let mut result = Ok(());
         let mut old_iter = old.into_iter();
+        let mut txns = TxnCleaning {
+            aborted: &aborted,
+            kept_data: HashMap::new(),
+        };
         for (i, seg) in old_iter.by_ref().enumerate() {
-            match clean_segment(&dir, &seg, &map, tombstone_horizon, interval, now_ms) {
+            let cleaning = Cleaning {
+                map: &map,
+                tombstone_horizon,
+                interval,
+                now_ms,
+            };
+            match clean_segment(&dir, &seg, &cleaning, &mut txns) {
                 Ok((mut cleaned, false)) => {
                     // Nothing to drop: keep the old files, discard the copy.
                     let dropped = cleaned.delete_files();
@@ -204,16 +237,73 @@ impl Log {
     }
 }
 
+/// The batches of aborted transactions: producer id -> (first offset, marker
+/// offset) of each of its aborted transactions.
+struct AbortedBatches(HashMap<i64, Vec<(Offset, Offset)>>);
+
+impl AbortedBatches {
+    fn new(aborted: &[AbortedTxn]) -> AbortedBatches {
+        let mut map: HashMap<i64, Vec<(Offset, Offset)>> = HashMap::new();
+        for a in aborted {
+            map.entry(a.producer_id)
+                .or_default()
+                .push((a.first_offset, a.last_offset));
+        }
+        AbortedBatches(map)
+    }
+
+    /// Whether `h` is a data batch of an aborted transaction.
+    fn contains(&self, h: &BatchHeader) -> bool {
+        h.is_transactional()
+            && !h.is_control()
+            && self.0.get(&h.producer_id.0).is_some_and(|ranges| {
+                ranges
+                    .iter()
+                    .any(|&(first, last)| first <= h.base_offset && h.base_offset <= last)
+            })
+    }
+}
+
+/// What one cleaning run keeps: the latest offset of each key, and the bounds.
+struct Cleaning<'a> {
+    map: &'a HashMap<Bytes, Offset>,
+    tombstone_horizon: TimestampMs,
+    interval: u32,
+    now_ms: TimestampMs,
+}
+
+/// Transactions across the segments of one run, in offset order.
+struct TxnCleaning<'a> {
+    aborted: &'a AbortedBatches,
+    /// Producer id -> whether a record of its current transaction is kept.
+    kept_data: HashMap<i64, bool>,
+}
+
+impl TxnCleaning<'_> {
+    /// Whether the marker `h` is kept: while a record of its transaction is,
+    /// and until it is older than the tombstone horizon.
+    fn keep_marker(&mut self, h: &BatchHeader, tombstone_horizon: TimestampMs) -> bool {
+        let kept_data = self.kept_data.remove(&h.producer_id.0).unwrap_or(false);
+        kept_data || h.max_timestamp >= tombstone_horizon
+    }
+
+    fn kept(&mut self, h: &BatchHeader) {
+        if h.is_transactional() && !h.is_control() {
+            self.kept_data.insert(h.producer_id.0, true);
+        }
+    }
+}
+
 /// Writes the cleaned copy of `seg` as `<base>.*.cleaned`, fsynced; also says
 /// whether anything was dropped.
 fn clean_segment(
     dir: &Path,
     seg: &Segment,
-    map: &HashMap<Bytes, Offset>,
-    tombstone_horizon: TimestampMs,
-    interval: u32,
-    now_ms: TimestampMs,
+    c: &Cleaning<'_>,
+    txns: &mut TxnCleaning<'_>,
 ) -> Result<(Segment, bool), LogError> {
+    let (map, tombstone_horizon, interval, now_ms) =
+        (c.map, c.tombstone_horizon, c.interval, c.now_ms);
     let mut changed = false;
     let mut out = Segment::create_with_suffix(dir, seg.base_offset, CLEANED_SUFFIX, now_ms)?;
     let mut buf: Vec<u8> = Vec::with_capacity(CLEANER_WRITE_CHUNK_BYTES);
@@ -234,7 +324,19 @@ fn clean_segment(
     let mut last_header = None;
     for_each_batch(seg, true, |h, records, bytes| {
         last_header = Some(*h);
+        if h.is_control() {
+            if h.is_transactional() && !txns.keep_marker(h, tombstone_horizon) {
+                changed = true;
+                return Ok(());
+            }
+            return push(&mut out, bytes, *h, false);
+        }
+        if txns.aborted.contains(h) {
+            changed = true;
+            return Ok(());
+        }
         let Some(records) = records else {
+            txns.kept(h);
             return push(&mut out, bytes, *h, false);
         };
         let keep = |r: &StoredRecord| match &r.key {
@@ -246,12 +348,14 @@ fn clean_segment(
         };
         let kept: Vec<&StoredRecord> = records.iter().filter(|r| keep(r)).collect();
         if kept.len() == records.len() {
+            txns.kept(h);
             return push(&mut out, bytes, *h, false);
         }
         changed = true;
         if kept.is_empty() {
             return Ok(());
         }
+        txns.kept(h);
         let compression = h
             .compression()
             .map_err(|e| corrupt(seg, 0, e.to_string()))?;
@@ -260,6 +364,9 @@ fn clean_segment(
             h.producer_epoch,
             h.base_sequence,
         );
+        if h.is_transactional() {
+            b = b.transactional();
+        }
         for r in kept {
             let delta = (r.offset.0 - h.base_offset.0) as i32;
             b.push_with_offset_delta(

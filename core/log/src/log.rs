@@ -85,7 +85,7 @@ pub struct Log {
     /// Idempotent producers seen in the local log (rebuilt on open and truncation).
     producers: ProducerStates,
     /// Open and aborted transactions (see [`crate::txn`]).
-    txns: TxnIndex,
+    pub(crate) txns: TxnIndex,
 }
 
 /// A batch checked for append: its header and position within the input.

@@ -146,7 +146,7 @@ fn truncation_forgets_what_it_removed_and_rebuilds_the_rest() {
 }
 
 #[test]
-fn retention_drops_aborts_below_the_start_and_compaction_keeps_markers() {
+fn retention_drops_aborts_below_the_start() {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = small_config();
     cfg.retention_ms = Some(1000);
@@ -165,8 +165,14 @@ fn retention_drops_aborts_below_the_start_and_compaction_keeps_markers() {
     drop(log);
     let log = Log::open(dir.path(), cfg, NOW).unwrap();
     assert_eq!(log.aborted_transactions(o(0), o(1000)), vec![], "persisted");
+}
 
-    // Compaction: the aborted transaction's records and its marker stay.
+/// Compaction as Kafka's cleaner does it with transactions: aborted records
+/// go and never hide a committed record of their key, committed ones are
+/// compacted by key (a partly kept batch stays transactional), a marker stays
+/// while its transaction has records and then until `delete.retention.ms`.
+#[test]
+fn compaction_drops_aborted_records_compacts_committed_ones_and_markers_last() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = LogConfig {
         cleanup_policy: CleanupPolicy::COMPACT,
@@ -174,23 +180,103 @@ fn retention_drops_aborts_below_the_start_and_compaction_keeps_markers() {
         ..small_config()
     };
     let mut log = Log::open(dir.path(), cfg.clone(), NOW).unwrap();
-    log.append(&mut txn_batch(1, 0, 3, "k"), E1, NOW).unwrap(); // 0..=2
-    end(&mut log, 1, MarkerKind::Abort); // 3
-    for _ in 0..30 {
-        log.append(
-            &mut keyed_batch(&[("k0", Some("later"), NOW), ("k1", Some("later"), NOW)]),
-            E1,
-            NOW,
-        )
-        .unwrap();
-    }
-    log.compact(NOW).unwrap();
-    let offsets_left = offsets(&read_all(&log));
-    assert_eq!(&offsets_left[..4], &[0, 1, 2, 3], "{offsets_left:?}");
-    drop(log);
-    let log = Log::open(dir.path(), cfg, NOW).unwrap();
+    log.append(&mut txn_batch(1, 0, 2, "c"), E1, NOW).unwrap(); // 0..=1: c0 c1
+    assert_eq!(end(&mut log, 1, MarkerKind::Commit), 2);
+    log.append(&mut txn_batch(2, 0, 2, "c"), E1, NOW).unwrap(); // 3..=4: c0 c1
+    assert_eq!(end(&mut log, 2, MarkerKind::Abort), 5);
+    log.append(&mut txn_batch(3, 0, 2, "d"), E1, NOW).unwrap(); // 6..=7: d0 d1
+    assert_eq!(end(&mut log, 3, MarkerKind::Commit), 8);
+    log.append(&mut txn_batch(4, 0, 2, "e"), E1, NOW).unwrap(); // 9..=10: e0 e1
+    assert_eq!(end(&mut log, 4, MarkerKind::Commit), 11);
+    let fill = |log: &mut Log| {
+        for _ in 0..30 {
+            log.append(
+                &mut keyed_batch(&[("d0", Some("later"), NOW), ("d1", Some("later"), NOW)]),
+                E1,
+                NOW,
+            )
+            .unwrap();
+        }
+        log.append(&mut keyed_batch(&[("e1", Some("later"), NOW)]), E1, NOW)
+            .unwrap();
+    };
+    fill(&mut log);
+    assert!(log.compact(NOW).unwrap());
+    let left = read_all(&log);
+    let value = |off: i64| {
+        left.iter()
+            .find(|r| r.offset.0 == off)
+            .map(|r| String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned())
+    };
     assert_eq!(
-        log.aborted_transactions(o(0), o(1000)),
-        vec![aborted(1, 0, 3)]
+        &offsets(&left)[..6],
+        &[0, 1, 2, 5, 8, 9],
+        "committed c0 c1 and their marker; the aborted records gone, their \
+         marker kept (young); d0 d1 compacted away, their marker kept (young); \
+         e0 kept, e1 compacted"
     );
+    assert_eq!(
+        value(0).as_deref(),
+        Some("p1-0"),
+        "an aborted c0 hid nothing"
+    );
+    assert_eq!(value(1).as_deref(), Some("p1-1"));
+    let e_batch = read_batch_header(&log, o(9));
+    assert!(
+        e_batch.is_transactional() && e_batch.base_offset == o(9) && e_batch.last_offset() == o(10),
+        "a partly kept batch keeps its range and stays transactional: {e_batch:?}"
+    );
+    assert_eq!(log.first_unstable_offset(), None);
+
+    // Past delete.retention.ms the markers of transactions with nothing left go.
+    fill(&mut log);
+    assert!(log.compact(NOW + 2 * 24 * 3600 * 1000).unwrap());
+    let left = offsets(&read_all(&log));
+    assert_eq!(
+        &left[..5],
+        &[0, 1, 2, 9, 11],
+        "only the markers of transactions with records left stay"
+    );
+    drop(log);
+    let log = Log::open(dir.path(), cfg.clone(), NOW).unwrap();
+    assert_eq!(log.first_unstable_offset(), None, "no transaction reopens");
+    assert_eq!(log.open_transactions(), vec![]);
+    assert_eq!(&offsets(&read_all(&log))[..5], &[0, 1, 2, 9, 11]);
+
+    // An open transaction holds the cleaner back: nothing from its first
+    // record on is cleaned until its marker is written.
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path(), cfg, NOW).unwrap();
+    log.append(&mut txn_batch(7, 0, 1, "d"), E1, NOW).unwrap(); // 0: d0, open
+    fill(&mut log);
+    assert!(
+        !log.compact(NOW).unwrap(),
+        "nothing below the first unstable offset"
+    );
+    let before = read_all(&log).len();
+    assert_eq!(end(&mut log, 7, MarkerKind::Abort), before as i64);
+    assert!(log.compact(NOW).unwrap());
+    let left = read_all(&log);
+    assert!(
+        left.iter().all(|r| r.offset.0 != 0),
+        "the aborted d0 is gone once its marker is written"
+    );
+    let later = left
+        .iter()
+        .filter(|r| r.value.as_deref() == Some(&b"later"[..]))
+        .count();
+    assert!(
+        later < 61,
+        "the filler below the active segment was compacted ({later} left)"
+    );
+}
+
+/// The header of the batch holding `offset`.
+fn read_batch_header(log: &Log, offset: rill_proto::Offset) -> rill_proto::batch::BatchHeader {
+    let slice = log
+        .read(offset, 1, log.log_end_offset())
+        .unwrap()
+        .expect("a batch");
+    let bytes = slice.read().unwrap();
+    rill_proto::batch::BatchHeader::parse(&bytes).unwrap()
 }
