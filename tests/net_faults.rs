@@ -15,7 +15,13 @@
 //!   reverse), the other direction passing;
 //! - loss: 5-20% of every broker's packets dropped at random;
 //! - kill: SIGKILL of a partition leader, restarted after the hold;
-//! - pause: SIGSTOP of a broker, SIGCONT after the hold.
+//! - pause: SIGSTOP of a broker, SIGCONT after the hold;
+//! - client-cut: the client cut from a partition leader (the brokers still
+//!   see each other).
+//!
+//! After one fault of each kind, a schedule runs compound steps: two faults at
+//! once, the second 1-2.5 s after the first. Faults hold 2.5-5 s (in a soak
+//! 2.5-12 s, longer than the producers' delivery timeout).
 //!
 //! The checker then names every anomaly with its seed and the history around
 //! it: (1) an acknowledged record lost, moved or read twice, or records of one
@@ -67,9 +73,10 @@ enum Kind {
     Loss,
     Kill,
     Pause,
+    ClientCut,
 }
 
-const KINDS: [Kind; 8] = [
+const KINDS: [Kind; 9] = [
     Kind::Isolate,
     Kind::LeaderCut,
     Kind::ControllerMinority,
@@ -78,6 +85,7 @@ const KINDS: [Kind; 8] = [
     Kind::Loss,
     Kind::Kill,
     Kind::Pause,
+    Kind::ClientCut,
 ];
 
 /// Timestamped events: faults, heals, errors, acks (sampled), reads.
@@ -322,6 +330,11 @@ fn run_schedule(
     config: &ClientConfig,
 ) -> Outcome {
     let mut rng = Rng(seed);
+    let max_hold_ms = if env_u64("RILL_FAULT_SOAK_S").is_some() {
+        12_000
+    } else {
+        5_000
+    };
     let hist = History::new();
     let anomalies: Anomalies = Arc::new(Mutex::new(Vec::new()));
     let topic = format!("netq{idx}-{seed}");
@@ -406,7 +419,7 @@ fn run_schedule(
     }
     let mut windows: Vec<(String, f64, f64, Duration)> = Vec::new();
     for (k, step) in steps.iter().enumerate() {
-        let hold = Duration::from_millis(2500 + rng.below(2500));
+        let hold = Duration::from_millis(2500 + rng.below(max_hold_ms - 2500));
         let mut killed: Vec<usize> = Vec::new();
         let mut paused: Vec<usize> = Vec::new();
         let mut whats = Vec::new();
@@ -506,7 +519,7 @@ fn run_schedule(
     check_replicas(seed, rt, config, cluster, &topic, &hist, &anomalies);
 
     // Failover: per fault, the longest wait between two acknowledgements of
-    // one partition that overlaps the fault (while it held or until the
+    // one partition that began during the fault (while it held or until the
     // cluster healed), and when that wait ended, from the fault's start: the
     // time until produce with acks=all succeeded again.
     for (what, t0, t1, recovered) in &windows {
@@ -514,7 +527,7 @@ fn run_schedule(
         for (p, list) in &acks {
             for w in list.windows(2) {
                 let (a, b) = (w[0].t, w[1].t);
-                if b >= *t0 && a <= *t1 + recovered.as_secs_f64() {
+                if a >= *t0 - 0.2 && a <= *t1 + recovered.as_secs_f64() {
                     let gap = b - a;
                     if worst.is_none_or(|(g, _, _)| gap > g) {
                         worst = Some((gap, b - t0, *p));
@@ -667,6 +680,16 @@ fn choose(
         Kind::Pause => {
             let v = rng.below(BROKERS as u64) as usize;
             (format!("pause: SIGSTOP broker {v}"), None, Some(v))
+        }
+        Kind::ClientCut => {
+            let l = leader_of(rng);
+            let client = lab.nodes.len() - 1;
+            lab.cut(client, &[l]);
+            (
+                format!("client-cut: the client cannot reach broker {l} (a partition leader)"),
+                None,
+                None,
+            )
         }
     }
 }
@@ -930,6 +953,26 @@ fn check_queue(
             what: format!("{what} (seed {seed})"),
         })
     };
+    // A record a consumer read during the faults is still in the log, at its
+    // offset (a different record there is flagged by `note_read`).
+    {
+        let in_log: std::collections::HashSet<(u32, i64)> = read
+            .iter()
+            .flat_map(|(p, rs)| rs.iter().map(move |(o, _)| (*p, *o)))
+            .collect();
+        let seen = seen.lock().unwrap();
+        let mut gone: Vec<(&(u32, i64), &(String, f64))> =
+            seen.iter().filter(|(k, _)| !in_log.contains(k)).collect();
+        gone.sort_by_key(|(k, _)| **k);
+        for ((p, o), (v, t)) in gone.into_iter().take(20) {
+            flag(
+                *t,
+                format!(
+                    "read then gone: {v} was read at {p}/{o} but the log no longer has that offset"
+                ),
+            );
+        }
+    }
     for p in 0..PARTITIONS {
         let empty = Vec::new();
         let records = read.get(&p).unwrap_or(&empty);
