@@ -221,6 +221,7 @@ impl Default for ObjectStoreConfig {
 /// | `broker_heartbeat_interval_ms` | 250 | how often a broker heartbeats to the controller |
 /// | `replica_lag_time_max_ms` | 10000 | default `replica.lag.time.max.ms`: a follower behind this long leaves the ISR |
 /// | `leader_imbalance_check_interval_ms` | 300000 | preferred-leader election timer (0: off) |
+/// | `min_free_bytes` | 5% of the disk, at most 256 MiB | records are refused (STORAGE_ERROR) below this much free space on the data disk; 0: off |
 /// | `[transforms]` `memory_mb_max`, `call_timeout_ms_max` | 512, 60000 | see [`TransformsConfig`] |
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -266,6 +267,9 @@ pub struct BrokerConfig {
     pub broker_heartbeat_interval_ms: u64,
     pub replica_lag_time_max_ms: u64,
     pub leader_imbalance_check_interval_ms: u64,
+    /// Free space kept on the data disk: below it records are refused (see
+    /// [`crate::disk`]); unset: 5% of the filesystem, at most 256 MiB; 0: off.
+    pub min_free_bytes: Option<u64>,
     pub transforms: TransformsConfig,
 }
 
@@ -313,6 +317,7 @@ impl Default for BrokerConfig {
             broker_heartbeat_interval_ms: 250,
             replica_lag_time_max_ms: 10_000,
             leader_imbalance_check_interval_ms: 300_000,
+            min_free_bytes: None,
             transforms: TransformsConfig::default(),
         }
     }

@@ -452,12 +452,18 @@ fn validate_records(
 /// bytes (the log stamps offsets and the leader epoch into it in place), then
 /// the append.
 fn append(
+    state: &BrokerState,
     p: &Partition,
     bytes: &Bytes,
     records: RecordSettings,
     now: TimestampMs,
 ) -> Result<(rill_log::AppendInfo, Offset), ErrorInfo> {
     validate_records(p, bytes, records, now)?;
+    if !crate::auth::is_internal_topic(p.topic()) {
+        state
+            .disk
+            .check_append(&format!("{}-{}", p.topic(), p.index()), bytes.len())?;
+    }
     let mut buf = BytesMut::from(&bytes[..]);
     p.append(&mut buf, now)
         .map(|info| (info, p.log_start_offset()))
@@ -538,11 +544,12 @@ pub(crate) async fn produce(
             Ok(p) if p.syncs_on_append() || bytes.len() > APPEND_INLINE_MAX => {
                 let data = bytes.clone();
                 let records = record_settings(state, &pp.topic);
-                blocking(move || append(&p, &data, records, now))
+                let st = state.clone();
+                blocking(move || append(&st, &p, &data, records, now))
                     .await
                     .and_then(|r| r)
             }
-            Ok(p) => append(&p, &bytes, record_settings(state, &pp.topic), now),
+            Ok(p) => append(state, &p, &bytes, record_settings(state, &pp.topic), now),
         };
         let mut replicate_to = None;
         responses.push(match result {

@@ -38,6 +38,7 @@
 pub mod auth;
 pub mod cluster;
 pub mod config;
+pub mod disk;
 pub mod error;
 pub mod front_door;
 pub mod group;
@@ -214,6 +215,7 @@ impl Broker {
             quotas: crate::quota::Quotas::default(),
             peer_tls: broker_tls.peer.clone(),
             server_tls: broker_tls.server.clone(),
+            disk: crate::disk::DiskSpace::new(&config.data_dir, config.min_free_bytes),
             config,
         });
         // A single broker opens its partitions before it serves (a log that cannot

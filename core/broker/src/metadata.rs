@@ -163,8 +163,12 @@ pub fn write_atomic(dir: &Path, path: &Path, contents: &[u8]) -> std::io::Result
         Err(e) => return Err(e),
     }
     let mut file = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
-    file.write_all(contents)?;
-    file.sync_all()?;
+    if let Err(e) = file.write_all(contents).and_then(|()| file.sync_all()) {
+        // A full disk: the partial copy would only hold on to space.
+        drop(file);
+        let _ = fs::remove_file(&tmp);
+        return Err(e);
+    }
     drop(file);
     fs::rename(&tmp, path)?;
     File::open(dir)?.sync_all()

@@ -48,4 +48,6 @@ pub struct BrokerState {
     /// The certificate (and client-certificate policy) this broker presents to
     /// clients: QUIC's, and the Kafka listener's with `[kafka] tls`.
     pub server_tls: rill_net::ServerTls,
+    /// The data disk's free space and reserve (`min_free_bytes`).
+    pub disk: crate::disk::DiskSpace,
 }

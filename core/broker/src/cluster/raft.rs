@@ -263,9 +263,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_vote(&mut self, vote: &Vote<NodeId>) -> StorageResult<()> {
-        let mut inner = self.inner.lock();
-        write_json(&inner.dir, "vote.json", vote).map_err(|e| StorageIOError::write_vote(&e))?;
-        inner.vote = Some(*vote);
+        let dir = self.inner.lock().dir.clone();
+        while_disk_full("the Raft vote", || write_json(&dir, "vote.json", vote))
+            .await
+            .map_err(|e| StorageIOError::write_vote(&e))?;
+        self.inner.lock().vote = Some(*vote);
         Ok(())
     }
 
@@ -274,9 +276,13 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_committed(&mut self, committed: Option<LogId<NodeId>>) -> StorageResult<()> {
-        let mut inner = self.inner.lock();
-        write_json(&inner.dir, "committed.json", &committed).map_err(io_write)?;
-        inner.committed = committed;
+        let dir = self.inner.lock().dir.clone();
+        while_disk_full("the Raft commit index", || {
+            write_json(&dir, "committed.json", &committed)
+        })
+        .await
+        .map_err(io_write)?;
+        self.inner.lock().committed = committed;
         Ok(())
     }
 
@@ -289,22 +295,31 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry<TypeConfig>> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let mut inner = self.inner.lock();
         let mut bytes = Vec::new();
         let mut new = Vec::new();
         for e in entries {
             bytes.extend(frame(&LogFrame::entry(&e)).map_err(io_write)?);
             new.push(e);
         }
-        let written = inner
-            .file
-            .write_all(&bytes)
-            .and_then(|()| inner.file.sync_data());
+        let inner = &self.inner;
+        let written = while_disk_full("the Raft log", || {
+            let inner = inner.lock();
+            let before = inner.file.metadata()?.len();
+            let mut file = &inner.file;
+            let result = file.write_all(&bytes).and_then(|()| file.sync_data());
+            if result.is_err() {
+                // No torn frame stays behind for the next append to follow.
+                let _ = inner.file.set_len(before);
+            }
+            result
+        })
+        .await;
         if let Err(e) = written {
             let err = io_write(std::io::Error::new(e.kind(), e.to_string()));
             callback.log_io_completed(Err(e));
             return Err(err);
         }
+        let mut inner = self.inner.lock();
         for e in new {
             inner.entries.insert(e.log_id.index, e);
         }
@@ -313,17 +328,78 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn truncate(&mut self, log_id: LogId<NodeId>) -> StorageResult<()> {
-        let mut inner = self.inner.lock();
-        inner.entries.retain(|i, _| *i < log_id.index);
-        inner.rewrite().map_err(io_write)
+        self.inner.lock().entries.retain(|i, _| *i < log_id.index);
+        let inner = &self.inner;
+        while_disk_full("the Raft log", || inner.lock().rewrite())
+            .await
+            .map_err(io_write)
     }
 
     async fn purge(&mut self, log_id: LogId<NodeId>) -> StorageResult<()> {
-        let mut inner = self.inner.lock();
-        inner.last_purged = Some(log_id);
-        inner.entries.retain(|i, _| *i > log_id.index);
-        inner.rewrite().map_err(io_write)
+        {
+            let mut inner = self.inner.lock();
+            inner.last_purged = Some(log_id);
+            inner.entries.retain(|i, _| *i > log_id.index);
+        }
+        let inner = &self.inner;
+        while_disk_full("the Raft log", || inner.lock().rewrite())
+            .await
+            .map_err(io_write)
     }
+}
+
+/// Runs a write of the metadata store again while the disk is full (ENOSPC,
+/// EDQUOT), with a growing pause (at most a second), until it succeeds or fails
+/// otherwise: a full disk is transient (a topic deleted, retention, an
+/// operator), and a storage error would stop the Raft core for good. Meanwhile
+/// this broker's quorum work waits (the others elect around it); it logs an
+/// error every [`DISK_FULL_LOG_EVERY`]. The data path keeps a reserve for these
+/// writes (`min_free_bytes`, see [`crate::disk`]), so this is for a disk that
+/// something else filled.
+async fn while_disk_full<T>(
+    what: &str,
+    mut op: impl FnMut() -> std::io::Result<T>,
+) -> std::io::Result<T> {
+    let started = std::time::Instant::now();
+    let mut logged: Option<std::time::Instant> = None;
+    let mut pause = Duration::from_millis(20);
+    loop {
+        match op() {
+            Err(e) if is_disk_full(&e) => {
+                if logged.is_none_or(|at| at.elapsed() >= DISK_FULL_LOG_EVERY) {
+                    logged = Some(std::time::Instant::now());
+                    tracing::error!(
+                        write = what,
+                        error = %e,
+                        waiting_s = started.elapsed().as_secs(),
+                        "the metadata store cannot write: the disk is full; retrying until there is space"
+                    );
+                }
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(1));
+            }
+            other => {
+                if logged.is_some() {
+                    tracing::info!(
+                        write = what,
+                        waited_ms = started.elapsed().as_millis() as u64,
+                        "the metadata store writes again"
+                    );
+                }
+                return other;
+            }
+        }
+    }
+}
+
+/// How often a metadata write waiting for disk space says so.
+const DISK_FULL_LOG_EVERY: Duration = Duration::from_secs(5);
+
+fn is_disk_full(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+    )
 }
 
 /// Writes the snapshot file (crash-safely) and returns the snapshot as kept.
@@ -381,6 +457,9 @@ struct SmInner {
 pub struct StateMachine {
     inner: Arc<Mutex<SmInner>>,
     published: Arc<watch::Sender<Arc<MetadataImage>>>,
+    /// Held while the snapshot file is written (a build and an install must
+    /// not interleave; a write may wait for disk space without `inner`).
+    snapshot_file: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl StateMachine {
@@ -410,6 +489,7 @@ impl StateMachine {
                     snapshot_seq: 0,
                 })),
                 published: Arc::new(tx),
+                snapshot_file: Arc::default(),
             },
             rx,
         ))
@@ -418,22 +498,52 @@ impl StateMachine {
 
 impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
     async fn build_snapshot(&mut self) -> StorageResult<Snapshot<TypeConfig>> {
-        let mut inner = self.inner.lock();
-        inner.snapshot_seq += 1;
-        let snapshot_id = match inner.last_applied {
-            Some(l) => format!("{}-{}", l.index, inner.snapshot_seq),
-            None => format!("none-{}", inner.snapshot_seq),
+        let _file = self.snapshot_file.clone().lock_owned().await;
+        let (dir, image, meta) = {
+            let mut inner = self.inner.lock();
+            inner.snapshot_seq += 1;
+            let snapshot_id = match inner.last_applied {
+                Some(l) => format!("{}-{}", l.index, inner.snapshot_seq),
+                None => format!("none-{}", inner.snapshot_seq),
+            };
+            let meta = SnapshotMeta {
+                last_log_id: inner.last_applied,
+                last_membership: inner.membership.clone(),
+                snapshot_id,
+            };
+            (inner.dir.clone(), inner.image.clone(), meta)
         };
-        let meta = SnapshotMeta {
-            last_log_id: inner.last_applied,
-            last_membership: inner.membership.clone(),
-            snapshot_id,
+        let newer_exists = self
+            .inner
+            .lock()
+            .snapshot
+            .as_ref()
+            .is_some_and(|s| s.meta.last_log_id > meta.last_log_id);
+        let stored = if newer_exists {
+            // An installed snapshot is ahead of what was applied here: keep
+            // its file, and answer with this one.
+            StoredSnapshot {
+                meta: meta.clone(),
+                image,
+            }
+        } else {
+            while_disk_full("a Raft snapshot", || {
+                write_snapshot(&dir, &meta, image.clone())
+            })
+            .await
+            .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?
         };
-        let stored = write_snapshot(&inner.dir, &meta, inner.image.clone())
-            .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
         let data = serde_json::to_vec(&stored.image).map_err(io_write)?;
         let meta = stored.meta.clone();
-        inner.snapshot = Some(stored);
+        let mut inner = self.inner.lock();
+        // A snapshot installed meanwhile (from the leader) may be newer.
+        if inner
+            .snapshot
+            .as_ref()
+            .is_none_or(|s| s.meta.last_log_id <= meta.last_log_id)
+        {
+            inner.snapshot = Some(stored);
+        }
         Ok(Snapshot {
             meta,
             snapshot: Box::new(Cursor::new(data)),
@@ -492,9 +602,14 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     ) -> StorageResult<()> {
         let image: MetadataImage = serde_json::from_slice(snapshot.get_ref())
             .map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), &e))?;
+        let _file = self.snapshot_file.clone().lock_owned().await;
+        let dir = self.inner.lock().dir.clone();
+        let stored = while_disk_full("a Raft snapshot", || {
+            write_snapshot(&dir, meta, image.clone())
+        })
+        .await
+        .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
         let mut inner = self.inner.lock();
-        let stored = write_snapshot(&inner.dir, meta, image.clone())
-            .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
         inner.last_applied = meta.last_log_id;
         inner.membership = meta.last_membership.clone();
         inner.image = image;
@@ -646,6 +761,29 @@ mod tests {
             inner.entries.insert(e.log_id.index, e);
         }
         inner.file.sync_data().unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_full_disk_is_waited_out_and_other_errors_are_not() {
+        let mut calls = 0;
+        let got = while_disk_full("test", || {
+            calls += 1;
+            if calls < 4 {
+                Err(std::io::Error::from(std::io::ErrorKind::StorageFull))
+            } else {
+                Ok(calls)
+            }
+        })
+        .await;
+        assert_eq!(got.unwrap(), 4, "retried while the disk was full");
+        let mut calls = 0;
+        let got: std::io::Result<()> = while_disk_full("test", || {
+            calls += 1;
+            Err(std::io::Error::from(std::io::ErrorKind::PermissionDenied))
+        })
+        .await;
+        assert_eq!(got.unwrap_err().kind(), std::io::ErrorKind::PermissionDenied);
+        assert_eq!(calls, 1, "any other error is returned at once");
     }
 
     #[test]

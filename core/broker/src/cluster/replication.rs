@@ -417,6 +417,17 @@ impl ReplicaFetcher {
                 continue;
             }
             match &fp.error {
+                None if !bytes.is_empty()
+                    && !crate::auth::is_internal_topic(p.topic())
+                    && let Err(e) = state
+                        .disk
+                        .check_append(&format!("{}-{}", p.topic(), p.index()), bytes.len()) =>
+                {
+                    // Out of space: stop appending (the leader drops this
+                    // replica from the ISR when it lags) until there is room.
+                    tracing::warn!(error = %e.message, "not replicating: the data disk is full");
+                    self.back_off(key, *epoch);
+                }
                 None => appends.push((key.clone(), p.clone(), *epoch, bytes, fp.high_watermark)),
                 Some(e) => {
                     tracing::debug!(partition = %format!("{}-{}", p.topic(), p.index()), error = %e, "replica fetch refused");

@@ -101,6 +101,12 @@ pub struct BrokerArgs {
     /// from AWS_* / GOOGLE_* / AZURE_* environment variables). Unset: tiering off.
     #[arg(long, value_name = "URL")]
     pub object_store: Option<String>,
+    /// Free space kept on the data disk: below it records are refused with
+    /// STORAGE_ERROR (the metadata quorum and internal topics keep writing, so
+    /// `rill topic delete` frees space); default 5% of the disk, at most 256
+    /// MiB; 0 turns it off.
+    #[arg(long, value_name = "BYTES")]
+    pub min_free_bytes: Option<u64>,
 }
 
 /// Builds the broker config: file (or defaults), then flags.
@@ -181,6 +187,9 @@ pub fn build_config(args: &BrokerArgs) -> anyhow::Result<BrokerConfig> {
         config.broker_session_timeout_ms = ms;
         config.broker_heartbeat_interval_ms =
             config.broker_heartbeat_interval_ms.min(ms / 4).max(1);
+    }
+    if let Some(bytes) = args.min_free_bytes {
+        config.min_free_bytes = Some(bytes);
     }
     config.validate()?;
     Ok(config)
