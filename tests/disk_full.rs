@@ -225,3 +225,151 @@ fn a_full_disk_refuses_records_clearly_keeps_serving_and_recovers_without_a_rest
     drop(client);
     assert!(broker.sigterm().success(), "and shuts down cleanly");
 }
+
+/// Bytes available on the filesystem of `path` (`df`).
+fn available(path: &Path) -> u64 {
+    let out = Command::new("df")
+        .args(["-B1", "--output=avail"])
+        .arg(path)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .nth(1)
+        .and_then(|l| l.trim().parse().ok())
+        .expect("df prints the available bytes")
+}
+
+/// A follower whose disk fills stops appending and leaves the ISR while the
+/// others go on taking acks=all writes; when it has space again it catches up
+/// and comes back into the ISR, without a restart, and holds every record.
+#[test]
+fn a_replica_whose_disk_fills_leaves_the_isr_and_comes_back() {
+    use support::cluster::{TestCluster, partition0};
+    let mut c = TestCluster::start_joined(3, &[]);
+    c.wait_all_live();
+    c.rill_ok(
+        &[
+            "topic",
+            "create",
+            "replicated",
+            "--replication-factor",
+            "3",
+            "--config",
+            "min.insync.replicas=2",
+            "--config",
+            "replica.lag.time.max.ms=2000",
+            "--config",
+            "segment.bytes=1048576",
+        ],
+        b"",
+    );
+    let isr = |c: &TestCluster| {
+        partition0(&c.rill_ok(&["topic", "describe", "replicated"], b""))
+            .expect("partition 0")
+            .2
+    };
+    c.wait_for("a full ISR", &["topic", "describe", "replicated"], |out| {
+        partition0(out).is_some_and(|p| p.2.len() == 3)
+    });
+
+    // Broker 2's data moves onto a 64 MiB tmpfs (stopped, copied over, started).
+    c.kill(2);
+    let data = c.data_dir(2);
+    let aside = data.with_extension("aside");
+    std::fs::rename(&data, &aside).unwrap();
+    let _tmpfs = match Tmpfs::mount(&data, "64m") {
+        Ok(t) => t,
+        Err(why) if std::env::var_os("CI").is_none() => {
+            println!("SKIPPED: the full-disk test needs to mount a tmpfs (root): {why}");
+            return;
+        }
+        Err(why) => panic!("the full-disk test must run in CI, and cannot mount a tmpfs: {why}"),
+    };
+    let copied = Command::new("cp")
+        .arg("-a")
+        .arg(format!("{}/.", aside.display()))
+        .arg(&data)
+        .status()
+        .unwrap();
+    assert!(copied.success(), "copying broker 2's data onto the tmpfs");
+    // Leave about 3 MiB above its reserve (5% of 64 MiB).
+    let reserve = 64 * 1024 * 1024 / 20;
+    let ballast_bytes = available(&data).saturating_sub(reserve + 3 * 1024 * 1024);
+    let ballast = data.join("ballast");
+    std::fs::write(&ballast, vec![0x5au8; ballast_bytes as usize]).unwrap();
+    c.spawn(2);
+    c.wait_all_live();
+    c.wait_for(
+        "broker 2 back in the ISR",
+        &["topic", "describe", "replicated"],
+        |out| partition0(out).is_some_and(|p| p.2.len() == 3),
+    );
+
+    // 12 MiB of acks=all writes: broker 2 runs short after about 3 MiB.
+    const N: usize = 384;
+    let rt = runtime();
+    let client = rt.block_on(support::connect_client(&c.bootstrap(), &c.home()));
+    let _entered = rt.enter();
+    let producer = client
+        .producer(ProducerConfig {
+            acks: Acks::All,
+            ..ProducerConfig::default()
+        })
+        .unwrap();
+    rt.block_on(async {
+        let mut pending = Vec::new();
+        for i in 0..N {
+            let mut value = format!("r{i:04}-").into_bytes();
+            value.resize(32 * 1024, b'r');
+            pending.push(
+                producer
+                    .send(ProducerRecord::new("replicated", value))
+                    .await
+                    .unwrap(),
+            );
+        }
+        for (i, d) in pending.into_iter().enumerate() {
+            d.await
+                .unwrap_or_else(|e| panic!("record {i} with acks=all and 2 of 3 replicas: {e}"));
+        }
+    });
+    let shrunk = isr(&c);
+    assert!(
+        !shrunk.contains(&2),
+        "broker 2 (disk full) left the ISR: {shrunk:?}"
+    );
+    assert!(
+        c.logs().contains("not replicating: the data disk is full"),
+        "broker 2 said why it stopped"
+    );
+
+    // Space returns: it catches up and rejoins, with no restart.
+    std::fs::remove_file(&ballast).unwrap();
+    c.wait_for(
+        "broker 2 back in the ISR after space returned",
+        &["topic", "describe", "replicated"],
+        |out| partition0(out).is_some_and(|p| p.2.len() == 3),
+    );
+    assert!(c.is_running(2));
+    // Its copy holds every record: read it alone (the others stopped).
+    c.kill(0);
+    c.kill(1);
+    drop(producer);
+    drop(client);
+    let mut replica = Vec::new();
+    for entry in std::fs::read_dir(data.join("replicated-0")).unwrap() {
+        let p = entry.unwrap().path();
+        if p.extension().is_some_and(|e| e == "log") {
+            replica.push(std::fs::read(&p).unwrap());
+        }
+    }
+    let bytes: Vec<u8> = replica.concat();
+    for i in [0, N / 2, N - 1] {
+        let tag = format!("r{i:04}-");
+        assert!(
+            bytes.windows(tag.len()).any(|w| w == tag.as_bytes()),
+            "broker 2's copy holds record {i}"
+        );
+    }
+}
