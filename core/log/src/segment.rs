@@ -257,13 +257,20 @@ impl Segment {
             at + bytes.len() as u64 <= u32::MAX as u64,
             "segment positions must fit u32"
         );
-        self.file.write_all_at(bytes, at).map_err(io_context(|| {
-            format!(
-                "appending {} bytes to {} at {at}",
-                bytes.len(),
-                self.path.display()
-            )
-        }))?;
+        if let Err(e) = self.file.write_all_at(bytes, at) {
+            // A short write (a full disk) leaves part of a batch past the end:
+            // cut it, so the segment never holds it when it is rolled and
+            // later trusted by recovery (the next append would overwrite it,
+            // a roll would not).
+            let _ = self.file.set_len(at);
+            return Err(io_context(|| {
+                format!(
+                    "appending {} bytes to {} at {at}",
+                    bytes.len(),
+                    self.path.display()
+                )
+            })(e));
+        }
         self.size += bytes.len() as u64;
         for (h, rel_pos) in headers {
             self.note_batch(h, at + rel_pos, index_interval_bytes);

@@ -215,6 +215,9 @@ pub async fn run(args: BrokerArgs) -> anyhow::Result<()> {
         return Err(e).with_context(|| format!("cannot start broker {id}"));
     }
 
+    // The handlers are in place before the line that tells a supervisor it
+    // may signal us: a SIGTERM right after it still shuts down cleanly.
+    let shutdown_signal = ShutdownSignal::install()?;
     {
         let mut stdout = std::io::stdout().lock();
         writeln!(
@@ -250,7 +253,7 @@ pub async fn run(args: BrokerArgs) -> anyhow::Result<()> {
         }
     };
 
-    let signal = wait_for_shutdown_signal().await?;
+    let signal = shutdown_signal.wait().await;
     tracing::info!("{signal} received: shutting down broker {id}");
     if let Some(t) = transforms {
         t.stop().await;
@@ -263,15 +266,26 @@ pub async fn run(args: BrokerArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Waits for SIGTERM or Ctrl-C (SIGINT); returns which one came.
-async fn wait_for_shutdown_signal() -> anyhow::Result<&'static str> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).context("cannot install the SIGTERM handler")?;
-    tokio::select! {
-        _ = term.recv() => Ok("SIGTERM"),
-        r = tokio::signal::ctrl_c() => {
-            r.context("cannot listen for Ctrl-C")?;
-            Ok("Ctrl-C")
+/// SIGTERM and Ctrl-C (SIGINT), caught from when it is installed.
+struct ShutdownSignal {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl ShutdownSignal {
+    fn install() -> anyhow::Result<ShutdownSignal> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(ShutdownSignal {
+            term: signal(SignalKind::terminate()).context("cannot install the SIGTERM handler")?,
+            int: signal(SignalKind::interrupt()).context("cannot install the Ctrl-C handler")?,
+        })
+    }
+
+    /// Waits for either; returns which one came.
+    async fn wait(mut self) -> &'static str {
+        tokio::select! {
+            _ = self.term.recv() => "SIGTERM",
+            _ = self.int.recv() => "Ctrl-C",
         }
     }
 }
