@@ -138,9 +138,12 @@ struct Anomaly {
 
 type Anomalies = Arc<Mutex<Vec<Anomaly>>>;
 
+/// (partition, offset) -> (record, when first read): every record read.
+type Seen = Mutex<HashMap<(u32, i64), (String, f64)>>;
+
 #[derive(Debug, Clone)]
 struct Ack {
-    n: u64,
+    value: String,
     offset: i64,
     t: f64,
 }
@@ -380,10 +383,18 @@ fn run_schedule(
     let stop = Arc::new(AtomicBool::new(false));
     let acks: Arc<Mutex<BTreeMap<u32, Vec<Ack>>>> = Arc::default();
     // (partition, offset) -> (value, time first read): every read, live and final.
-    let seen: Arc<Mutex<HashMap<(u32, i64), (String, f64)>>> = Arc::default();
+    let seen: Arc<Seen> = Arc::default();
     let mut producers = Vec::new();
     for p in 0..PARTITIONS {
         producers.push(rt.spawn(producer(
+            config.clone(),
+            topic.clone(),
+            p,
+            stop.clone(),
+            hist.clone(),
+            acks.clone(),
+        )));
+        producers.push(rt.spawn(pipelined_producer(
             config.clone(),
             topic.clone(),
             p,
@@ -507,13 +518,16 @@ fn run_schedule(
     // Stop writing, then read everything back.
     std::thread::sleep(Duration::from_secs(1));
     stop.store(true, Ordering::Relaxed);
-    let mut attempted = BTreeMap::new();
-    for (p, h) in producers.into_iter().enumerate() {
-        attempted.insert(p as u32, rt.block_on(h).unwrap());
+    let mut attempted = Vec::new();
+    for h in producers {
+        attempted.push(rt.block_on(h).unwrap());
     }
     let _ = rt.block_on(reader);
     let final_read = rt.block_on(read_back(config.clone(), topic.clone(), hist.clone()));
-    let acks = acks.lock().unwrap().clone();
+    let mut acks = acks.lock().unwrap().clone();
+    for list in acks.values_mut() {
+        list.sort_by(|a, b| a.t.total_cmp(&b.t));
+    }
 
     check_queue(seed, &hist, &anomalies, &acks, &final_read, &seen);
     check_replicas(seed, rt, config, cluster, &topic, &hist, &anomalies);
@@ -547,7 +561,7 @@ fn run_schedule(
     }
 
     let total_acked: usize = acks.values().map(Vec::len).sum();
-    let attempted_n: u64 = attempted.values().sum();
+    let attempted_n: u64 = attempted.iter().sum();
     let read_n: usize = final_read.values().map(Vec::len).sum();
     println!(
         "  seed {seed}: {attempted_n} attempted, {total_acked} acknowledged, {read_n} read back"
@@ -730,7 +744,7 @@ async fn producer(
         }
         let value = format!("p{p}-{n:07}");
         let record = ProducerRecord::new(topic.clone(), value.clone().into_bytes())
-            .key(format!("k{p}").into_bytes())
+            .key(format!("p{p}").into_bytes())
             .partition(p);
         n += 1;
         let sent = tokio::time::timeout(
@@ -746,7 +760,7 @@ async fn producer(
                 }
                 last_err.clear();
                 acks.lock().unwrap().entry(p).or_default().push(Ack {
-                    n: n - 1,
+                    value,
                     offset: md.offset.0,
                     t,
                 });
@@ -771,6 +785,100 @@ async fn producer(
     n
 }
 
+/// Writes `q<p>-<n>` with key `q<p>` to partition `p` without waiting for
+/// each acknowledgement (up to 200 records outstanding, 2 ms linger, so
+/// several batches are in flight: idempotence has to keep them in order
+/// through retries); until `stop`; returns how many it attempted.
+async fn pipelined_producer(
+    config: ClientConfig,
+    topic: String,
+    p: u32,
+    stop: Arc<AtomicBool>,
+    hist: Arc<History>,
+    acks: Arc<Mutex<BTreeMap<u32, Vec<Ack>>>>,
+) -> u64 {
+    let window = Arc::new(tokio::sync::Semaphore::new(200));
+    let last_err = Arc::new(Mutex::new(String::new()));
+    let mut n = 0u64;
+    let mut producer = None;
+    let mut pending = tokio::task::JoinSet::new();
+    while !stop.load(Ordering::Relaxed) {
+        if producer.is_none() {
+            match tokio::time::timeout(Duration::from_secs(5), Client::connect(config.clone()))
+                .await
+            {
+                Ok(Ok(c)) => {
+                    producer = Some(
+                        c.producer(ProducerConfig {
+                            linger: Duration::from_millis(2),
+                            delivery_timeout: DELIVERY_TIMEOUT,
+                            ..ProducerConfig::default()
+                        })
+                        .unwrap(),
+                    )
+                }
+                _ => {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    continue;
+                }
+            }
+        }
+        let Ok(permit) =
+            tokio::time::timeout(Duration::from_millis(500), window.clone().acquire_owned()).await
+        else {
+            continue;
+        };
+        let permit = permit.unwrap();
+        let value = format!("q{p}-{n:07}");
+        n += 1;
+        let record = ProducerRecord::new(topic.clone(), value.clone().into_bytes())
+            .key(format!("q{p}").into_bytes())
+            .partition(p);
+        let sent =
+            tokio::time::timeout(DELIVERY_TIMEOUT, producer.as_ref().unwrap().send(record)).await;
+        let delivery = match sent {
+            Ok(Ok(d)) => d,
+            other => {
+                hist.note(format!(
+                    "pipelined send {value} failed: {other:?}; new producer"
+                ));
+                producer = None;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let (hist, acks, last_err) = (hist.clone(), acks.clone(), last_err.clone());
+        pending.spawn(async move {
+            let _permit = permit;
+            match tokio::time::timeout(DELIVERY_TIMEOUT + Duration::from_secs(5), delivery).await {
+                Ok(Ok(md)) => {
+                    let t = hist.now();
+                    acks.lock().unwrap().entry(p).or_default().push(Ack {
+                        value,
+                        offset: md.offset.0,
+                        t,
+                    });
+                    last_err.lock().unwrap().clear();
+                }
+                Ok(Err(e)) => {
+                    let e = e.to_string();
+                    let mut last = last_err.lock().unwrap();
+                    if *last != e {
+                        hist.note(format!("pipelined produce {value} failed: {e}"));
+                        *last = e;
+                    }
+                }
+                Err(_) => {
+                    hist.note(format!("pipelined produce {value}: no answer"));
+                }
+            }
+        });
+        while pending.try_join_next().is_some() {}
+    }
+    while pending.join_next().await.is_some() {}
+    n
+}
+
 /// Reads the topic from the beginning while the faults run: notes every
 /// record in `seen` and flags a different record at an offset already read, or
 /// an offset not above the last one read from that partition.
@@ -779,7 +887,7 @@ async fn live_reader(
     topic: String,
     stop: Arc<AtomicBool>,
     hist: Arc<History>,
-    seen: Arc<Mutex<HashMap<(u32, i64), (String, f64)>>>,
+    seen: Arc<Seen>,
     anomalies: Anomalies,
     seed: u64,
 ) {
@@ -856,7 +964,7 @@ async fn live_reader(
 
 #[allow(clippy::too_many_arguments)]
 fn note_read(
-    seen: &Mutex<HashMap<(u32, i64), (String, f64)>>,
+    seen: &Seen,
     hist: &History,
     anomalies: &Anomalies,
     p: u32,
@@ -945,7 +1053,7 @@ fn check_queue(
     anomalies: &Anomalies,
     acks: &BTreeMap<u32, Vec<Ack>>,
     read: &BTreeMap<u32, Vec<(i64, String)>>,
-    seen: &Mutex<HashMap<(u32, i64), (String, f64)>>,
+    seen: &Seen,
 ) {
     let flag = |t: f64, what: String| {
         anomalies.lock().unwrap().push(Anomaly {
@@ -961,8 +1069,7 @@ fn check_queue(
             .flat_map(|(p, rs)| rs.iter().map(move |(o, _)| (*p, *o)))
             .collect();
         let seen = seen.lock().unwrap();
-        let mut gone: Vec<(&(u32, i64), &(String, f64))> =
-            seen.iter().filter(|(k, _)| !in_log.contains(k)).collect();
+        let mut gone: Vec<_> = seen.iter().filter(|(k, _)| !in_log.contains(k)).collect();
         gone.sort_by_key(|(k, _)| **k);
         for ((p, o), (v, t)) in gone.into_iter().take(20) {
             flag(
@@ -977,7 +1084,8 @@ fn check_queue(
         let empty = Vec::new();
         let records = read.get(&p).unwrap_or(&empty);
         let mut at: HashMap<&str, i64> = HashMap::new();
-        let mut prev: Option<(i64, u64, &str)> = None;
+        // Per producer (key): the last (offset, n, value) read.
+        let mut prev: HashMap<char, (i64, u64, &str)> = HashMap::new();
         for (o, v) in records {
             note_read(seen, hist, anomalies, p, *o, v.clone(), "final", seed);
             if let Some(first) = at.insert(v.as_str(), *o) {
@@ -986,25 +1094,28 @@ fn check_queue(
                     format!("duplicated: {v} in partition {p} at offsets {first} and {o}"),
                 );
             }
+            let kind = v.chars().next().unwrap_or('?');
             let Some(n) = v
-                .strip_prefix(&format!("p{p}-"))
+                .get(1..)
+                .and_then(|r| r.strip_prefix(&format!("{p}-")))
                 .and_then(|s| s.parse::<u64>().ok())
+                .filter(|_| kind == 'p' || kind == 'q')
             else {
                 flag(hist.now(), format!("foreign record {v} at {p}/{o}"));
                 continue;
             };
-            if let Some((po, pn, pv)) = prev
-                && n <= pn
+            if let Some((po, pn, pv)) = prev.get(&kind)
+                && n <= *pn
             {
                 flag(
                     hist.now(),
-                    format!("reordered: key k{p}: {v} at {p}/{o} after {pv} at {p}/{po}"),
+                    format!("reordered: key {kind}{p}: {v} at {p}/{o} after {pv} at {p}/{po}"),
                 );
             }
-            prev = Some((*o, n, v.as_str()));
+            prev.insert(kind, (*o, n, v.as_str()));
         }
         for a in acks.get(&p).unwrap_or(&Vec::new()) {
-            let v = format!("p{p}-{:07}", a.n);
+            let v = &a.value;
             match at.get(v.as_str()) {
                 None => flag(
                     a.t,
