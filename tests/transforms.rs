@@ -224,6 +224,48 @@ fn rss_pipeline_cleans_dedups_dead_letters_and_keeps_state_across_restarts() {
     );
     let logs = broker.rill_ok(&["transform", "logs", "rss-clean"]);
     assert!(logs.contains("dropping duplicate article"), "{logs}");
+    // Times are readable UTC (2026-12-05T21:55:03.264Z), not epoch milliseconds.
+    let first = logs.lines().next().unwrap_or_default();
+    let time = first.split(' ').next().unwrap_or_default();
+    assert!(
+        time.len() == 24 && time.as_bytes()[10] == b'T' && time.ends_with('Z'),
+        "a log line starts with its UTC time: {first:?}"
+    );
+    // --follow prints what is there and keeps going until stopped.
+    let mut follow = broker
+        .client_command(&["transform", "logs", "rss-clean", "--follow"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let lines = support::collect_lines_on_thread(follow.stdout.take().unwrap());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !lines
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|l| l.contains("dropping duplicate article"))
+    {
+        assert!(Instant::now() < deadline, "--follow printed the log lines");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        follow.try_wait().unwrap().is_none(),
+        "--follow keeps running"
+    );
+    let _ = follow.kill();
+    let _ = follow.wait();
+    // Internal topics are listed only when asked for.
+    let user_topics = broker.rill_ok(&["topic", "list"]);
+    assert!(
+        user_topics.lines().any(|l| l == "articles") && !user_topics.contains("__"),
+        "{user_topics}"
+    );
+    let all_topics = broker.rill_ok(&["topic", "list", "--include-internal"]);
+    assert!(
+        all_topics.lines().any(|l| l == "__transforms"),
+        "{all_topics}"
+    );
 
     // Restart: the de-duplication state comes back from the changelog, so the
     // same feeds again produce no new clean article.

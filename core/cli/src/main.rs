@@ -79,7 +79,9 @@ impl Command {
     /// The default log level when neither --log-level nor RUST_LOG is given.
     fn default_log_level(&self) -> &'static str {
         match self {
-            Command::Broker(_) => "info",
+            // openraft's state dumps are for debugging the quorum, not for
+            // reading a broker's start (RUST_LOG=openraft=info brings them back).
+            Command::Broker(_) => "info,openraft=warn",
             _ => "warn",
         }
     }

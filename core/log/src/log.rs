@@ -157,7 +157,7 @@ impl Log {
         }
         let cleaned = read_cleaner_checkpoint(dir)?.unwrap_or(start);
         log.cleaner_checkpoint = cleaned.clamp(start, end);
-        info!(dir = %dir.display(), %start, %end, segments = log.segments.len(), "opened log");
+        tracing::debug!(dir = %dir.display(), %start, %end, segments = log.segments.len(), "opened log");
         Ok(log)
     }
 

@@ -53,6 +53,9 @@ pub struct CreateArgs {
 
 #[derive(Debug, Args)]
 pub struct ListArgs {
+    /// Also list the internal topics (`__consumer_offsets`, `__transforms`, ...).
+    #[arg(long)]
+    pub include_internal: bool,
     #[command(flatten)]
     pub client: ClientArgs,
 }
@@ -115,6 +118,9 @@ pub async fn run(command: TopicCommand) -> anyhow::Result<()> {
                 .map_err(|e| client_error("cannot list topics", e))?;
             let mut out = String::new();
             for name in names {
+                if name.starts_with("__") && !args.include_internal {
+                    continue;
+                }
                 out.push_str(&name);
                 out.push('\n');
             }

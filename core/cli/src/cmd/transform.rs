@@ -53,8 +53,8 @@ pub enum TransformCommand {
     Resume(NameArgs),
     /// Remove a transform, its state topic, group (offsets) and status.
     Delete(NameArgs),
-    /// Print a transform's log lines.
-    Logs(NameArgs),
+    /// Print a transform's log lines (times in UTC).
+    Logs(LogsArgs),
     /// Run transforms in this process (a worker beside the brokers) until Ctrl-C.
     Run(ClientOnly),
 }
@@ -133,6 +133,17 @@ pub struct DeployArgs {
 pub struct NameArgs {
     /// The transform's name.
     pub name: String,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct LogsArgs {
+    /// The transform's name.
+    pub name: String,
+    /// Keep printing new lines as they come, until Ctrl-C.
+    #[arg(long, short = 'f')]
+    pub follow: bool,
     #[command(flatten)]
     pub client: ClientArgs,
 }
@@ -648,22 +659,71 @@ async fn delete(a: NameArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn logs(a: NameArgs) -> anyhow::Result<()> {
+async fn logs(a: LogsArgs) -> anyhow::Result<()> {
     let client = a.client.connect().await?;
     load_deployment(&client, &a.name).await?;
-    let mut out = std::io::stdout().lock();
-    for l in load_logs(&client, &a.name).await? {
-        writeln!(
-            out,
-            "{} {:<5} [{} {}] {}",
-            l.line.timestamp_ms,
-            l.line.level,
-            l.instance,
-            l.partition.as_deref().unwrap_or("-"),
-            l.line.message
-        )?;
+    if !a.follow {
+        let mut out = std::io::stdout().lock();
+        for l in load_logs(&client, &a.name).await? {
+            writeln!(out, "{}", log_line(&l))?;
+        }
+        return Ok(());
     }
-    Ok(())
+    // Follow: read the log topic from its start and keep polling it.
+    rill_transforms::registry::ensure_internal_topics(&client).await?;
+    let tp = rill_client::TopicPartition::new(rill_transforms::registry::LOGS_TOPIC, 0);
+    let start = client
+        .list_offsets(std::slice::from_ref(&tp), rill_client::OffsetSpec::Earliest)
+        .await?;
+    let mut consumer = client.consumer(rill_client::ConsumerConfig {
+        fetch_max_wait: Duration::from_millis(500),
+        ..rill_client::ConsumerConfig::default()
+    })?;
+    consumer.assign(vec![tp.clone()]);
+    for (tp, offset) in start {
+        consumer.seek(&tp, offset)?;
+    }
+    loop {
+        let records = tokio::select! {
+            _ = tokio::signal::ctrl_c() => return Ok(()),
+            r = consumer.poll(Duration::from_secs(1)) => r?,
+        };
+        let mut out = std::io::stdout().lock();
+        for r in records {
+            if r.key.as_deref() != Some(a.name.as_bytes()) {
+                continue;
+            }
+            if let Ok(l) = serde_json::from_slice::<rill_transforms::registry::LogRecord>(
+                r.value.as_deref().unwrap_or_default(),
+            ) {
+                writeln!(out, "{}", log_line(&l))?;
+            }
+        }
+        out.flush()?;
+    }
+}
+
+/// One log line as `rill transform logs` prints it: UTC time, level,
+/// instance and partition, message.
+fn log_line(l: &rill_transforms::registry::LogRecord) -> String {
+    format!(
+        "{} {:<5} [{} {}] {}",
+        utc_millis(l.line.timestamp_ms),
+        l.line.level,
+        l.instance,
+        l.partition.as_deref().unwrap_or("-"),
+        l.line.message
+    )
+}
+
+/// `2026-12-05T21:55:03.264Z` for a time in milliseconds since the epoch.
+fn utc_millis(ms: i64) -> String {
+    let t = if ms >= 0 {
+        std::time::UNIX_EPOCH + Duration::from_millis(ms as u64)
+    } else {
+        std::time::UNIX_EPOCH
+    };
+    humantime::format_rfc3339_millis(t).to_string()
 }
 
 /// A name for this process in status records.
