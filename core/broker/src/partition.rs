@@ -89,6 +89,10 @@ pub struct Partition {
     /// not "out of range", so no consumer resets past remote data).
     remote_pending: AtomicBool,
     log_end_offset: AtomicI64,
+    /// The log's first unstable offset (-1: no open transaction), kept with
+    /// the other offsets so a fetch reads the last stable offset without the
+    /// log's lock.
+    first_unstable_offset: AtomicI64,
     deleted: AtomicBool,
     /// The log fsyncs on appends (`flush.messages` set): append off the async workers.
     syncs_on_append: AtomicBool,
@@ -109,6 +113,7 @@ impl Partition {
     ) -> Result<Partition, LogError> {
         let syncs_on_append = config.flush_messages.is_some();
         let log = Log::open(dir, config, now_ms)?;
+        let unstable = log.first_unstable_offset().map_or(-1, |o| o.0);
         let start = log.log_start_offset();
         let end = log.log_end_offset();
         let labels = [
@@ -135,6 +140,7 @@ impl Partition {
             remote: RwLock::new(None),
             remote_pending: AtomicBool::new(false),
             log_end_offset: AtomicI64::new(end.0),
+            first_unstable_offset: AtomicI64::new(unstable),
             deleted: AtomicBool::new(false),
             syncs_on_append: AtomicBool::new(syncs_on_append),
             data_arrived: Notify::new(),
@@ -279,6 +285,7 @@ impl Partition {
             let end = log.log_end_offset();
             self.log_start_offset.store(start.0, Ordering::Release);
             self.log_end_offset.store(end.0, Ordering::Release);
+            self.note_first_unstable(log);
             self.replica.lock().truncate(end);
             Ok(())
         })
@@ -376,6 +383,7 @@ impl Partition {
             .store(local_start.0, Ordering::Release);
         self.log_start_offset.store(start.0, Ordering::Release);
         self.log_end_offset.store(end.0, Ordering::Release);
+        self.note_first_unstable(log);
         // Alone in the ISR, the leader's high watermark follows the log end (with
         // followers it moves as they fetch); retention may have removed records
         // below its old value.
@@ -401,12 +409,18 @@ impl Partition {
     /// replicated (the lower of the high watermark and the first unstable offset).
     pub fn last_stable_offset(&self) -> Offset {
         let hw = self.high_watermark();
-        let unstable = self
-            .log
-            .lock()
-            .as_ref()
-            .and_then(|log| log.first_unstable_offset());
-        unstable.map_or(hw, |u| u.min(hw))
+        match self.first_unstable_offset.load(Ordering::Acquire) {
+            -1 => hw,
+            u => Offset(u).min(hw),
+        }
+    }
+
+    /// Notes the log's first unstable offset (caller holds the log's mutex).
+    fn note_first_unstable(&self, log: &Log) {
+        self.first_unstable_offset.store(
+            log.first_unstable_offset().map_or(-1, |o| o.0),
+            Ordering::Release,
+        );
     }
 
     /// The aborted transactions a `read_committed` reader of `[from, to)` skips.
