@@ -14,6 +14,69 @@ use crate::state::BrokerState;
 use crate::topic_configs::{CLEANUP_POLICY_CONFIG, REMOTE_STORAGE_ENABLE_CONFIG};
 use crate::topics::TopicSpec;
 
+/// How much of an internal partition one read of a replay takes.
+const REPLAY_READ_BYTES: usize = 1024 * 1024;
+
+/// Replays an internal partition: `apply(offset, key, value)` for each keyed
+/// record from its start to its end as of now, in order; returns how many
+/// it applied (`Ok(true)`). A record `apply` refuses (`Err(reason)`), a read
+/// that fails, or bytes that do not parse end the replay with an error naming
+/// the partition, its directory and what is now `unavailable` on this broker.
+pub fn replay(
+    p: &crate::partition::Partition,
+    unavailable: &str,
+    mut apply: impl FnMut(i64, &[u8], Option<&[u8]>) -> Result<bool, String>,
+) -> Result<usize, ErrorInfo> {
+    let corrupt = |reason: String| {
+        ErrorInfo::new(
+            ErrorCode::CoordinatorNotAvailable,
+            format!(
+                "{}-{} in {} cannot be loaded: {reason}; {unavailable} on this broker",
+                p.topic(),
+                p.index(),
+                p.dir().display()
+            ),
+        )
+    };
+    let end = p.log_end_offset();
+    let mut from = p.log_start_offset();
+    let mut count = 0usize;
+    while from < end {
+        let Some(slice) = p
+            .read_up_to(from, REPLAY_READ_BYTES, end)
+            .map_err(|e| corrupt(e.message))?
+        else {
+            break;
+        };
+        let bytes = slice
+            .read()
+            .map_err(|e| corrupt(format!("read failed: {e}")))?;
+        let mut next = from;
+        for batch in rill_proto::batch::batches(&bytes) {
+            let batch = batch.map_err(|e| corrupt(e.to_string()))?;
+            next = batch.header.next_offset();
+            for r in batch.records().map_err(|e| corrupt(e.to_string()))? {
+                if r.offset < from {
+                    continue;
+                }
+                let Some(key) = r.key.as_deref() else {
+                    continue;
+                };
+                match apply(r.offset.0, key, r.value.as_deref()) {
+                    Ok(true) => count += 1,
+                    Ok(false) => {}
+                    Err(e) => return Err(corrupt(format!("record at offset {}: {e}", r.offset))),
+                }
+            }
+        }
+        if next <= from {
+            break;
+        }
+        from = next;
+    }
+    Ok(count)
+}
+
 /// The partition of an internal topic of `partitions` that coordinates `key`
 /// (a group id, a transactional id): FNV-1a, stable across releases.
 pub fn coordinator_partition(key: &str, partitions: u32) -> u32 {

@@ -74,8 +74,6 @@ pub const REPLICATION_WAIT: Duration = Duration::from_secs(5);
 const CLASSIC_WAIT_SLACK: Duration = Duration::from_secs(5);
 /// Longest wait of one JoinGroup or SyncGroup, whatever the member asks.
 const CLASSIC_WAIT_MAX: Duration = Duration::from_secs(30 * 60);
-/// Bytes read per step while loading `__consumer_offsets`.
-const LOAD_READ_BYTES: usize = 1024 * 1024;
 
 /// The in-memory state, under one lock that is never held across I/O.
 #[derive(Debug)]
@@ -515,58 +513,15 @@ fn replay_partition(
     p: &Partition,
     now: Millis,
 ) -> Result<usize, ErrorInfo> {
-    let corrupt = |reason: String| {
-        ErrorInfo::new(
-            ErrorCode::CoordinatorNotAvailable,
-            format!(
-                "{OFFSETS_TOPIC}-{} in {} cannot be loaded: {reason}; its groups are unavailable on this broker",
-                p.index(),
-                p.dir().display()
-            ),
-        )
-    };
-    let end = p.log_end_offset();
-    let mut from = p.log_start_offset();
-    let mut count = 0usize;
-    while from < end {
-        let Some(slice) = p
-            .read_up_to(from, LOAD_READ_BYTES, end)
-            .map_err(|e| corrupt(e.message))?
-        else {
-            break;
-        };
-        let bytes = slice
-            .read()
-            .map_err(|e| corrupt(format!("read failed: {e}")))?;
-        let mut next = from;
-        for batch in rill_proto::batch::batches(&bytes) {
-            let batch = batch.map_err(|e| corrupt(e.to_string()))?;
-            next = batch.header.next_offset();
-            for r in batch.records().map_err(|e| corrupt(e.to_string()))? {
-                if r.offset < from {
-                    continue;
-                }
-                let Some(key) = r.key.as_deref() else {
-                    continue;
-                };
-                match GroupRecord::decode(key, r.value.as_deref()) {
-                    Ok(Some(record)) => {
-                        coordinator.step(now, input::Replay(record));
-                        count += 1;
-                    }
-                    Ok(None) => {}
-                    Err(e) => {
-                        return Err(corrupt(format!("record at offset {}: {e}", r.offset)));
-                    }
-                }
+    crate::internal_topics::replay(p, "its groups are unavailable", |_, key, value| {
+        match GroupRecord::decode(key, value).map_err(|e| e.to_string())? {
+            Some(record) => {
+                coordinator.step(now, input::Replay(record));
+                Ok(true)
             }
+            None => Ok(false),
         }
-        if next <= from {
-            break;
-        }
-        from = next;
-    }
-    Ok(count)
+    })
 }
 
 /// Runs the session timer, and follows leadership of `__consumer_offsets`,

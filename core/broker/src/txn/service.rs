@@ -64,8 +64,6 @@ const REPLICATION_WAIT: Duration = Duration::from_secs(5);
 const MARKER_RETRY: Duration = Duration::from_millis(200);
 /// Bound on one WriteTxnMarkers call to another broker.
 const MARKER_CALL_TIMEOUT: Duration = Duration::from_secs(10);
-/// Bytes read per step while loading a partition.
-const LOAD_READ_BYTES: usize = 1024 * 1024;
 /// Key version of a transactional id's record; value version of its state.
 const TXN_KEY_VERSION: u16 = 0;
 const TXN_VALUE_VERSION: u16 = 0;
@@ -272,54 +270,18 @@ impl TxnService {
 
 /// Replays every record of `p` into `coordinator`. Returns how many.
 fn replay(coordinator: &mut TxnCoordinator, p: &Partition) -> Result<usize, ErrorInfo> {
-    let corrupt = |reason: String| {
-        ErrorInfo::new(
-            ErrorCode::CoordinatorNotAvailable,
-            format!(
-                "{TRANSACTION_STATE_TOPIC}-{} in {} cannot be loaded: {reason}; its transactional ids are unavailable on this broker",
-                p.index(),
-                p.dir().display()
-            ),
-        )
-    };
-    let end = p.log_end_offset();
-    let mut from = p.log_start_offset();
-    let mut count = 0;
     let now = now_ms();
-    while from < end {
-        let Some(slice) = p
-            .read_up_to(from, LOAD_READ_BYTES, end)
-            .map_err(|e| corrupt(e.message))?
-        else {
-            break;
-        };
-        let bytes = slice
-            .read()
-            .map_err(|e| corrupt(format!("read failed: {e}")))?;
-        let mut next = from;
-        for batch in rill_proto::batch::batches(&bytes) {
-            let batch = batch.map_err(|e| corrupt(e.to_string()))?;
-            next = batch.header.next_offset();
-            for r in batch.records().map_err(|e| corrupt(e.to_string()))? {
-                let Some(key) = r.key.as_deref() else {
-                    continue;
-                };
-                match decode(key, r.value.as_deref()) {
-                    Ok(Some(meta)) => {
-                        coordinator.step(now, Input::Replay(meta));
-                        count += 1;
-                    }
-                    Ok(None) => {}
-                    Err(e) => return Err(corrupt(format!("record at offset {}: {e}", r.offset))),
-                }
+    crate::internal_topics::replay(
+        p,
+        "its transactional ids are unavailable",
+        |_, key, value| match decode(key, value).map_err(|e| e.to_string())? {
+            Some(meta) => {
+                coordinator.step(now, Input::Replay(meta));
+                Ok(true)
             }
-        }
-        if next <= from {
-            break;
-        }
-        from = next;
-    }
-    Ok(count)
+            None => Ok(false),
+        },
+    )
 }
 
 /// Appends `meta` to its partition of `__transaction_state` and waits until
