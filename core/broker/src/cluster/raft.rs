@@ -782,7 +782,10 @@ mod tests {
             Err(std::io::Error::from(std::io::ErrorKind::PermissionDenied))
         })
         .await;
-        assert_eq!(got.unwrap_err().kind(), std::io::ErrorKind::PermissionDenied);
+        assert_eq!(
+            got.unwrap_err().kind(),
+            std::io::ErrorKind::PermissionDenied
+        );
         assert_eq!(calls, 1, "any other error is returned at once");
     }
 
