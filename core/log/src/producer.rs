@@ -270,36 +270,6 @@ impl ProducerStates {
         }
         self.clock += 1;
         let clock = self.clock;
-        if h.is_control() {
-            // A marker written at a newer epoch (the coordinator fenced the
-            // producer) makes every older epoch stale here too, also for a
-            // producer that has not written here yet: a fenced instance's
-            // batch arriving after the marker would otherwise open a
-            // transaction nobody ends.
-            let entry = self
-                .producers
-                .entry(h.producer_id.0)
-                .or_insert_with(|| ProducerEntry {
-                    epoch: h.producer_epoch,
-                    ranges: VecDeque::new(),
-                    touched: clock,
-                    last_timestamp: h.max_timestamp,
-                });
-            if h.producer_epoch > entry.epoch {
-                entry.epoch = h.producer_epoch;
-                entry.ranges.clear();
-            }
-            entry.touched = clock;
-            if self.producers.len() > PRODUCERS_PER_PARTITION_MAX {
-                self.evict_idlest();
-            }
-            return;
-        }
-        let range = SeqRange {
-            first_seq: h.base_sequence,
-            last_seq: h.base_sequence.saturating_add(h.last_offset_delta),
-            base_offset: h.base_offset,
-        };
         let entry = self
             .producers
             .entry(h.producer_id.0)
@@ -310,6 +280,26 @@ impl ProducerStates {
                 last_timestamp: h.max_timestamp,
             });
         entry.touched = clock;
+        if h.is_control() {
+            // A marker written at a newer epoch (the coordinator fenced the
+            // producer) makes every older epoch stale here too, also for a
+            // producer that has not written here yet: a fenced instance's
+            // batch arriving after the marker would otherwise open a
+            // transaction nobody ends.
+            if h.producer_epoch > entry.epoch {
+                entry.epoch = h.producer_epoch;
+                entry.ranges.clear();
+            }
+            if self.producers.len() > PRODUCERS_PER_PARTITION_MAX {
+                self.evict_idlest();
+            }
+            return;
+        }
+        let range = SeqRange {
+            first_seq: h.base_sequence,
+            last_seq: h.base_sequence.saturating_add(h.last_offset_delta),
+            base_offset: h.base_offset,
+        };
         entry.last_timestamp = h.max_timestamp;
         if h.producer_epoch != entry.epoch {
             entry.epoch = h.producer_epoch;
