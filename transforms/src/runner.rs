@@ -291,8 +291,10 @@ impl Runner {
     }
 
     /// Commits every open transaction (outputs, state, checkpoint and input
-    /// offset together). A partition whose producer was fenced (a new owner
-    /// took it over) is dropped here.
+    /// offset together), concurrently. If any fails (fenced by a new owner,
+    /// or not committed and so aborted), the first error is returned once
+    /// every commit was tried: the runner stops and starts again from the
+    /// committed offsets.
     async fn commit_transactions(&mut self) -> Result<(), TransformError> {
         let Some(eos) = &mut self.eos else {
             return Ok(());
@@ -300,37 +302,52 @@ impl Runner {
         let group = self.deployment.group_id();
         let open: Vec<(TopicPartition, Offset)> = eos.open.drain().collect();
         eos.last_commit = Instant::now();
+        // The partitions' transactions commit concurrently (each its own
+        // transactional id and coordinator round trips).
+        let mut commits = tokio::task::JoinSet::new();
         for (tp, next) in open {
             let producer = eos
                 .producers
                 .get(&tp)
                 .expect("an open transaction has a producer")
                 .clone();
-            let result = async {
-                if next.0 >= 0 {
-                    producer
-                        .send_offsets_to_transaction(&group, &[(tp.clone(), next)])
-                        .await?;
+            let group = group.clone();
+            commits.spawn(async move {
+                let result = async {
+                    if next.0 >= 0 {
+                        producer
+                            .send_offsets_to_transaction(&group, &[(tp.clone(), next)])
+                            .await?;
+                    }
+                    producer.commit_transaction().await
                 }
-                producer.commit_transaction().await
-            }
-            .await;
-            if let Err(e) = result {
-                if e.txn_action() == rill_client::TxnAction::Fenced {
-                    // Another instance took the partition over (or the
-                    // coordinator timed the transaction out): this runner's
-                    // positions are past what committed, so it stops and
-                    // starts again from the committed offsets.
-                    tracing::warn!(transform = %self.deployment.name, %tp, error = %e, "fenced: another instance owns this partition now");
-                } else {
-                    // Not committed: abort; the restarted runner processes
-                    // the records again from the committed offsets.
-                    let _ = producer.abort_transaction().await;
-                }
-                return Err(e.into());
-            }
+                .await;
+                (tp, producer, result)
+            });
         }
-        Ok(())
+        let mut failed: Option<TransformError> = None;
+        while let Some(joined) = commits.join_next().await {
+            let (tp, producer, result) = joined.map_err(|e| {
+                TransformError::Deployment(format!("a transaction's commit task failed: {e}"))
+            })?;
+            let Err(e) = result else { continue };
+            if e.txn_action() == rill_client::TxnAction::Fenced {
+                // Another instance took the partition over (or the
+                // coordinator timed the transaction out): this runner's
+                // positions are past what committed, so it stops and
+                // starts again from the committed offsets.
+                tracing::warn!(transform = %self.deployment.name, %tp, error = %e, "fenced: another instance owns this partition now");
+            } else {
+                // Not committed: abort; the restarted runner processes
+                // the records again from the committed offsets.
+                let _ = producer.abort_transaction().await;
+            }
+            failed.get_or_insert(e.into());
+        }
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 
     /// Forgets a partition: its instance, recovery, and transactional producer.
