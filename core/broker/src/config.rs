@@ -188,6 +188,8 @@ impl Default for ObjectStoreConfig {
 /// | `[auth]` `mode`, `super_users`, `allow_anonymous` | `"none"` | see [`AuthConfig`] |
 /// | `rill_home` | `$RILL_HOME` or `~/.rill` | where the development CA lives |
 /// | `metrics` | none | `host:port` of a Prometheus endpoint (off when unset) |
+/// | `console` | none | `host:port` (TCP) of the web console, rill-console (off when unset; loopback only unless auth is on or `console_allow_remote`) |
+/// | `console_allow_remote` | false | let the console listen on a non-loopback address without auth |
 /// | `auto_create_topics` | false | produce/metadata to an unknown topic creates it |
 /// | `num_partitions` | 1 | partitions of a topic created without a count |
 /// | `default_replication_factor` | 1 | replication factor of a topic created without one |
@@ -237,6 +239,8 @@ pub struct BrokerConfig {
     pub auth: AuthConfig,
     pub rill_home: Option<PathBuf>,
     pub metrics: Option<SocketAddr>,
+    pub console: Option<SocketAddr>,
+    pub console_allow_remote: bool,
     pub auto_create_topics: bool,
     pub num_partitions: u32,
     pub default_replication_factor: u16,
@@ -287,6 +291,8 @@ impl Default for BrokerConfig {
             auth: AuthConfig::default(),
             rill_home: None,
             metrics: None,
+            console: None,
+            console_allow_remote: false,
             auto_create_topics: false,
             num_partitions: 1,
             default_replication_factor: 1,
@@ -582,6 +588,21 @@ impl BrokerConfig {
                 ));
             }
         }
+        if let Some(console) = self.console
+            && self.auth.mode == AuthMode::None
+            && !self.console_allow_remote
+            && !console.ip().is_loopback()
+        {
+            return Err(bad(
+                "console",
+                format!(
+                    "{console} is not a loopback address and auth mode is none: anyone who can \
+                     reach it could read every topic and pause transforms through the console; \
+                     listen on 127.0.0.1, or pass --console-allow-remote \
+                     (console_allow_remote = true) to accept that"
+                ),
+            ));
+        }
         if let Some(os) = &self.object_store {
             if os.url.trim().is_empty() {
                 return Err(bad(
@@ -756,6 +777,27 @@ mod tests {
             c.topic_defaults.get("retention.ms").map(String::as_str),
             Some("604800000")
         );
+    }
+
+    #[test]
+    fn console_needs_loopback_or_auth_or_allow_remote() {
+        let c = BrokerConfig::from_toml_str("console = \"127.0.0.1:9644\"\n").unwrap();
+        c.validate().unwrap();
+        let c = BrokerConfig::from_toml_str("console = \"0.0.0.0:9644\"\n").unwrap();
+        let e = c.validate().unwrap_err().to_string();
+        assert!(
+            e.contains("console") && e.contains("--console-allow-remote"),
+            "{e}"
+        );
+        let c = BrokerConfig::from_toml_str(
+            "console = \"0.0.0.0:9644\"\nconsole_allow_remote = true\n",
+        )
+        .unwrap();
+        c.validate().unwrap();
+        let c =
+            BrokerConfig::from_toml_str("console = \"0.0.0.0:9644\"\n[auth]\nmode = \"mtls\"\n")
+                .unwrap();
+        c.validate().unwrap();
     }
 
     #[test]

@@ -79,6 +79,14 @@ pub struct BrokerArgs {
     /// Serve Prometheus metrics over HTTP on this address.
     #[arg(long, value_name = "HOST:PORT")]
     pub metrics: Option<SocketAddr>,
+    /// Serve the web console over HTTP on this address (TCP; loopback only
+    /// unless --auth mtls or --console-allow-remote).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub console: Option<SocketAddr>,
+    /// Let the console listen on a non-loopback address with --auth none
+    /// (anyone who reaches it can read every topic and pause transforms).
+    #[arg(long, requires = "console")]
+    pub console_allow_remote: bool,
     /// Create a topic (with broker defaults) when a client first produces to it.
     #[arg(long)]
     pub auto_create_topics: bool,
@@ -168,6 +176,12 @@ pub fn build_config(args: &BrokerArgs) -> anyhow::Result<BrokerConfig> {
     if let Some(metrics) = args.metrics {
         config.metrics = Some(metrics);
     }
+    if let Some(console) = args.console {
+        config.console = Some(console);
+    }
+    if args.console_allow_remote {
+        config.console_allow_remote = true;
+    }
     if args.auto_create_topics {
         config.auto_create_topics = true;
     }
@@ -204,6 +218,7 @@ pub async fn run(args: BrokerArgs) -> anyhow::Result<()> {
     // an ordinary client (RILL_TLS_CA), or off.
     let files_without_ca = config.tls.cert.is_some() && config.tls.ca.is_none();
     let transform_maxima = crate::cmd::transform_host::maxima(&config.transforms);
+    let console_addr = config.console;
     let handle = Broker::start(config)
         .await
         .with_context(|| format!("cannot start broker {id}"))?;
@@ -214,6 +229,40 @@ pub async fn run(args: BrokerArgs) -> anyhow::Result<()> {
         let _ = handle.shutdown().await;
         return Err(e).with_context(|| format!("cannot start broker {id}"));
     }
+
+    // The web console reads the cluster through a client of this broker, with
+    // the broker's own certificate as the supervisor does (bound before the
+    // `listening on` line, so a taken port fails the start).
+    let console = match console_addr {
+        None => None,
+        Some(addr) => {
+            let mut target = handle.local_addr();
+            if target.ip().is_unspecified() {
+                target.set_ip(match target {
+                    SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+                    SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+                });
+            }
+            let mut client = rill_client::ClientConfig::new(target.to_string());
+            client.tls = match files_without_ca {
+                true => crate::cmd::transform_host::client_tls_from_env()
+                    .unwrap_or_else(|| handle.self_tls()),
+                false => handle.self_tls(),
+            };
+            client.client_id = format!("rill-broker-{id}-console");
+            match rill_console::start(addr, client).await {
+                Ok(c) => {
+                    tracing::info!("console on http://{}", c.local_addr());
+                    Some(c)
+                }
+                Err(e) => {
+                    let _ = handle.shutdown().await;
+                    return Err(anyhow::anyhow!("cannot serve the console on {addr}: {e}"))
+                        .with_context(|| format!("cannot start broker {id}"));
+                }
+            }
+        }
+    };
 
     // The handlers are in place before the line that tells a supervisor it
     // may signal us: a SIGTERM right after it still shuts down cleanly.
@@ -255,6 +304,9 @@ pub async fn run(args: BrokerArgs) -> anyhow::Result<()> {
 
     let signal = shutdown_signal.wait().await;
     tracing::info!("{signal} received: shutting down broker {id}");
+    if let Some(c) = console {
+        c.stop().await;
+    }
     if let Some(t) = transforms {
         t.stop().await;
     }
@@ -354,12 +406,15 @@ mod tests {
             super_users: Vec::new(),
             allow_anonymous: false,
             metrics: None,
+            console: None,
+            console_allow_remote: false,
             auto_create_topics: true,
             join: None,
             peers: Vec::new(),
             session_timeout_ms: None,
             no_transforms: false,
             object_store: None,
+            min_free_bytes: None,
         };
         let config = build_config(&args).unwrap();
         assert_eq!(config.id, 3, "from the file");

@@ -1,0 +1,448 @@
+// Rill console: a single-page app over the JSON API under /api/.
+// Routes (location.hash):
+//   #/cluster                      brokers, controller, alive
+//   #/topics?page=N&internal=1&q=  topics, paged; create a topic
+//   #/topics/NAME                  partitions, offsets, configs
+//   #/topics/NAME/records?partition=P&offset=O   browse; live tail
+//   #/groups, #/groups/ID          consumer groups, lag per partition
+//   #/transforms, #/transforms/NAME  state, instances, logs, pause/resume
+"use strict";
+
+const app = document.getElementById("app");
+// What the current page runs in the background (refresh timer, live tail),
+// stopped when the route changes.
+let cleanups = [];
+
+function el(tag, attrs, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k === "onclick" || k === "onsubmit" || k === "onchange") e[k] = v;
+    else if (k === "text") e.textContent = v;
+    else e.setAttribute(k, v === true ? "" : v);
+  }
+  for (const c of children.flat()) {
+    if (c === null || c === undefined || c === false) continue;
+    e.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return e;
+}
+
+function table(headers, rows, attrs) {
+  return el("table", attrs || {},
+    el("thead", {}, el("tr", {}, headers.map(h =>
+      typeof h === "string" ? el("th", {}, h) : el("th", { class: h.cls }, h.text)))),
+    el("tbody", {}, rows));
+}
+
+function badge(text, kind) { return el("span", { class: "badge " + kind }, text); }
+function enc(s) { return encodeURIComponent(s); }
+function fmtTime(ms) {
+  if (ms === null || ms === undefined || ms < 0) return "-";
+  const d = new Date(ms);
+  return d.toISOString().replace("T", " ").replace("Z", " UTC");
+}
+function fmtBytes(n) {
+  if (n === null || n === undefined) return "-";
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+  return (i === 0 ? n : n.toFixed(1)) + " " + units[i];
+}
+function dash(v) { return v === null || v === undefined ? "-" : String(v); }
+
+async function api(path, options) {
+  const resp = await fetch("api/" + path, options);
+  let body;
+  try { body = await resp.json(); } catch (e) { body = { error: "the console answered " + resp.status + " with no JSON" }; }
+  if (!resp.ok) throw new Error(body.error || ("HTTP " + resp.status));
+  return body;
+}
+
+function post(path, body) {
+  return api(path, { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body || {}) });
+}
+
+function errorBox(e) { return el("div", { class: "error", role: "alert" }, String(e.message || e)); }
+
+// Asks the user to confirm `text`; resolves to true on Confirm.
+function confirmAction(text) {
+  const dialog = document.getElementById("confirm");
+  document.getElementById("confirm-text").textContent = text;
+  return new Promise(resolve => {
+    dialog.onclose = () => resolve(dialog.returnValue === "ok");
+    dialog.returnValue = "";
+    dialog.showModal();
+  });
+}
+
+// Renders `render()` now and every `ms` while the route stays.
+function every(ms, render) {
+  let stopped = false;
+  let timer = null;
+  const tick = async () => {
+    if (stopped) return;
+    await render();
+    if (!stopped) timer = setTimeout(tick, ms);
+  };
+  cleanups.push(() => { stopped = true; clearTimeout(timer); });
+  return tick();
+}
+
+function parseHash() {
+  const h = location.hash.replace(/^#\/?/, "");
+  const [path, query] = h.split("?");
+  const parts = path.split("/").filter(p => p !== "").map(decodeURIComponent);
+  return { parts, params: new URLSearchParams(query || "") };
+}
+
+async function route() {
+  for (const c of cleanups) c();
+  cleanups = [];
+  const { parts, params } = parseHash();
+  const page = parts[0] || "cluster";
+  for (const a of document.querySelectorAll("header nav a")) {
+    a.classList.toggle("active", a.dataset.nav === page);
+  }
+  app.replaceChildren(el("p", { class: "muted" }, "Loading…"));
+  try {
+    if (page === "cluster") await clusterPage();
+    else if (page === "topics" && parts.length === 1) await topicsPage(params);
+    else if (page === "topics" && parts[2] === "records") await recordsPage(parts[1], params);
+    else if (page === "topics") await topicPage(parts[1]);
+    else if (page === "groups" && parts.length === 1) await groupsPage();
+    else if (page === "groups") await groupPage(parts[1]);
+    else if (page === "transforms" && parts.length === 1) await transformsPage();
+    else if (page === "transforms") await transformPage(parts[1]);
+    else app.replaceChildren(errorBox(new Error("no page " + location.hash)));
+  } catch (e) {
+    app.replaceChildren(errorBox(e));
+  }
+}
+
+// ---- cluster ----
+
+async function clusterPage() {
+  await every(2000, async () => {
+    let c;
+    try { c = await api("cluster"); } catch (e) { app.replaceChildren(el("h1", {}, "Cluster"), errorBox(e)); return; }
+    document.getElementById("cluster-id").textContent = "cluster " + c.cluster_id;
+    const alive = c.brokers.filter(b => b.alive).length;
+    app.replaceChildren(
+      el("h1", {}, "Cluster"),
+      el("div", { class: "card summary" },
+        el("div", {}, el("b", { id: "broker-count" }, c.brokers.length), "brokers"),
+        el("div", {}, el("b", { id: "alive-count" }, alive), "alive"),
+        el("div", {}, el("b", {}, dash(c.controller_id)), "controller"),
+        el("div", {}, el("b", { class: "muted", style: "font-size:14px" }, c.cluster_id), "cluster id")),
+      table(["ID", "Address", "Rack", "Status", "Role"],
+        c.brokers.map(b => el("tr", { "data-broker-id": b.id, "data-alive": b.alive ? "yes" : "no" },
+          el("td", {}, b.id),
+          el("td", {}, b.addr),
+          el("td", {}, dash(b.rack)),
+          el("td", { class: "status" }, b.alive ? badge("alive", "ok") : badge("down", "bad")),
+          el("td", {}, b.controller ? badge("controller", "info") : ""))),
+        { id: "brokers" }));
+  });
+}
+
+// ---- topics ----
+
+async function topicsPage(params) {
+  const page = Number(params.get("page") || 0);
+  const internal = params.get("internal") === "1";
+  const q = params.get("q") || "";
+  const t = await api(`topics?page=${page}&internal=${internal ? 1 : 0}&q=${enc(q)}`);
+  const pages = Math.max(1, Math.ceil(t.total / t.per_page));
+  const link = (p, inner, qq) => `#/topics?page=${p}&internal=${inner ? 1 : 0}&q=${enc(qq === undefined ? q : qq)}`;
+  const search = el("input", { type: "search", placeholder: "filter by name", value: q, id: "topic-filter" });
+  const filterForm = el("form", { class: "inline", onsubmit: ev => { ev.preventDefault(); location.hash = link(0, internal, search.value); } },
+    el("label", {}, "Name contains", search),
+    el("label", {}, "\u00a0", el("button", { type: "submit" }, "Filter")),
+    el("label", {}, "\u00a0", el("a", { href: link(0, !internal) }, internal ? "Hide internal topics" : "Show internal topics")));
+  const pager = el("div", { class: "pager" },
+    page > 0 ? el("a", { href: link(page - 1, internal) }, "← previous") : el("span", { class: "muted" }, "← previous"),
+    el("span", {}, `page ${page + 1} of ${pages} (${t.total} topics)`),
+    page + 1 < pages ? el("a", { href: link(page + 1, internal) }, "next →") : el("span", { class: "muted" }, "next →"));
+  app.replaceChildren(
+    el("h1", {}, "Topics"),
+    filterForm,
+    table(["Name", { text: "Partitions", cls: "num" }, { text: "Replication", cls: "num" }, { text: "Records", cls: "num" }, "Health"],
+      t.topics.map(x => el("tr", { "data-topic": x.name },
+        el("td", {}, el("a", { href: "#/topics/" + enc(x.name) }, x.name), x.internal ? [" ", badge("internal", "info")] : null),
+        el("td", { class: "num" }, x.partitions),
+        el("td", { class: "num" }, x.replication_factor),
+        el("td", { class: "num" }, x.records),
+        el("td", {},
+          x.offline ? badge(x.offline + " offline", "bad") : null,
+          x.under_replicated ? badge(x.under_replicated + " under-replicated", "warn") : null,
+          !x.offline && !x.under_replicated ? badge("ok", "ok") : null))),
+      { id: "topics" }),
+    pager,
+    createTopicForm());
+}
+
+function createTopicForm() {
+  const name = el("input", { name: "name", required: true, placeholder: "orders", id: "new-topic-name" });
+  const parts = el("input", { name: "partitions", type: "number", min: 1, placeholder: "default", style: "width:7em" });
+  const rf = el("input", { name: "rf", type: "number", min: 1, placeholder: "default", style: "width:7em" });
+  const out = el("div");
+  const form = el("form", {
+    class: "inline", id: "create-topic",
+    onsubmit: async ev => {
+      ev.preventDefault();
+      const what = `Create topic ${name.value} with ${parts.value || "the default number of"} partitions` +
+        `${rf.value ? " and replication factor " + rf.value : ""}?`;
+      if (!await confirmAction(what)) return;
+      try {
+        await post("topics", { name: name.value, partitions: parts.value, replication_factor: rf.value });
+        out.replaceChildren(el("div", { class: "notice" }, "Created topic ", el("a", { href: "#/topics/" + enc(name.value) }, name.value), "."));
+      } catch (e) { out.replaceChildren(errorBox(e)); }
+    },
+  },
+    el("label", {}, "Name", name),
+    el("label", {}, "Partitions", parts),
+    el("label", {}, "Replication factor", rf),
+    el("label", {}, "\u00a0", el("button", { type: "submit", class: "primary" }, "Create topic…")));
+  return el("div", {}, el("h2", {}, "Create a topic"), form, out);
+}
+
+async function topicPage(name) {
+  await every(5000, async () => {
+    let t;
+    try { t = await api("topics/" + enc(name)); } catch (e) { app.replaceChildren(el("h1", {}, "Topic " + name), errorBox(e)); return; }
+    const under = t.partitions.filter(p => p.under_replicated).length;
+    const offline = t.partitions.filter(p => p.leader === null).length;
+    const custom = t.configs.filter(c => !c.default);
+    app.replaceChildren(
+      el("h1", {}, "Topic ", el("span", { id: "topic-name" }, t.name), t.internal ? [" ", badge("internal", "info")] : null),
+      el("div", { class: "tabs" },
+        el("a", { href: "#/topics/" + enc(name) + "/records" }, "Browse records / live tail →")),
+      el("div", { class: "card summary" },
+        el("div", {}, el("b", {}, t.partitions.length), "partitions"),
+        el("div", {}, el("b", {}, t.replication_factor), "replication factor"),
+        el("div", {}, el("b", {}, under), "under-replicated"),
+        el("div", {}, el("b", {}, offline), "offline"),
+        el("div", {}, el("b", {}, t.partitions.reduce((s, p) => s + Math.max(0, p.high_watermark - p.log_start_offset), 0)), "records")),
+      el("h2", {}, "Partitions"),
+      table(["Partition", "Leader", "Replicas", "In-sync replicas", { text: "Log start", cls: "num" }, { text: "High watermark", cls: "num" }, { text: "Log end", cls: "num" }, { text: "Local size", cls: "num" }, { text: "Tiered size", cls: "num" }],
+        t.partitions.map(p => el("tr", { class: p.under_replicated ? "under" : "", "data-partition": p.partition },
+          el("td", {}, el("a", { href: `#/topics/${enc(name)}/records?partition=${p.partition}` }, p.partition)),
+          el("td", {}, p.leader === null ? badge("none", "bad") : p.leader),
+          el("td", {}, p.replicas.join(", ")),
+          el("td", {}, p.isr.join(", "), p.under_replicated ? [" ", badge("under-replicated", "warn")] : null),
+          el("td", { class: "num" }, p.log_start_offset),
+          el("td", { class: "num" }, p.high_watermark),
+          el("td", { class: "num" }, p.log_end_offset),
+          el("td", { class: "num" }, fmtBytes(p.local_bytes)),
+          el("td", { class: "num" }, fmtBytes(p.remote_bytes)))),
+        { id: "partitions" }),
+      el("h2", {}, "Configs ", el("span", { class: "muted", style: "font-weight:normal;font-size:13px" }, `(${custom.length} set on the topic, the rest broker defaults)`)),
+      table(["Name", "Value", "Source"], t.configs.map(c => el("tr", {},
+        el("td", {}, c.name), el("td", {}, c.value), el("td", {}, c.default ? el("span", { class: "muted" }, "default") : badge("topic", "info"))))));
+  });
+}
+
+// ---- records ----
+
+function showBytes(b) {
+  if (b.kind === "null") return el("span", { class: "muted" }, "null");
+  return el("div", {},
+    el("pre", {}, b.text),
+    b.kind !== "text" || b.truncated ? el("span", { class: "kind" }, b.kind + (b.truncated ? `, first ${b.text.length} of ${b.bytes} bytes` : "")) : null);
+}
+
+function recordRow(r) {
+  return el("tr", { class: "record", "data-offset": r.offset, "data-partition": r.partition },
+    el("td", { class: "num" }, r.partition),
+    el("td", { class: "num" }, r.offset),
+    el("td", {}, fmtTime(r.timestamp_ms)),
+    el("td", {}, showBytes(r.key)),
+    el("td", { class: "value" }, showBytes(r.value)),
+    el("td", {}, r.headers.length === 0 ? el("span", { class: "muted" }, "-") :
+      r.headers.map(h => el("div", {}, el("b", {}, h.key + ": "), showBytes(h.value)))));
+}
+
+const recordHeaders = [{ text: "Partition", cls: "num" }, { text: "Offset", cls: "num" }, "Timestamp", "Key", "Value", "Headers"];
+
+async function recordsPage(name, params) {
+  const partition = params.get("partition") || "0";
+  const offset = params.get("offset") || "";
+  const data = await api(`topics/${enc(name)}/records?partition=${enc(partition)}&offset=${enc(offset)}&limit=50`);
+  const partSel = el("select", { name: "partition" });
+  for (let i = 0; i < data.partitions; i++) {
+    partSel.append(el("option", { value: i, selected: String(i) === partition }, i));
+  }
+  const offInput = el("input", { name: "offset", type: "number", min: 0, value: data.from, style: "width:10em" });
+  const base = `#/topics/${enc(name)}/records`;
+  const browse = el("form", { class: "inline", onsubmit: ev => { ev.preventDefault(); location.hash = `${base}?partition=${partSel.value}&offset=${offInput.value}`; } },
+    el("label", {}, "Partition", partSel),
+    el("label", {}, `Offset (${data.log_start_offset} to ${data.high_watermark})`, offInput),
+    el("label", {}, "\u00a0", el("button", { type: "submit" }, "Browse")));
+  const next = data.next < data.high_watermark
+    ? el("a", { href: `${base}?partition=${partition}&offset=${data.next}` }, "next records →") : el("span", { class: "muted" }, "end of the partition");
+
+  // The live tail: every partition, from the end, by Server-Sent Events.
+  const tailBody = el("tbody");
+  const tailStatus = el("span", { class: "tail-status", id: "tail-status", "data-state": "off" }, badge("stopped", "warn"));
+  let source = null;
+  const stopTail = () => { if (source) { source.close(); source = null; } tailStatus.dataset.state = "off"; tailStatus.replaceChildren(badge("stopped", "warn")); tailBtn.textContent = "Start live tail"; };
+  const startTail = () => {
+    source = new EventSource(`api/topics/${enc(name)}/tail`);
+    tailStatus.dataset.state = "connecting";
+    tailStatus.replaceChildren(badge("connecting", "info"));
+    source.addEventListener("ready", () => { tailStatus.dataset.state = "live"; tailStatus.replaceChildren(badge("live", "ok")); });
+    source.addEventListener("failure", ev => { tailStatus.replaceChildren(badge(JSON.parse(ev.data).error, "bad")); });
+    source.onmessage = ev => {
+      tailBody.prepend(recordRow(JSON.parse(ev.data)));
+      while (tailBody.children.length > 500) tailBody.lastChild.remove();
+    };
+    source.onerror = () => { if (source && source.readyState === EventSource.CLOSED) stopTail(); };
+    tailBtn.textContent = "Stop live tail";
+  };
+  const tailBtn = el("button", { id: "tail-toggle", onclick: () => source ? stopTail() : startTail() }, "Start live tail");
+  cleanups.push(() => { if (source) source.close(); });
+
+  app.replaceChildren(
+    el("h1", {}, "Records of ", el("a", { href: "#/topics/" + enc(name) }, name)),
+    el("h2", {}, "Live tail ", tailStatus),
+    el("p", { class: "muted" }, "Records produced to any partition from now on, newest first."),
+    tailBtn,
+    el("table", { class: "records", id: "tail" }, el("thead", {}, el("tr", {}, recordHeaders.map(h => typeof h === "string" ? el("th", {}, h) : el("th", { class: h.cls }, h.text)))), tailBody),
+    el("h2", {}, "Browse"),
+    browse,
+    data.records.length === 0 ? el("p", { class: "muted" }, "No records from this offset.") :
+      table(recordHeaders, data.records.map(recordRow), { class: "records", id: "browse" }),
+    el("div", { class: "pager" }, next));
+  if (params.get("tail") !== "0") startTail();
+}
+
+// ---- groups ----
+
+async function groupsPage() {
+  await every(3000, async () => {
+    let g;
+    try { g = await api("groups"); } catch (e) { app.replaceChildren(el("h1", {}, "Consumer groups"), errorBox(e)); return; }
+    app.replaceChildren(
+      el("h1", {}, "Consumer groups"),
+      g.groups.length === 0 ? el("p", { class: "muted" }, "No consumer groups.") :
+        table(["Group", "State", { text: "Members", cls: "num" }], g.groups.map(x => el("tr", { "data-group": x.group_id },
+          el("td", {}, el("a", { href: "#/groups/" + enc(x.group_id) }, x.group_id)),
+          el("td", {}, x.state),
+          el("td", { class: "num" }, x.members))), { id: "groups" }));
+  });
+}
+
+async function groupPage(id) {
+  await every(2000, async () => {
+    let g;
+    try { g = await api("groups/" + enc(id)); } catch (e) { app.replaceChildren(el("h1", {}, "Group " + id), errorBox(e)); return; }
+    app.replaceChildren(
+      el("h1", {}, "Group ", g.group_id),
+      el("div", { class: "card summary" },
+        el("div", {}, el("b", {}, g.state), "state"),
+        el("div", {}, el("b", {}, g.members.length), "members"),
+        el("div", {}, el("b", { id: "total-lag" }, g.total_lag), "total lag"),
+        el("div", {}, el("b", {}, g.coordinator), "coordinator"),
+        el("div", {}, el("b", {}, g.assignor || "-"), "assignor")),
+      el("h2", {}, "Members"),
+      g.members.length === 0 ? el("p", { class: "muted" }, "No members (the group only keeps its committed offsets).") :
+        table(["Member", "Client", "Epoch", "Assigned partitions"], g.members.map(m => el("tr", {},
+          el("td", {}, m.member_id, m.left ? " (left)" : ""),
+          el("td", {}, m.client_id),
+          el("td", {}, m.epoch),
+          el("td", {}, m.assignment.join(", ") || "-")))),
+      el("h2", {}, "Partitions"),
+      table(["Topic", { text: "Partition", cls: "num" }, { text: "Committed offset", cls: "num" }, { text: "Log end offset", cls: "num" }, { text: "Lag", cls: "num" }, "Member"],
+        g.partitions.map(p => el("tr", { "data-tp": p.topic + "-" + p.partition },
+          el("td", {}, el("a", { href: "#/topics/" + enc(p.topic) }, p.topic)),
+          el("td", { class: "num" }, p.partition),
+          el("td", { class: "num" }, dash(p.committed)),
+          el("td", { class: "num" }, dash(p.log_end_offset)),
+          el("td", { class: "num lag" }, dash(p.lag)),
+          el("td", {}, dash(p.member_id)))), { id: "group-partitions" }));
+  });
+}
+
+// ---- transforms ----
+
+function stateBadge(s) {
+  return badge(s, s === "running" ? "ok" : s === "paused" ? "warn" : "bad");
+}
+
+async function transformsPage() {
+  await every(3000, async () => {
+    let t;
+    try { t = await api("transforms"); } catch (e) { app.replaceChildren(el("h1", {}, "Transforms"), errorBox(e)); return; }
+    app.replaceChildren(
+      el("h1", {}, "Transforms"),
+      t.transforms.length === 0 ? el("p", { class: "muted" }, "No transforms deployed (`rill transform deploy`).") :
+        table(["Name", "State", "Inputs → outputs", { text: "Instances", cls: "num" }, { text: "Processed", cls: "num" }, { text: "Failed", cls: "num" }, { text: "Lag", cls: "num" }, "Last error"],
+          t.transforms.map(x => el("tr", { "data-transform": x.name },
+            el("td", {}, el("a", { href: "#/transforms/" + enc(x.name) }, x.name), el("span", { class: "muted" }, " v" + x.version)),
+            el("td", {}, stateBadge(x.state)),
+            el("td", {}, x.inputs.join(", ") + " → " + x.outputs.join(", ")),
+            el("td", { class: "num" }, x.instances),
+            el("td", { class: "num" }, x.totals.processed),
+            el("td", { class: "num" }, x.totals.failed),
+            el("td", { class: "num" }, x.totals.lag),
+            el("td", {}, x.last_error ? el("pre", {}, x.last_error) : "-"))), { id: "transforms" }));
+  });
+}
+
+async function transformPage(name) {
+  const out = el("div");
+  await every(3000, async () => {
+    let t;
+    try { t = await api("transforms/" + enc(name)); } catch (e) { app.replaceChildren(el("h1", {}, "Transform " + name), errorBox(e)); return; }
+    const paused = t.state === "paused";
+    const action = paused ? "resume" : "pause";
+    const button = el("button", {
+      id: "transform-" + action, class: paused ? "primary" : "danger",
+      onclick: async () => {
+        const text = paused ? `Resume transform ${t.name}? It runs from its committed offsets.`
+          : `Pause transform ${t.name}? Its instances stop; offsets and state are kept.`;
+        if (!await confirmAction(text)) return;
+        try {
+          const r = await post(`transforms/${enc(t.name)}/${action}`);
+          out.replaceChildren(el("div", { class: "notice" }, `Transform ${r.name} is ${r.state}.`));
+        } catch (e) { out.replaceChildren(errorBox(e)); }
+      },
+    }, paused ? "Resume…" : "Pause…");
+    app.replaceChildren(
+      el("h1", {}, "Transform ", t.name, " ", el("span", { id: "transform-state" }, stateBadge(t.state))),
+      out,
+      t.halted_reason ? el("div", { class: "error" }, "Halted: " + t.halted_reason) : null,
+      el("div", { class: "card summary" },
+        el("div", {}, el("b", {}, t.totals.processed), "processed"),
+        el("div", {}, el("b", {}, t.totals.failed), "failed"),
+        el("div", {}, el("b", {}, t.totals.dead_lettered), "dead-lettered"),
+        el("div", {}, el("b", {}, t.totals.lag), "lag"),
+        el("div", {}, el("b", {}, "v" + t.version), "version")),
+      t.state === "halted" ? null : button,
+      table(["", ""], [
+        ["Inputs", t.inputs.join(", ")], ["Outputs", t.outputs.join(", ")],
+        ["On error", t.on_error + (t.dead_letter_topic ? " (to " + t.dead_letter_topic + ")" : "")],
+        ["Delivery", t.delivery], ["Runs as", dash(t.runs_as)], ["Group", t.group],
+        ["Deployed", fmtTime(t.deployed_at_ms)], ["Module", fmtBytes(t.module_bytes)],
+      ].map(([k, v]) => el("tr", {}, el("th", {}, k), el("td", {},
+        k === "On error" && t.dead_letter_topic ? [t.on_error + " (to ", el("a", { href: "#/topics/" + enc(t.dead_letter_topic) + "/records" }, t.dead_letter_topic), ")"] : v)))),
+      el("h2", {}, "Instances"),
+      t.instances.length === 0 ? el("p", { class: "muted" }, "No instance has reported yet.") :
+        table(["Instance", "Version", "State", "Partitions", { text: "Processed", cls: "num" }, { text: "Failed", cls: "num" }, { text: "Lag", cls: "num" }, "Last error", "Updated"],
+          t.instances.map(s => el("tr", {},
+            el("td", {}, s.instance), el("td", {}, "v" + s.version), el("td", {}, stateBadge(s.state)),
+            el("td", {}, s.partitions.join(", ") || "-"),
+            el("td", { class: "num" }, s.processed), el("td", { class: "num" }, s.failed), el("td", { class: "num" }, s.lag),
+            el("td", {}, s.last_error ? el("pre", {}, s.last_error) : "-"),
+            el("td", {}, fmtTime(s.updated_ms))))),
+      el("h2", {}, "Recent logs"),
+      t.logs.length === 0 ? el("p", { class: "muted" }, "No log lines.") :
+        table(["Time", "Level", "Instance", "Partition", "Message"], t.logs.slice().reverse().map(l => el("tr", {},
+          el("td", {}, fmtTime(l.timestamp_ms)), el("td", {}, l.level), el("td", {}, l.instance),
+          el("td", {}, dash(l.partition)), el("td", {}, el("pre", {}, l.message)))), { class: "logs" }));
+  });
+}
+
+window.addEventListener("hashchange", route);
+route();

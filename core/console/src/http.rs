@@ -1,0 +1,238 @@
+//! The HTTP side: accept loop, routing, JSON and error responses, the
+//! Server-Sent Events body.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http_body::Frame;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response, StatusCode, header};
+use hyper_util::rt::TokioIo;
+use tokio::sync::{mpsc, watch};
+
+use crate::{REQUEST_TIMEOUT, State, api, assets};
+
+pub(crate) type Body = BoxBody<Bytes, Infallible>;
+
+/// Largest request body accepted (the POSTs carry a few fields of JSON).
+const BODY_BYTES_MAX: usize = 64 * 1024;
+
+/// Accepts connections until `stop` turns true.
+pub(crate) async fn serve(
+    listener: tokio::net::TcpListener,
+    state: Arc<State>,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        let (stream, peer) = tokio::select! {
+            _ = stop.changed() => return,
+            r = listener.accept() => match r {
+                Ok(x) => x,
+                Err(e) => {
+                    tracing::warn!(error = %e, "console: accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        let state = state.clone();
+        let mut stop = stop.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |req| {
+                let state = state.clone();
+                async move { Ok::<_, Infallible>(route(req, state).await) }
+            });
+            let conn = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service);
+            tokio::pin!(conn);
+            tokio::select! {
+                r = conn.as_mut() => {
+                    if let Err(e) = r {
+                        tracing::debug!(%peer, error = %e, "console connection ended");
+                    }
+                }
+                _ = stop.changed() => {}
+            }
+        });
+    }
+}
+
+/// An API failure: a status and a message for the page.
+#[derive(Debug)]
+pub(crate) struct ApiError {
+    pub status: StatusCode,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            message: message.into(),
+        }
+    }
+    pub fn not_found(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::NOT_FOUND, message)
+    }
+    pub fn bad_request(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, message)
+    }
+}
+
+pub(crate) type ApiResult = Result<serde_json::Value, ApiError>;
+
+/// The query string's parameters (later ones win).
+pub(crate) fn query(req: &Request<Incoming>) -> HashMap<String, String> {
+    url::form_urlencoded::parse(req.uri().query().unwrap_or("").as_bytes())
+        .into_owned()
+        .collect()
+}
+
+async fn route(req: Request<Incoming>, state: Arc<State>) -> Response<Body> {
+    let path = req.uri().path().to_string();
+    let segments: Vec<String> = path
+        .trim_start_matches('/')
+        .split('/')
+        .map(|s| {
+            url::form_urlencoded::parse(format!("x={}", s.replace('+', "%2B")).as_bytes())
+                .next()
+                .map(|(_, v)| v.into_owned())
+                .unwrap_or_default()
+        })
+        .collect();
+    let segs: Vec<&str> = segments.iter().map(String::as_str).collect();
+    let method = req.method().clone();
+    if segs.first() != Some(&"api") {
+        return match (method, segs.as_slice()) {
+            (Method::GET, [""] | ["index.html"]) => {
+                asset(assets::INDEX_HTML, "text/html; charset=utf-8")
+            }
+            (Method::GET, ["app.js"]) => asset(assets::APP_JS, "text/javascript; charset=utf-8"),
+            (Method::GET, ["app.css"]) => asset(assets::APP_CSS, "text/css; charset=utf-8"),
+            (Method::GET, ["favicon.ico"]) => empty(StatusCode::NO_CONTENT),
+            _ => error_response(&ApiError::not_found(format!("no page at {path}"))),
+        };
+    }
+    // The live tail streams; it is bounded by the connection, not by a timeout.
+    if let (&Method::GET, ["api", "topics", topic, "tail"]) = (&method, segs.as_slice()) {
+        let q = query(&req);
+        return match api::tail(state, topic, &q).await {
+            Ok(rx) => sse(rx),
+            Err(e) => error_response(&e),
+        };
+    }
+    let result = tokio::time::timeout(REQUEST_TIMEOUT, api_call(req, &segs, state))
+        .await
+        .unwrap_or_else(|_| {
+            Err(ApiError::new(
+                StatusCode::GATEWAY_TIMEOUT,
+                format!(
+                    "the cluster did not answer within {} s",
+                    REQUEST_TIMEOUT.as_secs()
+                ),
+            ))
+        });
+    match result {
+        Ok(v) => json(StatusCode::OK, &v),
+        Err(e) => error_response(&e),
+    }
+}
+
+async fn api_call(req: Request<Incoming>, segs: &[&str], state: Arc<State>) -> ApiResult {
+    let q = query(&req);
+    let method = req.method().clone();
+    match (method, segs) {
+        (Method::GET, ["api", "cluster"]) => api::cluster(&state).await,
+        (Method::GET, ["api", "topics"]) => api::topics(&state, &q).await,
+        (Method::POST, ["api", "topics"]) => {
+            let body = read_json(req).await?;
+            api::create_topic(&state, &body).await
+        }
+        (Method::GET, ["api", "topics", topic]) => api::topic(&state, topic).await,
+        (Method::GET, ["api", "topics", topic, "records"]) => api::records(&state, topic, &q).await,
+        (Method::GET, ["api", "groups"]) => api::groups(&state).await,
+        (Method::GET, ["api", "groups", group]) => api::group(&state, group).await,
+        (Method::GET, ["api", "transforms"]) => api::transforms(&state).await,
+        (Method::GET, ["api", "transforms", name]) => api::transform(&state, name).await,
+        (Method::POST, ["api", "transforms", name, action @ ("pause" | "resume")]) => {
+            api::set_transform_state(&state, name, action == &"pause").await
+        }
+        (m, _) => Err(ApiError::not_found(format!(
+            "no API {m} {}",
+            segs.join("/")
+        ))),
+    }
+}
+
+async fn read_json(req: Request<Incoming>) -> Result<serde_json::Value, ApiError> {
+    let bytes = Limited::new(req.into_body(), BODY_BYTES_MAX)
+        .collect()
+        .await
+        .map_err(|e| ApiError::bad_request(format!("cannot read the request body: {e}")))?
+        .to_bytes();
+    serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::bad_request(format!("the request body is not JSON: {e}")))
+}
+
+fn full(bytes: impl Into<Bytes>) -> Body {
+    Full::new(bytes.into()).boxed()
+}
+
+fn asset(body: &'static str, content_type: &str) -> Response<Body> {
+    let mut r = Response::new(full(body));
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, content_type.parse().unwrap());
+    r.headers_mut()
+        .insert(header::CACHE_CONTROL, "no-cache".parse().unwrap());
+    r
+}
+
+fn empty(status: StatusCode) -> Response<Body> {
+    let mut r = Response::new(full(Bytes::new()));
+    *r.status_mut() = status;
+    r
+}
+
+fn json(status: StatusCode, v: &serde_json::Value) -> Response<Body> {
+    let mut r = Response::new(full(serde_json::to_vec(v).expect("JSON encodes")));
+    *r.status_mut() = status;
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, "application/json".parse().unwrap());
+    r.headers_mut()
+        .insert(header::CACHE_CONTROL, "no-store".parse().unwrap());
+    r
+}
+
+pub(crate) fn error_response(e: &ApiError) -> Response<Body> {
+    json(e.status, &serde_json::json!({ "error": e.message }))
+}
+
+/// A `text/event-stream` response whose events come from `rx`.
+fn sse(rx: mpsc::Receiver<Bytes>) -> Response<Body> {
+    let mut r = Response::new(ChannelBody(rx).boxed());
+    let h = r.headers_mut();
+    h.insert(header::CONTENT_TYPE, "text/event-stream".parse().unwrap());
+    h.insert(header::CACHE_CONTROL, "no-store".parse().unwrap());
+    r
+}
+
+/// A body that streams what a channel receives (ends when the sender drops).
+struct ChannelBody(mpsc::Receiver<Bytes>);
+
+impl http_body::Body for ChannelBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        self.0.poll_recv(cx).map(|o| o.map(|b| Ok(Frame::data(b))))
+    }
+}
