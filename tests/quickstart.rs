@@ -352,3 +352,47 @@ fn fetch_long_poll_returns_when_data_arrives() {
         support::scrape_metrics(metrics_port)
     );
 }
+
+/// `rill bench produce --rate N` paces its sends: 3,000 records at 6,000/s
+/// cannot finish before their schedule (half a second), and the rate it
+/// reports stays at the target, not above it; the records are all there.
+#[test]
+fn bench_produce_at_a_fixed_rate_keeps_its_schedule() {
+    let broker = TestBroker::start();
+    let started = std::time::Instant::now();
+    let out = broker.rill_ok(&[
+        "bench",
+        "produce",
+        "--topic",
+        "paced",
+        "--records",
+        "3000",
+        "--rate",
+        "6000",
+        "--acks",
+        "all",
+    ]);
+    let took = started.elapsed();
+    let last = out.lines().last().unwrap_or_default();
+    let field = |name: &str| -> f64 {
+        last.split_whitespace()
+            .find_map(|kv| kv.strip_prefix(name))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in {last:?}"))
+    };
+    assert_eq!(field("records="), 3000.0, "{out}");
+    assert!(
+        field("records_per_s=") <= 6000.0 * 1.05,
+        "paced at the target rate, not above: {last}"
+    );
+    assert!(
+        field("p50_ms=") >= 0.0 && field("p99_ms=") >= field("p50_ms="),
+        "{last}"
+    );
+    assert!(
+        took >= std::time::Duration::from_millis(490),
+        "took {took:?}"
+    );
+    let records = broker.read_to_end("paced");
+    assert_eq!(records.len(), 3000);
+}

@@ -14,6 +14,10 @@
 //!   partitions answer out of order). Every other record's acknowledgement is still
 //!   checked (a failed record fails the bench), just not timed: timing every record
 //!   cost the bench process more than the producer itself at 100-byte records.
+//!   With `--rate N` the producers send on a schedule (N records/s in all) and
+//!   a sample is timed from when it was due, so falling behind shows as latency
+//!   (no coordinated omission); run it below the saturated rate to see the
+//!   broker's and the network's latency rather than the producer's queue.
 //! - consume: the duration of each `poll` call that returned records.
 //! - e2e: from the moment the producer handed the record to `send` to the moment the
 //!   consumer received it (both in this process, one monotonic clock; the send time
@@ -115,6 +119,13 @@ pub struct ProduceBench {
     /// transaction every this many milliseconds (needs --acks all).
     #[arg(long, value_name = "MS")]
     pub transaction_interval_ms: Option<u64>,
+    /// Send at this many records per second in all (shared by the
+    /// producers) instead of as fast as possible, so the latency is the
+    /// broker's and the network's, not queueing in the producer's buffer.
+    /// Latency is then timed from when each sampled record was due, so a
+    /// producer that falls behind its schedule shows it.
+    #[arg(long, value_name = "RECORDS_PER_S")]
+    pub rate: Option<u64>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -309,6 +320,9 @@ async fn bench_produce(b: ProduceBench) -> anyhow::Result<()> {
     if b.transaction_interval_ms.is_some() && b.producer.acks != Acks::All {
         bail!("--transaction-interval-ms needs --acks all (transactions are idempotent)");
     }
+    if b.rate == Some(0) {
+        bail!("--rate must be above zero");
+    }
     let admin_client = b.common.client.connect().await?;
     ensure_topic(&admin_client, &b.common).await?;
     let value = payload(b.producer.record_size);
@@ -328,14 +342,18 @@ async fn bench_produce(b: ProduceBench) -> anyhow::Result<()> {
             + u64::from((i as u64) < b.common.records % b.producers as u64);
         let mut config = producer_config(&b.producer, Duration::from_millis(5));
         let topic = b.common.topic.clone();
-        let interval = b.transaction_interval_ms.map(|ms| {
+        let transaction_interval = b.transaction_interval_ms.map(|ms| {
             config.transactional_id = Some(format!("bench-{topic}-{i}"));
             Duration::from_millis(ms)
         });
+        let pacing = ShareOptions {
+            transaction_interval,
+            rate: b.rate.map(|r| r as f64 / b.producers as f64),
+        };
         let value = value.clone();
         let done = done.clone();
         tasks.push(tokio::spawn(async move {
-            produce_share(client, config, topic, value, share, done, interval).await
+            produce_share(client, config, topic, value, share, done, pacing).await
         }));
     }
     let mut latency = new_histogram();
@@ -360,6 +378,15 @@ async fn bench_produce(b: ProduceBench) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// How one producer's share is sent.
+#[derive(Debug, Clone, Copy)]
+struct ShareOptions {
+    /// Commit a transaction this often (a transactional producer).
+    transaction_interval: Option<Duration>,
+    /// Records per second of this producer (as fast as it can when `None`).
+    rate: Option<f64>,
+}
+
 /// One producer's share: sends `count` records and times each acknowledgement.
 async fn produce_share(
     client: Client,
@@ -368,8 +395,12 @@ async fn produce_share(
     value: Bytes,
     count: u64,
     done: Arc<AtomicU64>,
-    transaction_interval: Option<Duration>,
+    options: ShareOptions,
 ) -> anyhow::Result<Histogram<u64>> {
+    let ShareOptions {
+        transaction_interval,
+        rate,
+    } = options;
     let acks_none = config.acks == Acks::None;
     let producer = client
         .producer(config)
@@ -394,7 +425,16 @@ async fn produce_share(
     });
     // Untimed acknowledgements, oldest first; checked without waiting as sending goes on.
     let mut untimed: VecDeque<DeliveryFuture> = VecDeque::new();
+    let schedule_start = Instant::now();
     for i in 0..count {
+        // At a fixed rate, record i is due at start + i / rate; sleep only
+        // when more than a millisecond ahead (the timer's grain).
+        let due = rate.map(|r| schedule_start + Duration::from_secs_f64(i as f64 / r));
+        if let Some(due) = due
+            && due > Instant::now() + Duration::from_millis(1)
+        {
+            tokio::time::sleep_until(due.into()).await;
+        }
         if let Some(every) = transaction_interval
             && txn_started.elapsed() >= every
         {
@@ -404,7 +444,7 @@ async fn produce_share(
         }
         let record = ProducerRecord::new(topic.as_str(), value.clone());
         if i % PRODUCE_LATENCY_SAMPLE_EVERY == 0 {
-            let sent = Instant::now();
+            let sent = due.map_or_else(Instant::now, |d| d.min(Instant::now()));
             let fut = producer
                 .send(record)
                 .await
