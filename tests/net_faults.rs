@@ -580,6 +580,7 @@ fn run_schedule(
     // Stop writing, then read everything back.
     std::thread::sleep(Duration::from_secs(1));
     stop.store(true, Ordering::Relaxed);
+    let stopped_at = hist.now();
     let mut attempted = Vec::new();
     for h in producers {
         attempted.push(rt.block_on(h).unwrap());
@@ -627,7 +628,26 @@ fn run_schedule(
     // one partition that began during the fault (while it held or until the
     // cluster healed), and when that wait ended, from the fault's start: the
     // time until produce with acks=all succeeded again.
+    // The live reader's progress: when it first read each offset.
+    let mut read_times: BTreeMap<u32, Vec<f64>> = BTreeMap::new();
+    for ((p, _), (_, t)) in seen.lock().unwrap().iter() {
+        if *t <= stopped_at {
+            read_times.entry(*p).or_default().push(*t);
+        }
+    }
+    for list in read_times.values_mut() {
+        list.sort_by(f64::total_cmp);
+    }
     for (what, t0, t1, recovered, stale) in &windows {
+        let end = *t1 + recovered.as_secs_f64();
+        let read_gap = read_times
+            .values()
+            .flat_map(|ts| {
+                ts.windows(2)
+                    .filter(|w| w[0] >= *t0 - 0.2 && w[0] <= end)
+                    .map(|w| w[1] - w[0])
+            })
+            .fold(0.0f64, f64::max);
         let mut worst: Option<(f64, f64, u32)> = None; // (gap, end - t0, partition)
         for (p, list) in &acks {
             for w in list.windows(2) {
@@ -642,7 +662,7 @@ fn run_schedule(
         }
         let line = match worst {
             Some((gap, back, p)) => format!(
-                "{what}: longest ack gap {gap:.2}s (partition {p}, acks back {back:.2}s after the fault began), full ISRs {:.1}s after the heal",
+                "{what}: longest ack gap {gap:.2}s (partition {p}, acks back {back:.2}s after the fault began), longest read gap {read_gap:.2}s, full ISRs {:.1}s after the heal",
                 recovered.as_secs_f64()
             ),
             None => format!("{what}: no acks around it"),
