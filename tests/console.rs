@@ -7,6 +7,9 @@
 //!   topic is a 404 naming it; creating a topic asks for a confirmation first;
 //! - a record produced while the records page is open appears in the live tail;
 //! - a group that consumed 4 of 10 records shows lag 6;
+//! - a transform (tests/guests/faulty) with a failing record shows its counts,
+//!   its error, its dead-letter topic and its logs; pause and resume, each
+//!   confirmed first;
 //! - a SIGKILLed broker is shown down within a few seconds, and its topic's
 //!   partitions led by the others and marked under-replicated.
 //!
@@ -217,12 +220,73 @@ fn console_in_a_browser() {
         driver.js("return !!document.querySelector('#groups tr[data-group=\"g-lag\"]');")
             == json!(true)
     });
+
+    // A transform with a failing record: its error, its dead letter, its logs;
+    // pause and resume, each after a confirmation.
+    let wasm = build_guest("tests/guests/faulty");
+    c.rill_ok(
+        &["topic", "create", "t-in", "--replication-factor", "3"],
+        b"",
+    );
+    c.rill_ok(&["produce", "t-in"], b"one\nerr\ntwo\n");
+    c.rill_ok(
+        &[
+            "transform",
+            "deploy",
+            wasm.to_str().unwrap(),
+            "--name",
+            "faulty",
+            "--input",
+            "t-in",
+            "--output",
+            "t-out",
+            "--on-error",
+            "dead-letter",
+        ],
+        b"",
+    );
     driver.go(&format!("{base}#/transforms"));
-    driver.wait_for("the transforms page", || {
-        driver
-            .js("return document.querySelector('main h1') && document.querySelector('main h1').innerText;")
-            == json!("Transforms")
+    driver.wait_for("faulty with 2 processed and 1 failed", || {
+        driver.js(
+            "const r = document.querySelector('#transforms tr[data-transform=\"faulty\"]');\
+             return r ? [r.children[4].innerText, r.children[5].innerText] : null;",
+        ) == json!(["2", "1"])
     });
+    shoot("transforms");
+    driver.go(&format!("{base}#/transforms/faulty"));
+    driver.wait_for("the error and the log lines on the transform page", || {
+        driver
+            .js("return document.getElementById('app').innerText;")
+            .as_str()
+            .is_some_and(|t| {
+                t.contains("refused record at offset 1")
+                    && t.contains("copied two")
+                    && t.contains("faulty.dlq")
+            })
+    });
+    shoot("transform");
+    for (button, state) in [("pause", "paused"), ("resume", "running")] {
+        driver.wait_for(&format!("the {button} button"), || {
+            driver.js(&format!(
+                "const b = document.getElementById('transform-{button}'); \
+                 if (b) b.click(); return !!b;"
+            )) == json!(true)
+        });
+        driver.wait_for("the confirmation dialog", || {
+            driver.js("return document.getElementById('confirm').open;") == json!(true)
+        });
+        driver.js("document.getElementById('confirm-ok').click(); return null;");
+        driver.wait_for(&format!("transform faulty {state}"), || {
+            driver.js("return document.getElementById('transform-state').innerText;")
+                == json!(state)
+        });
+    }
+    let out = c.rill_ok(&["transform", "describe", "faulty"], b"");
+    assert!(out.contains("state:      running"), "{out}");
+    assert!(
+        !out.contains("runs as:    Broker"),
+        "pause/resume kept the deployer: {out}"
+    );
 
     // A killed broker is shown down within a few seconds.
     driver.go(&format!("{base}#/cluster"));
@@ -262,6 +326,26 @@ fn console_in_a_browser() {
         "console test: broker down shown after {shown:?}; whole test {:?}",
         started.elapsed()
     );
+}
+
+/// `rill transform build --locked DIR` (DIR from the repository root, into the
+/// guests' shared target dir target/wasm-guests); the .wasm it printed.
+fn build_guest(dir: &str) -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut cmd = Command::new(support::rill_bin());
+    cmd.env("CARGO_TARGET_DIR", root.join("target/wasm-guests"))
+        .env_remove("RUSTFLAGS")
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
+        .args(["transform", "build", "--locked"])
+        .arg(root.join(dir));
+    let out = support::run_bounded(&mut cmd, b"", Duration::from_secs(600));
+    assert!(
+        out.status.success(),
+        "rill transform build {dir} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    PathBuf::from(stdout.trim().lines().last().expect("the .wasm path"))
 }
 
 /// Prints why the test does not run, or fails under CI.

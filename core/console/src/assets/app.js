@@ -28,6 +28,11 @@ function el(tag, attrs, ...children) {
   return e;
 }
 
+// Replaces the page's content (null, undefined and false children are left out).
+function show(...children) {
+  app.replaceChildren(...children.flat().filter(c => c !== null && c !== undefined && c !== false));
+}
+
 function table(headers, rows, attrs) {
   return el("table", attrs || {},
     el("thead", {}, el("tr", {}, headers.map(h =>
@@ -104,7 +109,7 @@ async function route() {
   for (const a of document.querySelectorAll("header nav a")) {
     a.classList.toggle("active", a.dataset.nav === page);
   }
-  app.replaceChildren(el("p", { class: "muted" }, "Loading…"));
+  show(el("p", { class: "muted" }, "Loading…"));
   try {
     if (page === "cluster") await clusterPage();
     else if (page === "topics" && parts.length === 1) await topicsPage(params);
@@ -114,9 +119,9 @@ async function route() {
     else if (page === "groups") await groupPage(parts[1]);
     else if (page === "transforms" && parts.length === 1) await transformsPage();
     else if (page === "transforms") await transformPage(parts[1]);
-    else app.replaceChildren(errorBox(new Error("no page " + location.hash)));
+    else show(errorBox(new Error("no page " + location.hash)));
   } catch (e) {
-    app.replaceChildren(errorBox(e));
+    show(errorBox(e));
   }
 }
 
@@ -125,10 +130,10 @@ async function route() {
 async function clusterPage() {
   await every(2000, async () => {
     let c;
-    try { c = await api("cluster"); } catch (e) { app.replaceChildren(el("h1", {}, "Cluster"), errorBox(e)); return; }
+    try { c = await api("cluster"); } catch (e) { show(el("h1", {}, "Cluster"), errorBox(e)); return; }
     document.getElementById("cluster-id").textContent = "cluster " + c.cluster_id;
     const alive = c.brokers.filter(b => b.alive).length;
-    app.replaceChildren(
+    show(
       el("h1", {}, "Cluster"),
       el("div", { class: "card summary" },
         el("div", {}, el("b", { id: "broker-count" }, c.brokers.length), "brokers"),
@@ -164,7 +169,7 @@ async function topicsPage(params) {
     page > 0 ? el("a", { href: link(page - 1, internal) }, "← previous") : el("span", { class: "muted" }, "← previous"),
     el("span", {}, `page ${page + 1} of ${pages} (${t.total} topics)`),
     page + 1 < pages ? el("a", { href: link(page + 1, internal) }, "next →") : el("span", { class: "muted" }, "next →"));
-  app.replaceChildren(
+  show(
     el("h1", {}, "Topics"),
     filterForm,
     table(["Name", { text: "Partitions", cls: "num" }, { text: "Replication", cls: "num" }, { text: "Records", cls: "num" }, "Health"],
@@ -210,11 +215,11 @@ function createTopicForm() {
 async function topicPage(name) {
   await every(5000, async () => {
     let t;
-    try { t = await api("topics/" + enc(name)); } catch (e) { app.replaceChildren(el("h1", {}, "Topic " + name), errorBox(e)); return; }
+    try { t = await api("topics/" + enc(name)); } catch (e) { show(el("h1", {}, "Topic " + name), errorBox(e)); return; }
     const under = t.partitions.filter(p => p.under_replicated).length;
     const offline = t.partitions.filter(p => p.leader === null).length;
     const custom = t.configs.filter(c => !c.default);
-    app.replaceChildren(
+    show(
       el("h1", {}, "Topic ", el("span", { id: "topic-name" }, t.name), t.internal ? [" ", badge("internal", "info")] : null),
       el("div", { class: "tabs" },
         el("a", { href: "#/topics/" + enc(name) + "/records" }, "Browse records / live tail →")),
@@ -303,7 +308,7 @@ async function recordsPage(name, params) {
   const tailBtn = el("button", { id: "tail-toggle", onclick: () => source ? stopTail() : startTail() }, "Start live tail");
   cleanups.push(() => { if (source) source.close(); });
 
-  app.replaceChildren(
+  show(
     el("h1", {}, "Records of ", el("a", { href: "#/topics/" + enc(name) }, name)),
     el("h2", {}, "Live tail ", tailStatus),
     el("p", { class: "muted" }, "Records produced to any partition from now on, newest first."),
@@ -322,8 +327,8 @@ async function recordsPage(name, params) {
 async function groupsPage() {
   await every(3000, async () => {
     let g;
-    try { g = await api("groups"); } catch (e) { app.replaceChildren(el("h1", {}, "Consumer groups"), errorBox(e)); return; }
-    app.replaceChildren(
+    try { g = await api("groups"); } catch (e) { show(el("h1", {}, "Consumer groups"), errorBox(e)); return; }
+    show(
       el("h1", {}, "Consumer groups"),
       g.groups.length === 0 ? el("p", { class: "muted" }, "No consumer groups.") :
         table(["Group", "State", { text: "Members", cls: "num" }], g.groups.map(x => el("tr", { "data-group": x.group_id },
@@ -336,8 +341,8 @@ async function groupsPage() {
 async function groupPage(id) {
   await every(2000, async () => {
     let g;
-    try { g = await api("groups/" + enc(id)); } catch (e) { app.replaceChildren(el("h1", {}, "Group " + id), errorBox(e)); return; }
-    app.replaceChildren(
+    try { g = await api("groups/" + enc(id)); } catch (e) { show(el("h1", {}, "Group " + id), errorBox(e)); return; }
+    show(
       el("h1", {}, "Group ", g.group_id),
       el("div", { class: "card summary" },
         el("div", {}, el("b", {}, g.state), "state"),
@@ -373,8 +378,8 @@ function stateBadge(s) {
 async function transformsPage() {
   await every(3000, async () => {
     let t;
-    try { t = await api("transforms"); } catch (e) { app.replaceChildren(el("h1", {}, "Transforms"), errorBox(e)); return; }
-    app.replaceChildren(
+    try { t = await api("transforms"); } catch (e) { show(el("h1", {}, "Transforms"), errorBox(e)); return; }
+    show(
       el("h1", {}, "Transforms"),
       t.transforms.length === 0 ? el("p", { class: "muted" }, "No transforms deployed (`rill transform deploy`).") :
         table(["Name", "State", "Inputs → outputs", { text: "Instances", cls: "num" }, { text: "Processed", cls: "num" }, { text: "Failed", cls: "num" }, { text: "Lag", cls: "num" }, "Last error"],
@@ -394,7 +399,7 @@ async function transformPage(name) {
   const out = el("div");
   await every(3000, async () => {
     let t;
-    try { t = await api("transforms/" + enc(name)); } catch (e) { app.replaceChildren(el("h1", {}, "Transform " + name), errorBox(e)); return; }
+    try { t = await api("transforms/" + enc(name)); } catch (e) { show(el("h1", {}, "Transform " + name), errorBox(e)); return; }
     const paused = t.state === "paused";
     const action = paused ? "resume" : "pause";
     const button = el("button", {
@@ -409,7 +414,7 @@ async function transformPage(name) {
         } catch (e) { out.replaceChildren(errorBox(e)); }
       },
     }, paused ? "Resume…" : "Pause…");
-    app.replaceChildren(
+    show(
       el("h1", {}, "Transform ", t.name, " ", el("span", { id: "transform-state" }, stateBadge(t.state))),
       out,
       t.halted_reason ? el("div", { class: "error" }, "Halted: " + t.halted_reason) : null,
@@ -420,13 +425,14 @@ async function transformPage(name) {
         el("div", {}, el("b", {}, t.totals.lag), "lag"),
         el("div", {}, el("b", {}, "v" + t.version), "version")),
       t.state === "halted" ? null : button,
-      table(["", ""], [
+      el("table", { class: "properties" }, el("tbody", {}, [
         ["Inputs", t.inputs.join(", ")], ["Outputs", t.outputs.join(", ")],
-        ["On error", t.on_error + (t.dead_letter_topic ? " (to " + t.dead_letter_topic + ")" : "")],
+        ["On error", t.dead_letter_topic
+          ? [t.on_error + " (to ", el("a", { href: "#/topics/" + enc(t.dead_letter_topic) + "/records" }, t.dead_letter_topic), ")"]
+          : t.on_error],
         ["Delivery", t.delivery], ["Runs as", dash(t.runs_as)], ["Group", t.group],
         ["Deployed", fmtTime(t.deployed_at_ms)], ["Module", fmtBytes(t.module_bytes)],
-      ].map(([k, v]) => el("tr", {}, el("th", {}, k), el("td", {},
-        k === "On error" && t.dead_letter_topic ? [t.on_error + " (to ", el("a", { href: "#/topics/" + enc(t.dead_letter_topic) + "/records" }, t.dead_letter_topic), ")"] : v)))),
+      ].map(([k, v]) => el("tr", {}, el("th", {}, k), el("td", {}, v))))),
       el("h2", {}, "Instances"),
       t.instances.length === 0 ? el("p", { class: "muted" }, "No instance has reported yet.") :
         table(["Instance", "Version", "State", "Partitions", { text: "Processed", cls: "num" }, { text: "Failed", cls: "num" }, { text: "Lag", cls: "num" }, "Last error", "Updated"],
