@@ -4,7 +4,8 @@
 //!
 //! - the cluster page lists the three brokers, alive;
 //! - the topics and topic pages show a topic and its partitions; an unknown
-//!   topic is a 404 naming it; creating a topic asks for a confirmation first;
+//!   topic is a 404 naming it; a wide topic's partitions are paged; records
+//!   are browsed from a time; creating a topic asks for a confirmation first;
 //! - a record produced while the records page is open appears in the live tail;
 //! - a group that consumed 4 of 10 records shows lag 6;
 //! - a transform (tests/guests/faulty) with a failing record shows its counts,
@@ -135,6 +136,39 @@ fn console_in_a_browser() {
             == json!(3)
     });
     shoot("topic");
+    // Browsing from a time: the first record at or after it.
+    let (status, body) = http_get(
+        port,
+        "/api/topics/console-events/records?partition=0&timestamp=0&limit=1",
+    );
+    assert_eq!(status, 200, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["records"][0]["offset"], json!(0), "{body}");
+    assert_eq!(v["records"][0]["key"]["text"], json!("order-1"), "{body}");
+    assert_eq!(v["records"][0]["value"]["kind"], json!("json"), "{body}");
+    assert_eq!(v["next"], json!(1), "{body}");
+
+    // A wide topic's partitions come a page (100) at a time.
+    c.rill_ok(
+        &[
+            "topic",
+            "create",
+            "wide",
+            "--partitions",
+            "250",
+            "--replication-factor",
+            "1",
+        ],
+        b"",
+    );
+    driver.go(&format!("{base}#/topics/wide?page=2"));
+    driver.wait_for("partitions 200 to 249 of wide", || {
+        driver.js(
+            "const rows = [...document.querySelectorAll('#partitions tr[data-partition]')];\
+             return rows.length ? [rows.length, rows[0].dataset.partition] : null;",
+        ) == json!([50, "200"])
+    });
+
     let (status, body) = http_get(port, "/api/topics/no-such-topic");
     assert_eq!(status, 404, "{body}");
     assert!(body.contains("unknown topic no-such-topic"), "{body}");

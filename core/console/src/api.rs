@@ -188,9 +188,14 @@ pub(crate) async fn topics(state: &State, q: &HashMap<String, String>) -> ApiRes
     Ok(json!({ "total": total, "page": page, "per_page": per_page, "topics": rows }))
 }
 
-/// `GET /api/topics/NAME`: partitions (leader, replicas, ISR, offsets, sizes)
-/// and configs.
-pub(crate) async fn topic(state: &State, name: &str) -> ApiResult {
+/// `GET /api/topics/NAME?page=N&per_page=M`: one page of its partitions
+/// (leader, replicas, ISR, offsets, sizes), counts over all of them, and its
+/// configs.
+pub(crate) async fn topic(state: &State, name: &str, q: &HashMap<String, String>) -> ApiResult {
+    let page: usize = number(q, "page")?.unwrap_or(0);
+    let per_page: usize = number(q, "per_page")?
+        .unwrap_or(PER_PAGE)
+        .clamp(1, PER_PAGE_MAX);
     let client = client(state).await?;
     let admin = client.admin();
     let what = format!("cannot describe topic {name}");
@@ -209,9 +214,22 @@ pub(crate) async fn topic(state: &State, name: &str) -> ApiResult {
                 .collect(),
             _ => BTreeMap::new(),
         };
+    let under = t
+        .partitions
+        .iter()
+        .filter(|p| p.isr.len() < p.replicas.len())
+        .count();
+    let offline = t.partitions.iter().filter(|p| p.leader.is_none()).count();
+    let records: i64 = t
+        .partitions
+        .iter()
+        .map(|p| (p.high_watermark.0 - p.log_start_offset.0).max(0))
+        .sum();
     let partitions: Vec<Value> = t
         .partitions
         .iter()
+        .skip(page.saturating_mul(per_page))
+        .take(per_page)
         .map(|p| {
             let s = storage.get(&p.partition);
             json!({
@@ -238,6 +256,12 @@ pub(crate) async fn topic(state: &State, name: &str) -> ApiResult {
         "name": t.name,
         "internal": t.name.starts_with("__"),
         "replication_factor": t.replication_factor,
+        "partition_count": t.partitions.len(),
+        "under_replicated": under,
+        "offline": offline,
+        "records": records,
+        "page": page,
+        "per_page": per_page,
         "partitions": partitions,
         "configs": configs,
     }))

@@ -154,7 +154,7 @@ async fn api_call(req: Request<Incoming>, segs: &[&str], state: Arc<State>) -> A
             let body = read_json(req).await?;
             api::create_topic(&state, &body).await
         }
-        (Method::GET, ["api", "topics", topic]) => api::topic(&state, topic).await,
+        (Method::GET, ["api", "topics", topic]) => api::topic(&state, topic, &q).await,
         (Method::GET, ["api", "topics", topic, "records"]) => api::records(&state, topic, &q).await,
         (Method::GET, ["api", "groups"]) => api::groups(&state).await,
         (Method::GET, ["api", "groups", group]) => api::group(&state, group).await,

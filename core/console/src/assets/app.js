@@ -114,7 +114,7 @@ async function route() {
     if (page === "cluster") await clusterPage();
     else if (page === "topics" && parts.length === 1) await topicsPage(params);
     else if (page === "topics" && parts[2] === "records") await recordsPage(parts[1], params);
-    else if (page === "topics") await topicPage(parts[1]);
+    else if (page === "topics") await topicPage(parts[1], params);
     else if (page === "groups" && parts.length === 1) await groupsPage();
     else if (page === "groups") await groupPage(parts[1]);
     else if (page === "transforms" && parts.length === 1) await transformsPage();
@@ -212,24 +212,30 @@ function createTopicForm() {
   return el("div", {}, el("h2", {}, "Create a topic"), form, out);
 }
 
-async function topicPage(name) {
+async function topicPage(name, params) {
+  const page = Number(params.get("page") || 0);
   await every(5000, async () => {
     let t;
-    try { t = await api("topics/" + enc(name)); } catch (e) { show(el("h1", {}, "Topic " + name), errorBox(e)); return; }
-    const under = t.partitions.filter(p => p.under_replicated).length;
-    const offline = t.partitions.filter(p => p.leader === null).length;
+    try { t = await api(`topics/${enc(name)}?page=${page}`); } catch (e) { show(el("h1", {}, "Topic " + name), errorBox(e)); return; }
     const custom = t.configs.filter(c => !c.default);
+    const pages = Math.max(1, Math.ceil(t.partition_count / t.per_page));
+    const link = p => `#/topics/${enc(name)}?page=${p}`;
+    const pager = () => pages === 1 ? null : el("div", { class: "pager" },
+      page > 0 ? el("a", { href: link(page - 1) }, "← previous") : el("span", { class: "muted" }, "← previous"),
+      el("span", {}, `partitions ${page * t.per_page} to ${Math.min(t.partition_count, (page + 1) * t.per_page) - 1} of ${t.partition_count}`),
+      page + 1 < pages ? el("a", { href: link(page + 1) }, "next →") : el("span", { class: "muted" }, "next →"));
     show(
       el("h1", {}, "Topic ", el("span", { id: "topic-name" }, t.name), t.internal ? [" ", badge("internal", "info")] : null),
       el("div", { class: "tabs" },
         el("a", { href: "#/topics/" + enc(name) + "/records" }, "Browse records / live tail →")),
       el("div", { class: "card summary" },
-        el("div", {}, el("b", {}, t.partitions.length), "partitions"),
+        el("div", {}, el("b", {}, t.partition_count), "partitions"),
         el("div", {}, el("b", {}, t.replication_factor), "replication factor"),
-        el("div", {}, el("b", {}, under), "under-replicated"),
-        el("div", {}, el("b", {}, offline), "offline"),
-        el("div", {}, el("b", {}, t.partitions.reduce((s, p) => s + Math.max(0, p.high_watermark - p.log_start_offset), 0)), "records")),
+        el("div", {}, el("b", {}, t.under_replicated), "under-replicated"),
+        el("div", {}, el("b", {}, t.offline), "offline"),
+        el("div", {}, el("b", {}, t.records), "records")),
       el("h2", {}, "Partitions"),
+      pager(),
       table(["Partition", "Leader", "Replicas", "In-sync replicas", { text: "Log start", cls: "num" }, { text: "High watermark", cls: "num" }, { text: "Log end", cls: "num" }, { text: "Local size", cls: "num" }, { text: "Tiered size", cls: "num" }],
         t.partitions.map(p => el("tr", { class: p.under_replicated ? "under" : "", "data-partition": p.partition },
           el("td", {}, el("a", { href: `#/topics/${enc(name)}/records?partition=${p.partition}` }, p.partition)),
@@ -242,6 +248,7 @@ async function topicPage(name) {
           el("td", { class: "num" }, fmtBytes(p.local_bytes)),
           el("td", { class: "num" }, fmtBytes(p.remote_bytes)))),
         { id: "partitions" }),
+      pager(),
       el("h2", {}, "Configs ", el("span", { class: "muted", style: "font-weight:normal;font-size:13px" }, `(${custom.length} set on the topic, the rest broker defaults)`)),
       table(["Name", "Value", "Source"], t.configs.map(c => el("tr", {},
         el("td", {}, c.name), el("td", {}, c.value), el("td", {}, c.default ? el("span", { class: "muted" }, "default") : badge("topic", "info"))))));
@@ -273,16 +280,27 @@ const recordHeaders = [{ text: "Partition", cls: "num" }, { text: "Offset", cls:
 async function recordsPage(name, params) {
   const partition = params.get("partition") || "0";
   const offset = params.get("offset") || "";
-  const data = await api(`topics/${enc(name)}/records?partition=${enc(partition)}&offset=${enc(offset)}&limit=50`);
+  const timestamp = params.get("timestamp") || "";
+  const data = await api(`topics/${enc(name)}/records?partition=${enc(partition)}&offset=${enc(offset)}&timestamp=${enc(timestamp)}&limit=50`);
   const partSel = el("select", { name: "partition" });
   for (let i = 0; i < data.partitions; i++) {
     partSel.append(el("option", { value: i, selected: String(i) === partition }, i));
   }
   const offInput = el("input", { name: "offset", type: "number", min: 0, value: data.from, style: "width:10em" });
+  const timeInput = el("input", { name: "time", type: "datetime-local", step: 1 });
   const base = `#/topics/${enc(name)}/records`;
-  const browse = el("form", { class: "inline", onsubmit: ev => { ev.preventDefault(); location.hash = `${base}?partition=${partSel.value}&offset=${offInput.value}`; } },
+  const browse = el("form", {
+    class: "inline", onsubmit: ev => {
+      ev.preventDefault();
+      // A time (the browser's zone) wins over the offset.
+      const at = timeInput.value ? new Date(timeInput.value).getTime() : NaN;
+      location.hash = isNaN(at) ? `${base}?partition=${partSel.value}&offset=${offInput.value}`
+        : `${base}?partition=${partSel.value}&timestamp=${at}`;
+    },
+  },
     el("label", {}, "Partition", partSel),
     el("label", {}, `Offset (${data.log_start_offset} to ${data.high_watermark})`, offInput),
+    el("label", {}, "or from a time", timeInput),
     el("label", {}, "\u00a0", el("button", { type: "submit" }, "Browse")));
   const next = data.next < data.high_watermark
     ? el("a", { href: `${base}?partition=${partition}&offset=${data.next}` }, "next records →") : el("span", { class: "muted" }, "end of the partition");
