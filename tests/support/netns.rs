@@ -10,7 +10,8 @@
 //! Nothing is added to the root namespace. Faults are nftables rules in a table
 //! `inet rillfault` of a node's namespace (loopback always passes);
 //! [`NetLab::heal`] deletes the tables. Dropping the lab kills every process
-//! left in its namespaces and deletes them, also when the test panics.
+//! left in its namespaces and deletes them, also when the test panics; a new
+//! lab first deletes the namespaces of labs whose test process was killed.
 //!
 //! [`NetCluster`] runs `rill broker` processes, one per broker namespace, bound
 //! to their namespace's address, sharing one RILL_HOME (so one development CA;
@@ -23,7 +24,7 @@ use std::collections::BTreeMap;
 use std::fs::OpenOptions;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{Ipv4Addr, SocketAddr};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc;
@@ -162,6 +163,7 @@ impl NetLab {
     /// A bridge and `hosts` namespaces on it (brokers 0..hosts-1 and one
     /// client, which is the last node).
     pub fn new(brokers: usize) -> Result<NetLab, String> {
+        reap_stale();
         let n = LABS.fetch_add(1, Ordering::Relaxed);
         let pid = std::process::id();
         let prefix = format!("rill-{pid}-{n}-");
@@ -345,6 +347,39 @@ impl NetLab {
             Ok(v) => v,
             Err(e) => std::panic::resume_unwind(e),
         }
+    }
+}
+
+/// Deletes the namespaces (and kills their processes) of labs whose test
+/// process is gone: one killed by a signal never ran its `Drop`.
+fn reap_stale() {
+    let Ok(out) = Command::new("ip").args(["netns", "list"]).output() else {
+        return;
+    };
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let Some(name) = line.split_whitespace().next() else {
+            continue;
+        };
+        let Some(pid) = name
+            .strip_prefix("rill-")
+            .and_then(|r| r.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        if let Ok(out) = Command::new("ip").args(["netns", "pids", name]).output() {
+            for p in String::from_utf8_lossy(&out.stdout).split_whitespace() {
+                if let Ok(p) = p.parse::<i32>() {
+                    kill_pid(p, libc::SIGCONT);
+                    kill_pid(p, libc::SIGKILL);
+                }
+            }
+        }
+        let _ = run(&["ip", "netns", "del", name]);
+        eprintln!("NetLab: deleted {name}, left by process {pid} which is gone");
     }
 }
 
