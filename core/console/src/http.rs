@@ -94,7 +94,56 @@ pub(crate) fn query(req: &Request<Incoming>) -> HashMap<String, String> {
         .collect()
 }
 
+/// Why a request is refused before routing, if it is: on a loopback console a
+/// Host that is not loopback (a DNS-rebinding page); for a change (any method
+/// but GET and HEAD) a body that is not JSON or an Origin other than the
+/// console's (another site's form or script).
+pub(crate) fn request_refusal(
+    method: &Method,
+    headers: &hyper::HeaderMap,
+    loopback: bool,
+) -> Option<String> {
+    let value = |name| headers.get(name).and_then(|v| v.to_str().ok());
+    let host = value(header::HOST).unwrap_or("");
+    if loopback && !is_loopback_host(host) {
+        return Some(format!(
+            "this console listens on loopback and answers only requests for it (Host {host:?}); \
+             open it as http://127.0.0.1:PORT or http://localhost:PORT"
+        ));
+    }
+    if method == Method::GET || method == Method::HEAD {
+        return None;
+    }
+    if !value(header::CONTENT_TYPE).is_some_and(|t| t.starts_with("application/json")) {
+        return Some("a change needs a JSON body (Content-Type: application/json)".into());
+    }
+    if let Some(origin) = value(header::ORIGIN) {
+        let origin_host = origin.split_once("://").map_or(origin, |(_, h)| h);
+        if !origin_host.eq_ignore_ascii_case(host) {
+            return Some(format!(
+                "a change must come from the console's own page, not from {origin}"
+            ));
+        }
+    }
+    None
+}
+
+/// Whether `host` (a Host header, `name[:port]`) names loopback.
+fn is_loopback_host(host: &str) -> bool {
+    let name = match host.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(""),
+        None => host.rsplit_once(':').map_or(host, |(h, _)| h),
+    };
+    name.eq_ignore_ascii_case("localhost")
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
 async fn route(req: Request<Incoming>, state: Arc<State>) -> Response<Body> {
+    if let Some(why) = request_refusal(req.method(), req.headers(), state.loopback) {
+        return error_response(&ApiError::new(StatusCode::FORBIDDEN, why));
+    }
     let path = req.uri().path().to_string();
     let segments: Vec<String> = path
         .trim_start_matches('/')
@@ -234,5 +283,59 @@ impl http_body::Body for ChannelBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         self.0.poll_recv(cx).map(|o| o.map(|b| Ok(Frame::data(b))))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> hyper::HeaderMap {
+        let mut h = hyper::HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(*k, v.parse().unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn a_loopback_console_answers_only_loopback_hosts() {
+        for host in [
+            "127.0.0.1:9644",
+            "localhost:9644",
+            "[::1]:9644",
+            "LOCALHOST",
+        ] {
+            let h = headers(&[("host", host)]);
+            assert_eq!(request_refusal(&Method::GET, &h, true), None, "{host}");
+        }
+        let h = headers(&[("host", "evil.example:9644")]);
+        assert!(request_refusal(&Method::GET, &h, true).is_some());
+        // Listening elsewhere (auth on, or allowed remote): any name.
+        assert_eq!(request_refusal(&Method::GET, &h, false), None);
+    }
+
+    #[test]
+    fn changes_are_json_from_the_consoles_own_origin() {
+        let ok = headers(&[
+            ("host", "127.0.0.1:9644"),
+            ("content-type", "application/json"),
+            ("origin", "http://127.0.0.1:9644"),
+        ]);
+        assert_eq!(request_refusal(&Method::POST, &ok, true), None);
+        let no_origin = headers(&[
+            ("host", "127.0.0.1:9644"),
+            ("content-type", "application/json"),
+        ]);
+        assert_eq!(request_refusal(&Method::POST, &no_origin, true), None);
+        let form = headers(&[("host", "127.0.0.1:9644"), ("content-type", "text/plain")]);
+        assert!(request_refusal(&Method::POST, &form, true).is_some());
+        let other = headers(&[
+            ("host", "127.0.0.1:9644"),
+            ("content-type", "application/json"),
+            ("origin", "https://evil.example"),
+        ]);
+        let why = request_refusal(&Method::POST, &other, true).unwrap();
+        assert!(why.contains("evil.example"), "{why}");
     }
 }

@@ -18,7 +18,11 @@
 //! (404 names the unknown topic, group or transform); changes (create topic,
 //! pause/resume a transform) are POSTs the app sends only after a confirmation.
 //! Binding a non-loopback address is the caller's decision (the broker's config
-//! checks it, see `console` in rill_broker::BrokerConfig).
+//! checks it, see `console` in rill_broker::BrokerConfig). Other web pages open
+//! in the same browser cannot act through the console: a change must be a JSON
+//! POST from the console's own origin (no cross-site form or `fetch` without a
+//! CORS preflight, which the console does not grant), and a console on loopback
+//! answers only requests whose Host is loopback (no DNS rebinding).
 
 mod api;
 mod assets;
@@ -69,6 +73,7 @@ pub async fn start(listen: SocketAddr, client: ClientConfig) -> std::io::Result<
     let addr = listener.local_addr()?;
     let (stop, stop_rx) = watch::channel(false);
     let state = Arc::new(State {
+        loopback: addr.ip().is_loopback(),
         config: client,
         client: Mutex::new(None),
         stop: stop_rx.clone(),
@@ -79,6 +84,9 @@ pub async fn start(listen: SocketAddr, client: ClientConfig) -> std::io::Result<
 
 /// What every request handler shares.
 pub(crate) struct State {
+    /// Listening on loopback only: then the Host header must name loopback
+    /// too (see [`http::request_refusal`]).
+    pub(crate) loopback: bool,
     config: ClientConfig,
     client: Mutex<Option<Client>>,
     /// Becomes true when the console stops (ends live tails).
