@@ -299,6 +299,16 @@ fn console_in_a_browser() {
             })
     });
     shoot("transform");
+    // Its dead letter, browsable: the failed record and the error in a header.
+    driver.go(&format!("{base}#/topics/faulty.dlq/records?tail=0"));
+    driver.wait_for("the dead letter with its error header", || {
+        driver
+            .js("const b = document.getElementById('browse'); return b && b.innerText;")
+            .as_str()
+            .is_some_and(|t| t.contains("err") && t.contains("refused record at offset 1"))
+    });
+    shoot("dead-letters");
+    driver.go(&format!("{base}#/transforms/faulty"));
     for (button, state) in [("pause", "paused"), ("resume", "running")] {
         driver.wait_for(&format!("the {button} button"), || {
             driver.js(&format!(

@@ -10,7 +10,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use hyper::StatusCode;
 use rill_client::{
-    ClientError, ConsumerConfig, ErrorCode, NewTopic, Offset, OffsetReset, TopicPartition,
+    ClientError, ConsumerConfig, ErrorCode, NewTopic, Offset, OffsetReset, OffsetSpec,
+    TopicPartition,
 };
 use rill_transforms::deployment::{ErrorPolicy, RunState};
 use rill_transforms::error::TransformError;
@@ -169,11 +170,6 @@ pub(crate) async fn topics(state: &State, q: &HashMap<String, String>) -> ApiRes
                 .filter(|p| p.isr.len() < p.replicas.len())
                 .count();
             let offline = t.partitions.iter().filter(|p| p.leader.is_none()).count();
-            let records: i64 = t
-                .partitions
-                .iter()
-                .map(|p| (p.high_watermark.0 - p.log_start_offset.0).max(0))
-                .sum();
             json!({
                 "name": t.name,
                 "internal": t.internal || t.name.starts_with("__"),
@@ -181,7 +177,6 @@ pub(crate) async fn topics(state: &State, q: &HashMap<String, String>) -> ApiRes
                 "replication_factor": t.partitions.first().map_or(0, |p| p.replicas.len()),
                 "under_replicated": under,
                 "offline": offline,
-                "records": records,
             })
         })
         .collect();
@@ -220,10 +215,18 @@ pub(crate) async fn topic(state: &State, name: &str, q: &HashMap<String, String>
         .filter(|p| p.isr.len() < p.replicas.len())
         .count();
     let offline = t.partitions.iter().filter(|p| p.leader.is_none()).count();
-    let records: i64 = t
+    // Offsets from each partition's leader (a Metadata answer has only the
+    // answering broker's own replicas' offsets).
+    let led: Vec<TopicPartition> = t
         .partitions
         .iter()
-        .map(|p| (p.high_watermark.0 - p.log_start_offset.0).max(0))
+        .filter(|p| p.leader.is_some())
+        .map(|p| TopicPartition::new(name, p.partition))
+        .collect();
+    let (starts, ends) = leader_offsets(&client, &led).await;
+    let records: i64 = ends
+        .iter()
+        .map(|(p, end)| (end - starts.get(p).copied().unwrap_or(0)).max(0))
         .sum();
     let partitions: Vec<Value> = t
         .partitions
@@ -238,9 +241,8 @@ pub(crate) async fn topic(state: &State, name: &str, q: &HashMap<String, String>
                 "replicas": p.replicas,
                 "isr": p.isr,
                 "under_replicated": p.isr.len() < p.replicas.len(),
-                "log_start_offset": p.log_start_offset.0,
-                "high_watermark": p.high_watermark.0,
-                "log_end_offset": p.log_end_offset.0,
+                "log_start_offset": starts.get(&p.partition),
+                "log_end_offset": ends.get(&p.partition),
                 "local_bytes": s.map(|s| s.local_size_bytes),
                 "remote_bytes": s.map(|s| s.remote_size_bytes),
             })
@@ -265,6 +267,27 @@ pub(crate) async fn topic(state: &State, name: &str, q: &HashMap<String, String>
         "partitions": partitions,
         "configs": configs,
     }))
+}
+
+/// The first offset and the end (high watermark) of each of `tps` (one topic's),
+/// by partition, from their leaders; left out where a leader did not answer.
+async fn leader_offsets(
+    client: &rill_client::Client,
+    tps: &[TopicPartition],
+) -> (BTreeMap<u32, i64>, BTreeMap<u32, i64>) {
+    if tps.is_empty() {
+        return (BTreeMap::new(), BTreeMap::new());
+    }
+    let ask = |spec| async move {
+        match client.list_offsets(tps, spec).await {
+            Ok(v) => v.into_iter().map(|(tp, o)| (tp.partition, o.0)).collect(),
+            Err(e) => {
+                tracing::debug!(error = %e, "console: offsets unavailable");
+                BTreeMap::new()
+            }
+        }
+    };
+    tokio::join!(ask(OffsetSpec::Earliest), ask(OffsetSpec::Latest))
 }
 
 /// `POST /api/topics` `{"name", "partitions", "replication_factor"}`.
@@ -348,8 +371,20 @@ pub(crate) async fn records(state: &State, name: &str, q: &HashMap<String, Strin
                 t.partitions.len()
             ))
         })?;
-    let (start, end) = (p.log_start_offset.0, p.high_watermark.0);
     let tp = TopicPartition::new(name, partition);
+    if p.leader.is_none() {
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("{what}: partition {partition} has no leader (its replicas are down)"),
+        ));
+    }
+    let (starts, ends) = leader_offsets(&client, std::slice::from_ref(&tp)).await;
+    let (Some(&start), Some(&end)) = (starts.get(&partition), ends.get(&partition)) else {
+        return Err(ApiError::new(
+            StatusCode::BAD_GATEWAY,
+            format!("{what}: the leader of partition {partition} did not tell its offsets"),
+        ));
+    };
     let mut consumer = client
         .consumer(ConsumerConfig {
             fetch_max_wait: Duration::from_millis(200),
@@ -402,7 +437,7 @@ pub(crate) async fn records(state: &State, name: &str, q: &HashMap<String, Strin
         "partition": partition,
         "partitions": t.partitions.len(),
         "log_start_offset": start,
-        "high_watermark": end,
+        "log_end_offset": end,
         "from": first,
         "next": next,
         "records": out,

@@ -172,12 +172,11 @@ async function topicsPage(params) {
   show(
     el("h1", {}, "Topics"),
     filterForm,
-    table(["Name", { text: "Partitions", cls: "num" }, { text: "Replication", cls: "num" }, { text: "Records", cls: "num" }, "Health"],
+    table(["Name", { text: "Partitions", cls: "num" }, { text: "Replication", cls: "num" }, "Health"],
       t.topics.map(x => el("tr", { "data-topic": x.name },
         el("td", {}, el("a", { href: "#/topics/" + enc(x.name) }, x.name), x.internal ? [" ", badge("internal", "info")] : null),
         el("td", { class: "num" }, x.partitions),
         el("td", { class: "num" }, x.replication_factor),
-        el("td", { class: "num" }, x.records),
         el("td", {},
           x.offline ? badge(x.offline + " offline", "bad") : null,
           x.under_replicated ? badge(x.under_replicated + " under-replicated", "warn") : null,
@@ -236,15 +235,14 @@ async function topicPage(name, params) {
         el("div", {}, el("b", {}, t.records), "records")),
       el("h2", {}, "Partitions"),
       pager(),
-      table(["Partition", "Leader", "Replicas", "In-sync replicas", { text: "Log start", cls: "num" }, { text: "High watermark", cls: "num" }, { text: "Log end", cls: "num" }, { text: "Local size", cls: "num" }, { text: "Tiered size", cls: "num" }],
+      table(["Partition", "Leader", "Replicas", "In-sync replicas", { text: "Log start", cls: "num" }, { text: "Log end", cls: "num" }, { text: "Local size", cls: "num" }, { text: "Tiered size", cls: "num" }],
         t.partitions.map(p => el("tr", { class: p.under_replicated ? "under" : "", "data-partition": p.partition },
           el("td", {}, el("a", { href: `#/topics/${enc(name)}/records?partition=${p.partition}` }, p.partition)),
           el("td", {}, p.leader === null ? badge("none", "bad") : p.leader),
           el("td", {}, p.replicas.join(", ")),
           el("td", {}, p.isr.join(", "), p.under_replicated ? [" ", badge("under-replicated", "warn")] : null),
-          el("td", { class: "num" }, p.log_start_offset),
-          el("td", { class: "num" }, p.high_watermark),
-          el("td", { class: "num" }, p.log_end_offset),
+          el("td", { class: "num" }, dash(p.log_start_offset)),
+          el("td", { class: "num" }, dash(p.log_end_offset)),
           el("td", { class: "num" }, fmtBytes(p.local_bytes)),
           el("td", { class: "num" }, fmtBytes(p.remote_bytes)))),
         { id: "partitions" }),
@@ -299,10 +297,10 @@ async function recordsPage(name, params) {
     },
   },
     el("label", {}, "Partition", partSel),
-    el("label", {}, `Offset (${data.log_start_offset} to ${data.high_watermark})`, offInput),
+    el("label", {}, `Offset (${data.log_start_offset} to ${data.log_end_offset})`, offInput),
     el("label", {}, "or from a time", timeInput),
     el("label", {}, "\u00a0", el("button", { type: "submit" }, "Browse")));
-  const next = data.next < data.high_watermark
+  const next = data.next < data.log_end_offset
     ? el("a", { href: `${base}?partition=${partition}&offset=${data.next}` }, "next records →") : el("span", { class: "muted" }, "end of the partition");
 
   // The live tail: every partition, from the end, by Server-Sent Events.
