@@ -405,12 +405,24 @@ fn ensure_chromium() -> Result<(), String> {
     if Path::new(CHROMIUM).exists() && Path::new(CHROMEDRIVER).exists() {
         return Ok(());
     }
-    let out = Command::new("apt-get")
-        .args(["install", "-y", "chromium", "chromium-driver"])
-        .env("DEBIAN_FRONTEND", "noninteractive")
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("cannot run apt-get to install chromium: {e}"))?;
+    let install = || {
+        Command::new("apt-get")
+            .args(["install", "-y", "chromium", "chromium-driver"])
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("cannot run apt-get to install chromium: {e}"))
+    };
+    let mut out = install()?;
+    if !out.status.success() {
+        // Package lists never fetched (a fresh container) or stale: once more
+        // after an update.
+        let _ = Command::new("apt-get")
+            .args(["update"])
+            .stdin(Stdio::null())
+            .output();
+        out = install()?;
+    }
     if !out.status.success() || !Path::new(CHROMEDRIVER).exists() {
         return Err(format!(
             "`apt-get install -y chromium chromium-driver` failed ({}): {}",
