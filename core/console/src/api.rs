@@ -112,14 +112,26 @@ fn number<T: std::str::FromStr>(
     }
 }
 
+/// Metadata from the console's own broker (the one its client bootstrapped
+/// from, alive as long as the console is): "any broker" may be one just
+/// killed whose connection has not timed out yet.
+async fn own_metadata(
+    client: &rill_client::Client,
+    topics: Option<Vec<String>>,
+) -> Result<rill_client::MetadataResponse, ClientError> {
+    let req = rill_proto::wire::MetadataRequest { topics };
+    let (resp, _) = client
+        .call(Some(client.bootstrap_broker_id()), &req, &[])
+        .await?;
+    Ok(resp)
+}
+
 /// `GET /api/cluster`: the cluster id, the controller, the brokers.
 pub(crate) async fn cluster(state: &State) -> ApiResult {
-    let info = client(state)
-        .await?
-        .admin()
-        .cluster()
+    let mut info = own_metadata(&client(state).await?, Some(Vec::new()))
         .await
         .map_err(|e| client_error("cannot read the cluster metadata", e))?;
+    info.brokers.sort_by_key(|b| b.id);
     Ok(json!({
         "cluster_id": info.cluster_id,
         "controller_id": info.controller_id,
@@ -145,9 +157,7 @@ pub(crate) async fn topics(state: &State, q: &HashMap<String, String>) -> ApiRes
         .get("q")
         .map(|s| s.trim().to_lowercase())
         .unwrap_or_default();
-    let meta = client(state)
-        .await?
-        .metadata(None)
+    let meta = own_metadata(&client(state).await?, None)
         .await
         .map_err(|e| client_error("cannot list topics", e))?;
     let mut topics: Vec<_> = meta
