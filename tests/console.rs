@@ -7,7 +7,8 @@
 //!   topic is a 404 naming it; a wide topic's partitions are paged; records
 //!   are browsed from a time; creating a topic asks for a confirmation first;
 //! - a record produced while the records page is open appears in the live tail;
-//! - a group that consumed 4 of 10 records shows lag 6;
+//! - a group that consumed 4 of 10 records shows lag 6, 16 after 10 more, 0
+//!   once it read them all;
 //! - a transform (tests/guests/faulty) with a failing record shows its counts,
 //!   its error, its dead-letter topic and its logs; pause and resume, each
 //!   confirmed first;
@@ -247,6 +248,30 @@ fn console_in_a_browser() {
              const cell = document.querySelector('#group-partitions td.lag'); \
              return t && cell ? [t.innerText, cell.innerText] : null;");
         lag == json!(["6", "6"])
+    });
+    // The lag rises with new records and falls to 0 once the group reads them.
+    let more: String = (10..20).map(|i| format!("record {i}\n")).collect();
+    c.rill_ok(&["produce", "console-lag"], more.as_bytes());
+    driver.wait_for("lag 16 on the group page", || {
+        driver.js("const t = document.getElementById('total-lag'); return t && t.innerText;")
+            == json!("16")
+    });
+    c.rill_ok(
+        &[
+            "consume",
+            "console-lag",
+            "--group",
+            "g-lag",
+            "--max-messages",
+            "16",
+            "--timeout-ms",
+            "20000",
+        ],
+        b"",
+    );
+    driver.wait_for("lag 0 on the group page", || {
+        driver.js("const t = document.getElementById('total-lag'); return t && t.innerText;")
+            == json!("0")
     });
     shoot("group");
     driver.go(&format!("{base}#/groups"));

@@ -354,10 +354,35 @@ async function groupsPage() {
   });
 }
 
+// A line of `samples` ({t, v}) as an inline SVG, with its range written beside it.
+function sparkline(samples) {
+  const w = 320, h = 48;
+  const ns = "http://www.w3.org/2000/svg";
+  const svg = document.createElementNS(ns, "svg");
+  svg.setAttribute("width", w);
+  svg.setAttribute("height", h);
+  svg.setAttribute("class", "sparkline");
+  if (samples.length > 1) {
+    const t0 = samples[0].t, t1 = samples[samples.length - 1].t;
+    const max = Math.max(1, ...samples.map(s => s.v));
+    const points = samples.map(s =>
+      `${((s.t - t0) / Math.max(1, t1 - t0) * (w - 4) + 2).toFixed(1)},${(h - 2 - s.v / max * (h - 4)).toFixed(1)}`);
+    const line = document.createElementNS(ns, "polyline");
+    line.setAttribute("points", points.join(" "));
+    svg.append(line);
+  }
+  return svg;
+}
+
 async function groupPage(id) {
+  // Total lag as seen by this page, one sample a refresh, the last 5 minutes.
+  const history = [];
   await every(2000, async () => {
     let g;
     try { g = await api("groups/" + enc(id)); } catch (e) { show(el("h1", {}, "Group " + id), errorBox(e)); return; }
+    history.push({ t: Date.now(), v: g.total_lag });
+    while (history.length > 1 && history[0].t < Date.now() - 300000) history.shift();
+    const lags = history.map(s => s.v);
     show(
       el("h1", {}, "Group ", g.group_id),
       el("div", { class: "card summary" },
@@ -365,7 +390,10 @@ async function groupPage(id) {
         el("div", {}, el("b", {}, g.members.length), "members"),
         el("div", {}, el("b", { id: "total-lag" }, g.total_lag), "total lag"),
         el("div", {}, el("b", {}, g.coordinator), "coordinator"),
-        el("div", {}, el("b", {}, g.assignor || "-"), "assignor")),
+        el("div", {}, el("b", {}, g.assignor || "-"), "assignor"),
+        el("div", { class: "trend" }, sparkline(history),
+          el("span", { class: "muted" }, `lag ${Math.min(...lags)} to ${Math.max(...lags)} over the last ` +
+            `${Math.max(1, Math.round((history[history.length - 1].t - history[0].t) / 60000))} min (while this page is open)`))),
       el("h2", {}, "Members"),
       g.members.length === 0 ? el("p", { class: "muted" }, "No members (the group only keeps its committed offsets).") :
         table(["Member", "Client", "Epoch", "Assigned partitions"], g.members.map(m => el("tr", {},
