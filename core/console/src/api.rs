@@ -457,11 +457,7 @@ pub(crate) async fn records(state: &State, name: &str, q: &HashMap<String, Strin
 /// `GET /api/topics/NAME/tail`: a stream (Server-Sent Events) of the records
 /// produced to every partition from now on. An `event: ready` tells the page
 /// the tail reads from the end; each record is a `data:` line of JSON.
-pub(crate) async fn tail(
-    state: Arc<State>,
-    name: &str,
-    _q: &HashMap<String, String>,
-) -> Result<mpsc::Receiver<Bytes>, ApiError> {
+pub(crate) async fn tail(state: Arc<State>, name: &str) -> Result<mpsc::Receiver<Bytes>, ApiError> {
     let client = client(&state).await?;
     let what = format!("cannot tail topic {name}");
     let mut consumer = client

@@ -170,8 +170,7 @@ async fn route(req: Request<Incoming>, state: Arc<State>) -> Response<Body> {
     }
     // The live tail streams; it is bounded by the connection, not by a timeout.
     if let (&Method::GET, ["api", "topics", topic, "tail"]) = (&method, segs.as_slice()) {
-        let q = query(&req);
-        return match api::tail(state, topic, &q).await {
+        return match api::tail(state, topic).await {
             Ok(rx) => sse(rx),
             Err(e) => error_response(&e),
         };
