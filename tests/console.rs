@@ -5,7 +5,8 @@
 //! - the cluster page lists the three brokers, alive;
 //! - the topics and topic pages show a topic and its partitions; an unknown
 //!   topic is a 404 naming it; a wide topic's partitions are paged; records
-//!   are browsed from a time; creating a topic asks for a confirmation first;
+//!   are browsed from a time; creating a topic and setting a config ask for a
+//!   confirmation first;
 //! - a record produced while the records page is open appears in the live tail;
 //! - a group that consumed 4 of 10 records shows lag 6, 16 after 10 more, 0
 //!   once it read them all;
@@ -135,6 +136,28 @@ fn console_in_a_browser() {
     driver.wait_for("three partitions on the topic page", || {
         driver.js("return document.querySelectorAll('#partitions tr[data-partition]').length;")
             == json!(3)
+    });
+    // A config set on the page, after a confirmation.
+    driver.js(
+        "document.getElementById('config-key').value = 'retention.ms';\
+         document.getElementById('config-value').value = '3600000';\
+         document.getElementById('alter-config').requestSubmit(); return null;",
+    );
+    driver.wait_for("the confirmation dialog", || {
+        driver.js("return document.getElementById('confirm').open;") == json!(true)
+    });
+    driver.js("document.getElementById('confirm-ok').click(); return null;");
+    c.wait_for(
+        "retention.ms=3600000 on console-events",
+        &["topic", "describe", "console-events"],
+        |out| out.contains("retention.ms=3600000"),
+    );
+    driver.go(&format!("{base}#/topics/console-events?page=0"));
+    driver.wait_for("the config on the topic page", || {
+        driver
+            .js("const a = document.getElementById('app'); return a && a.innerText;")
+            .as_str()
+            .is_some_and(|t| t.contains("1 set on the topic") && t.contains("Change a config"))
     });
     shoot("topic");
     // Browsing from a time: the first record at or after it.

@@ -279,6 +279,49 @@ pub(crate) async fn topic(state: &State, name: &str, q: &HashMap<String, String>
     }))
 }
 
+/// `POST /api/topics/NAME/configs` `{"set": {"KEY": "VALUE"}, "delete": ["KEY"]}`:
+/// sets and removes topic configs (a removed key goes back to the broker default).
+pub(crate) async fn alter_configs(state: &State, name: &str, body: &Value) -> ApiResult {
+    let mut set = Vec::new();
+    if let Some(map) = body["set"].as_object() {
+        for (k, v) in map {
+            let v = match v {
+                Value::String(s) => s.clone(),
+                Value::Number(n) => n.to_string(),
+                Value::Bool(b) => b.to_string(),
+                other => {
+                    return Err(ApiError::bad_request(format!(
+                        "config {k}: {other} is not a value (a string or a number)"
+                    )));
+                }
+            };
+            set.push((k.trim().to_string(), v));
+        }
+    }
+    let delete: Vec<String> = body["delete"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|k| k.as_str().map(|k| k.trim().to_string()))
+                .collect()
+        })
+        .unwrap_or_default();
+    if set.is_empty() && delete.is_empty() || set.iter().any(|(k, _)| k.is_empty()) {
+        return Err(ApiError::bad_request(
+            "nothing to change: give {\"set\": {\"KEY\": \"VALUE\"}} or {\"delete\": [\"KEY\"]}",
+        ));
+    }
+    client(state)
+        .await?
+        .admin()
+        .alter_configs(name, set.clone(), delete.clone())
+        .await
+        .map_err(|e| client_error(&format!("cannot alter configs of topic {name}"), e))?;
+    Ok(
+        json!({ "topic": name, "set": set.into_iter().collect::<BTreeMap<_, _>>(), "deleted": delete }),
+    )
+}
+
 /// The first offset and the end (high watermark) of each of `tps` (one topic's),
 /// by partition, from their leaders; left out where a leader did not answer.
 async fn leader_offsets(

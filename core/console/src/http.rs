@@ -202,6 +202,10 @@ async fn api_call(req: Request<Incoming>, segs: &[&str], state: Arc<State>) -> A
             let body = read_json(req).await?;
             api::create_topic(&state, &body).await
         }
+        (Method::POST, ["api", "topics", topic, "configs"]) => {
+            let body = read_json(req).await?;
+            api::alter_configs(&state, topic, &body).await
+        }
         (Method::GET, ["api", "topics", topic]) => api::topic(&state, topic, &q).await,
         (Method::GET, ["api", "topics", topic, "records"]) => api::records(&state, topic, &q).await,
         (Method::GET, ["api", "groups"]) => api::groups(&state).await,

@@ -29,8 +29,10 @@ function el(tag, attrs, ...children) {
 }
 
 // Replaces the page's content (null, undefined and false children are left out).
-function show(...children) {
-  app.replaceChildren(...children.flat().filter(c => c !== null && c !== undefined && c !== false));
+function show(...children) { fill(app, ...children); }
+
+function fill(node, ...children) {
+  node.replaceChildren(...children.flat().filter(c => c !== null && c !== undefined && c !== false));
 }
 
 function table(headers, rows, attrs) {
@@ -211,11 +213,43 @@ function createTopicForm() {
   return el("div", {}, el("h2", {}, "Create a topic"), form, out);
 }
 
+// Set or remove one config of topic `name`, after a confirmation.
+function configForm(name) {
+  const key = el("input", { name: "key", required: true, placeholder: "retention.ms", id: "config-key" });
+  const value = el("input", { name: "value", placeholder: "empty: back to the default", id: "config-value", style: "width:16em" });
+  const out = el("div");
+  const form = el("form", {
+    class: "inline", id: "alter-config",
+    onsubmit: async ev => {
+      ev.preventDefault();
+      const k = key.value.trim();
+      const remove = value.value.trim() === "";
+      const text = remove ? `Remove config ${k} from topic ${name} (back to the broker default)?`
+        : `Set ${k} = ${value.value.trim()} on topic ${name}?`;
+      if (!await confirmAction(text)) return;
+      try {
+        await post(`topics/${enc(name)}/configs`, remove ? { delete: [k] } : { set: { [k]: value.value.trim() } });
+        out.replaceChildren(el("div", { class: "notice" }, remove ? `Removed ${k}.` : `Set ${k} = ${value.value.trim()}.`));
+      } catch (e) { out.replaceChildren(errorBox(e)); }
+    },
+  },
+    el("label", {}, "Config", key),
+    el("label", {}, "Value", value),
+    el("label", {}, "\u00a0", el("button", { type: "submit", class: "primary" }, "Apply…")));
+  return el("div", {}, form, out);
+}
+
 async function topicPage(name, params) {
   const page = Number(params.get("page") || 0);
+  // The refreshed part, and below it the config editor (not redrawn, so what
+  // is typed there stays).
+  const live = el("div");
+  const editor = el("div", {}, el("h2", {}, "Change a config"), configForm(name));
+  let shown = false;
   await every(5000, async () => {
     let t;
-    try { t = await api(`topics/${enc(name)}?page=${page}`); } catch (e) { show(el("h1", {}, "Topic " + name), errorBox(e)); return; }
+    try { t = await api(`topics/${enc(name)}?page=${page}`); } catch (e) { show(el("h1", {}, "Topic " + name), errorBox(e)); shown = false; return; }
+    if (!shown) { show(live, t.internal ? null : editor); shown = true; }
     const custom = t.configs.filter(c => !c.default);
     const pages = Math.max(1, Math.ceil(t.partition_count / t.per_page));
     const link = p => `#/topics/${enc(name)}?page=${p}`;
@@ -223,7 +257,7 @@ async function topicPage(name, params) {
       page > 0 ? el("a", { href: link(page - 1) }, "← previous") : el("span", { class: "muted" }, "← previous"),
       el("span", {}, `partitions ${page * t.per_page} to ${Math.min(t.partition_count, (page + 1) * t.per_page) - 1} of ${t.partition_count}`),
       page + 1 < pages ? el("a", { href: link(page + 1) }, "next →") : el("span", { class: "muted" }, "next →"));
-    show(
+    fill(live,
       el("h1", {}, "Topic ", el("span", { id: "topic-name" }, t.name), t.internal ? [" ", badge("internal", "info")] : null),
       el("div", { class: "tabs" },
         el("a", { href: "#/topics/" + enc(name) + "/records" }, "Browse records / live tail →")),
