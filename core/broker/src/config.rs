@@ -188,8 +188,8 @@ impl Default for ObjectStoreConfig {
 /// | `[auth]` `mode`, `super_users`, `allow_anonymous` | `"none"` | see [`AuthConfig`] |
 /// | `rill_home` | `$RILL_HOME` or `~/.rill` | where the development CA lives |
 /// | `metrics` | none | `host:port` of a Prometheus endpoint (off when unset) |
-/// | `console` | none | `host:port` (TCP) of the web console, rill-console (off when unset; loopback only unless auth is on or `console_allow_remote`) |
-/// | `console_allow_remote` | false | let the console listen on a non-loopback address without auth |
+/// | `console` | none | `host:port` (TCP) of the web console, rill-console (off when unset; loopback only unless `console_allow_remote`) |
+/// | `console_allow_remote` | false | let the console listen on a non-loopback address (it does not authenticate its users yet: it acts with the broker's rights) |
 /// | `auto_create_topics` | false | produce/metadata to an unknown topic creates it |
 /// | `num_partitions` | 1 | partitions of a topic created without a count |
 /// | `default_replication_factor` | 1 | replication factor of a topic created without one |
@@ -588,18 +588,30 @@ impl BrokerConfig {
                 ));
             }
         }
+        // The console does not authenticate its users yet and reads and
+        // writes with the broker's own rights: off loopback it must be asked
+        // for, with auth on too (where it would bypass the ACLs).
         if let Some(console) = self.console
-            && self.auth.mode == AuthMode::None
             && !self.console_allow_remote
             && !console.ip().is_loopback()
         {
+            let why = if self.auth.mode == AuthMode::None {
+                "auth mode is none: anyone who can reach it could read every topic and pause \
+                 transforms through the console"
+                    .to_string()
+            } else {
+                format!(
+                    "the console does not authenticate its users yet and acts with the broker's \
+                     own rights, so with auth mode {:?} anyone who can reach it would bypass the ACLs",
+                    self.auth.mode
+                )
+            };
             return Err(bad(
                 "console",
                 format!(
-                    "{console} is not a loopback address and auth mode is none: anyone who can \
-                     reach it could read every topic and pause transforms through the console; \
-                     listen on 127.0.0.1, or pass --console-allow-remote \
-                     (console_allow_remote = true) to accept that"
+                    "{console} is not a loopback address and {why}; listen on 127.0.0.1 (and \
+                     tunnel to it), or pass --console-allow-remote (console_allow_remote = true) \
+                     to accept that"
                 ),
             ));
         }
@@ -780,7 +792,7 @@ mod tests {
     }
 
     #[test]
-    fn console_needs_loopback_or_auth_or_allow_remote() {
+    fn console_needs_loopback_or_allow_remote() {
         let c = BrokerConfig::from_toml_str("console = \"127.0.0.1:9644\"\n").unwrap();
         c.validate().unwrap();
         let c = BrokerConfig::from_toml_str("console = \"0.0.0.0:9644\"\n").unwrap();
@@ -794,9 +806,16 @@ mod tests {
         )
         .unwrap();
         c.validate().unwrap();
+        // Auth on does not cover the console (it acts with the broker's rights).
         let c =
             BrokerConfig::from_toml_str("console = \"0.0.0.0:9644\"\n[auth]\nmode = \"mtls\"\n")
                 .unwrap();
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("bypass the ACLs"), "{e}");
+        let c = BrokerConfig::from_toml_str(
+            "console = \"0.0.0.0:9644\"\nconsole_allow_remote = true\n[auth]\nmode = \"mtls\"\n",
+        )
+        .unwrap();
         c.validate().unwrap();
     }
 

@@ -83,8 +83,9 @@ pub struct BrokerArgs {
     /// unless --auth mtls or --console-allow-remote).
     #[arg(long, value_name = "HOST:PORT")]
     pub console: Option<SocketAddr>,
-    /// Let the console listen on a non-loopback address with --auth none
-    /// (anyone who reaches it can read every topic and pause transforms).
+    /// Let the console listen on a non-loopback address (it does not
+    /// authenticate its users yet: anyone who reaches it acts with the
+    /// broker's rights, whatever --auth says).
     #[arg(long, requires = "console")]
     pub console_allow_remote: bool,
     /// Create a topic (with broker defaults) when a client first produces to it.
