@@ -602,8 +602,8 @@ impl BrokerConfig {
             } else {
                 format!(
                     "the console does not authenticate its users yet and acts with the broker's \
-                     own rights, so with auth mode {:?} anyone who can reach it would bypass the ACLs",
-                    self.auth.mode
+                     own rights, so with auth mode {} anyone who can reach it would bypass the ACLs",
+                    format!("{:?}", self.auth.mode).to_lowercase()
                 )
             };
             return Err(bad(
