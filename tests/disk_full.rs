@@ -46,6 +46,23 @@ impl Tmpfs {
     }
 }
 
+impl Tmpfs {
+    /// [`Tmpfs::mount`], or `None` after printing why the test is skipped
+    /// (outside CI; under `CI` a test that cannot mount fails).
+    fn mount_or_skip(at: &Path, size: &str) -> Option<Tmpfs> {
+        match Tmpfs::mount(at, size) {
+            Ok(t) => Some(t),
+            Err(why) if std::env::var_os("CI").is_none() => {
+                println!("SKIPPED: the full-disk test needs to mount a tmpfs (root): {why}");
+                None
+            }
+            Err(why) => {
+                panic!("the full-disk test must run in CI, and cannot mount a tmpfs: {why}")
+            }
+        }
+    }
+}
+
 impl Drop for Tmpfs {
     fn drop(&mut self) {
         let _ = Command::new("umount").arg("-l").arg(&self.0).status();
@@ -87,13 +104,8 @@ fn a_full_disk_refuses_records_clearly_keeps_serving_and_recovers_without_a_rest
     // directory: the broker starts as a fresh one-broker cluster), start again.
     assert!(broker.sigterm().success());
     let data = broker.data_dir();
-    let _tmpfs = match Tmpfs::mount(&data, TMPFS_SIZE) {
-        Ok(t) => t,
-        Err(why) if std::env::var_os("CI").is_none() => {
-            println!("SKIPPED: the full-disk test needs to mount a tmpfs (root): {why}");
-            return;
-        }
-        Err(why) => panic!("the full-disk test must run in CI, and cannot mount a tmpfs: {why}"),
+    let Some(_tmpfs) = Tmpfs::mount_or_skip(&data, TMPFS_SIZE) else {
+        return;
     };
     broker.restart();
     broker.rill_ok(&[
@@ -278,13 +290,8 @@ fn a_replica_whose_disk_fills_leaves_the_isr_and_comes_back() {
     let data = c.data_dir(2);
     let aside = data.with_extension("aside");
     std::fs::rename(&data, &aside).unwrap();
-    let _tmpfs = match Tmpfs::mount(&data, "64m") {
-        Ok(t) => t,
-        Err(why) if std::env::var_os("CI").is_none() => {
-            println!("SKIPPED: the full-disk test needs to mount a tmpfs (root): {why}");
-            return;
-        }
-        Err(why) => panic!("the full-disk test must run in CI, and cannot mount a tmpfs: {why}"),
+    let Some(_tmpfs) = Tmpfs::mount_or_skip(&data, "64m") else {
+        return;
     };
     let copied = Command::new("cp")
         .arg("-a")
@@ -384,13 +391,8 @@ fn an_append_cut_short_by_a_full_disk_leaves_nothing_behind() {
     let mut broker = TestBroker::start_with(&["--min-free-bytes", "0"]);
     assert!(broker.sigterm().success());
     let data = broker.data_dir();
-    let _tmpfs = match Tmpfs::mount(&data, "32m") {
-        Ok(t) => t,
-        Err(why) if std::env::var_os("CI").is_none() => {
-            println!("SKIPPED: the full-disk test needs to mount a tmpfs (root): {why}");
-            return;
-        }
-        Err(why) => panic!("the full-disk test must run in CI, and cannot mount a tmpfs: {why}"),
+    let Some(_tmpfs) = Tmpfs::mount_or_skip(&data, "32m") else {
+        return;
     };
     broker.restart();
     broker.rill_ok(&[
