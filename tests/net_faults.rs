@@ -1405,3 +1405,180 @@ fn check_replicas(
         }
     }
 }
+
+/// A partition leader cut off from the other brokers (so from the controller)
+/// fences itself after the broker session timeout (issue 21): it answers
+/// ListOffsets for its partition NOT_LEADER_OR_FOLLOWER and names no leader
+/// for it in Metadata, so a consumer that bootstrapped from it alone moves to
+/// the new leader and reads what was written there during the cut. Healed, it
+/// is in contact again and every broker agrees on the leaders.
+#[test]
+fn a_cut_off_leader_fences_itself() {
+    if skip_unless_supported("a_cut_off_leader_fences_itself") {
+        return;
+    }
+    let lab = NetLab::new(BROKERS).unwrap_or_else(|e| panic!("cannot build the network: {e}"));
+    let client_ns = lab.client().ns.clone();
+    NetLab::run_in(&client_ns, move || {
+        let mut lab = lab;
+        let cluster = NetCluster::start(&lab, &[]);
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let mut config = ClientConfig::new(cluster.bootstrap());
+        config.tls = rill_net::ClientTls::Dev {
+            home: cluster.home(),
+        };
+        wait_live(&rt, &config, &cluster);
+        let topic = "fence".to_string();
+        let t = topic.clone();
+        admin(&rt, &config, async move |a| {
+            a.create_topic(NewTopic {
+                name: t,
+                partitions: Some(PARTITIONS),
+                replication_factor: Some(BROKERS as u16),
+                configs: vec![("min.insync.replicas".into(), "2".into())],
+            })
+            .await
+        })
+        .expect("create the topic");
+        wait_healed(&rt, &config, &topic).expect("full ISRs");
+        let leader = describe(&rt, &config, &topic).unwrap()[0]
+            .leader
+            .expect("partition 0 has a leader");
+        let others: Vec<usize> = (0..BROKERS).filter(|&b| b != leader as usize).collect();
+        let mut via_others = config.clone();
+        via_others.bootstrap = others
+            .iter()
+            .map(|&b| cluster.brokers[b].addr.to_string())
+            .collect();
+        let mut via_leader = config.clone();
+        via_leader.bootstrap = vec![cluster.brokers[leader as usize].addr.to_string()];
+
+        let produce = |config: &ClientConfig, from: u32, to: u32| {
+            let (config, topic) = (config.clone(), topic.clone());
+            rt.block_on(async move {
+                let deadline = Instant::now() + Duration::from_secs(30);
+                let client = Client::connect(config).await.unwrap();
+                let producer = client.producer(ProducerConfig::default()).unwrap();
+                for n in from..to {
+                    let record = ProducerRecord::new(topic.clone(), format!("r{n}").into_bytes())
+                        .partition(0);
+                    loop {
+                        match producer.send_and_wait(record.clone()).await {
+                            Ok(_) => break,
+                            Err(e) if Instant::now() < deadline => {
+                                println!("produce r{n}: {e}; retrying");
+                                tokio::time::sleep(Duration::from_millis(200)).await;
+                            }
+                            Err(e) => panic!("produce r{n}: {e}"),
+                        }
+                    }
+                }
+            })
+        };
+        produce(&config, 0, 10);
+
+        // A consumer that knows only the leader's address reads the first ten.
+        let client = rt.block_on(Client::connect(via_leader)).unwrap();
+        let mut consumer = client.consumer(ConsumerConfig::default()).unwrap();
+        let tp = TopicPartition::new(&topic, 0);
+        consumer.assign(vec![tp.clone()]);
+        let _ = consumer.seek(&tp, rill_client::Offset(0));
+        let mut read = Vec::new();
+        let mut read_until = |n: usize, within: Duration| {
+            let deadline = Instant::now() + within;
+            while read.len() < n && Instant::now() < deadline {
+                let got = rt
+                    .block_on(consumer.poll(Duration::from_millis(200)))
+                    .unwrap_or_default();
+                read.extend(
+                    got.into_iter()
+                        .map(|r| String::from_utf8_lossy(r.value.as_deref().unwrap()).into_owned()),
+                );
+            }
+            read.clone()
+        };
+        assert_eq!(read_until(10, Duration::from_secs(20)).len(), 10);
+
+        // Cut the leader from the other brokers; the client still reaches it.
+        lab.cut(leader as usize, &others);
+        lab.apply().unwrap();
+        let cut_at = Instant::now();
+        produce(&via_others, 10, 20);
+
+        // The cut-off broker, asked directly, no longer acts as the leader.
+        let fenced = rt.block_on(async {
+            let req = rill_proto::wire::ListOffsetsRequest {
+                partitions: vec![rill_proto::wire::ListOffsetsPartition {
+                    topic: topic.clone(),
+                    partition: 0,
+                    spec: OffsetSpec::Latest,
+                }],
+            };
+            let deadline = Instant::now() + Duration::from_secs(15);
+            loop {
+                let (resp, _) = client.call(Some(leader), &req, &[]).await.unwrap();
+                let error = resp.partitions[0].error.clone();
+                if error.is_some() || Instant::now() > deadline {
+                    break error;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        });
+        let fenced = fenced.unwrap_or_else(|| {
+            panic!(
+                "broker {leader}, cut off for {:?}, still answers ListOffsets as the leader:\n{}",
+                cut_at.elapsed(),
+                cluster.log_tail(leader as usize, 40)
+            )
+        });
+        assert_eq!(
+            fenced.code,
+            rill_proto::wire::ErrorCode::NotLeaderOrFollower
+        );
+        assert!(
+            fenced
+                .message
+                .contains("has not reached the cluster's controller"),
+            "{fenced:?}"
+        );
+        let (md, _) = rt
+            .block_on(client.call(
+                Some(leader),
+                &rill_proto::wire::MetadataRequest {
+                    topics: Some(vec![topic.clone()]),
+                },
+                &[],
+            ))
+            .unwrap();
+        let p0 = &md.topics[0].partitions[0];
+        assert_eq!(p0.leader, None, "{p0:?}");
+        assert_eq!(
+            p0.error.as_ref().map(|e| e.code),
+            Some(rill_proto::wire::ErrorCode::BrokerNotAvailable),
+            "{p0:?}"
+        );
+
+        // The consumer moved to the new leader and read what was written there.
+        let got = read_until(20, Duration::from_secs(30));
+        let want: Vec<String> = (0..20).map(|n| format!("r{n}")).collect();
+        assert_eq!(
+            got, want,
+            "read through a consumer bootstrapped from the cut-off leader"
+        );
+
+        lab.heal();
+        wait_healed(&rt, &config, &topic).expect("every broker agrees after the heal");
+        let log = std::fs::read_to_string(cluster.log_path(leader as usize)).unwrap();
+        assert!(log.contains("it fences itself"), "{log}");
+        assert!(log.contains("no longer fenced"), "{log}");
+        drop(consumer);
+        drop(client);
+        drop(rt);
+        drop(cluster);
+        drop(lab);
+    });
+}

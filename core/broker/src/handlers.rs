@@ -96,10 +96,15 @@ pub(crate) fn api_versions(state: &BrokerState) -> ApiVersionsResponse {
 /// One partition as Metadata shows it: leadership, replicas and ISR from the
 /// committed image (the only record of them), offsets from the local log when
 /// this broker hosts it yet (-1 while it does not).
+///
+/// A broker that fenced itself (cut off from the controller, see
+/// [`crate::fence`]) names no leader for the partitions its stale image says it
+/// leads, with BROKER_NOT_AVAILABLE, so clients ask another broker.
 fn partition_metadata(
     index: usize,
     ps: &crate::cluster::image::PartitionState,
     local: Option<&Arc<Partition>>,
+    fenced: Option<&ErrorInfo>,
 ) -> PartitionMetadata {
     let (log_start_offset, high_watermark, log_end_offset) = match local {
         Some(p) => (p.log_start_offset(), p.high_watermark(), p.log_end_offset()),
@@ -107,8 +112,8 @@ fn partition_metadata(
     };
     PartitionMetadata {
         partition: index as u32,
-        error: None,
-        leader: ps.leader,
+        error: fenced.cloned(),
+        leader: if fenced.is_some() { None } else { ps.leader },
         leader_epoch: ps.leader_epoch,
         replicas: ps.replicas.clone(),
         isr: ps.isr.clone(),
@@ -128,6 +133,18 @@ pub(crate) fn metadata(
     req: MetadataRequest,
 ) -> MetadataResponse {
     let image = state.cluster.image();
+    let me = state.cluster.broker_id;
+    let fence = state.registry.fence();
+    let fenced = fence.is_fenced().then(|| {
+        ErrorInfo::new(
+            ErrorCode::BrokerNotAvailable,
+            format!(
+                "broker {me} has not reached the cluster's controller for {} ms: it leads \
+                 nothing until it does and its metadata may be stale; ask another broker",
+                fence.silent_for(std::time::Instant::now()).as_millis()
+            ),
+        )
+    });
     let may_describe = |name: &str| {
         state.auth.allowed(
             &image,
@@ -146,7 +163,12 @@ pub(crate) fn metadata(
                 .iter()
                 .enumerate()
                 .map(|(i, ps)| {
-                    partition_metadata(i, ps, local.as_ref().and_then(|l| l.partition(i as u32)))
+                    partition_metadata(
+                        i,
+                        ps,
+                        local.as_ref().and_then(|l| l.partition(i as u32)),
+                        fenced.as_ref().filter(|_| ps.leader == Some(me)),
+                    )
                 })
                 .collect(),
         }
@@ -994,6 +1016,9 @@ pub(crate) async fn list_offsets(
     for lp in req.partitions {
         let found = match state.registry.partition(&lp.topic, lp.partition) {
             Err(e) => Err(e),
+            // As in Kafka, offsets come from the leader only (a follower's and
+            // a fenced ex-leader's are behind).
+            Ok(p) if !p.is_leader() => Err(p.not_leader_error()),
             Ok(p) => match lp.spec {
                 OffsetSpec::Earliest => p
                     .check_remote_known()

@@ -40,6 +40,7 @@ pub mod cluster;
 pub mod config;
 pub mod disk;
 pub mod error;
+pub mod fence;
 pub mod front_door;
 pub mod group;
 pub mod handlers;
@@ -174,6 +175,7 @@ impl Broker {
             advertised.clone(),
             local_topics,
             cluster_id.clone(),
+            registry.fence().clone(),
             &tracker,
             shutdown.clone(),
         )

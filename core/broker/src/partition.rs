@@ -24,6 +24,7 @@
 //!   ([`ReadPlan::Remote`]). With `remote.storage.enable`, local retention deletes
 //!   only segments the published manifest covers.
 
+use crate::fence::SelfFence;
 use crate::tier::{RemoteLog, RemoteSegment};
 use parking_lot::{Mutex, RwLock};
 use rill_log::{AppendInfo, FileSlice, Log, LogConfig, LogError, TierableSegment};
@@ -76,6 +77,8 @@ pub struct Partition {
     dir: PathBuf,
     log: Mutex<Option<Log>>,
     broker_id: i32,
+    /// The broker's self-fence: while it is up, this broker leads nothing.
+    fence: Arc<SelfFence>,
     /// Leader, epoch, replicas, ISR, follower progress and high watermark, as one.
     replica: Mutex<ReplicaState>,
     /// Woken when the high watermark moves or the role changes (acks=all waits on it).
@@ -109,6 +112,7 @@ impl Partition {
         config: LogConfig,
         leader_epoch: LeaderEpoch,
         broker_id: i32,
+        fence: Arc<SelfFence>,
         now_ms: TimestampMs,
     ) -> Result<Partition, LogError> {
         let syncs_on_append = config.flush_messages.is_some();
@@ -133,6 +137,7 @@ impl Partition {
             dir: dir.to_path_buf(),
             log: Mutex::new(Some(log)),
             broker_id,
+            fence,
             replica: Mutex::new(ReplicaState::sole_leader(broker_id, leader_epoch, end)),
             hw_moved: Notify::new(),
             log_start_offset: AtomicI64::new(start.0),
@@ -167,9 +172,16 @@ impl Partition {
     pub fn leader(&self) -> Option<i32> {
         self.replica.lock().leader()
     }
-    /// Whether this broker leads the partition.
+    /// Whether this broker leads the partition: the quorum made it the leader
+    /// and it has not fenced itself (cut off from the controller, see
+    /// [`crate::fence`]).
     pub fn is_leader(&self) -> bool {
-        self.replica.lock().is_leader()
+        !self.fence.is_fenced() && self.replica.lock().is_leader()
+    }
+
+    /// Whether this broker would lead the partition but has fenced itself.
+    pub fn is_fenced_leader(&self) -> bool {
+        self.fence.is_fenced() && self.replica.lock().is_leader()
     }
     /// The whole replication state at one moment (leader, epoch, ISR and high
     /// watermark consistent with each other).
@@ -194,6 +206,15 @@ impl Partition {
         ErrorInfo::new(
             ErrorCode::NotLeaderOrFollower,
             match self.leader() {
+                Some(l) if l == self.broker_id && self.fence.is_fenced() => format!(
+                    "broker {} has not reached the cluster's controller for {} ms (more than \
+                     the broker session timeout), so it no longer serves partition {}-{} as \
+                     leader: the controller has moved it; refresh metadata from another broker",
+                    self.broker_id,
+                    self.fence.silent_for(Instant::now()).as_millis(),
+                    self.topic,
+                    self.index
+                ),
                 Some(l) => format!(
                     "broker {} does not lead partition {}-{} (broker {l} does, epoch {}): refresh metadata",
                     self.broker_id,

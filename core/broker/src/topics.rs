@@ -22,6 +22,7 @@
 use crate::cluster::image::{MetadataImage, TopicState};
 use crate::config::BrokerConfig;
 use crate::error::BrokerError;
+use crate::fence::SelfFence;
 use crate::metadata::{sync_dir, write_atomic};
 use crate::partition::{Partition, Topic};
 use crate::topic_configs::{self, TopicDefaults, TopicSettings};
@@ -32,6 +33,7 @@ use rill_proto::wire::{ConfigEntry, ErrorCode, ErrorInfo};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Longest topic name (Kafka's limit).
 pub const TOPIC_NAME_LEN_MAX: usize = 249;
@@ -55,6 +57,8 @@ pub struct TopicSpec {
 pub struct TopicRegistry {
     data_dir: PathBuf,
     broker_id: i32,
+    /// This broker's self-fence, shared with every partition it opens.
+    fence: Arc<SelfFence>,
     defaults: TopicDefaults,
     topics: RwLock<HashMap<Arc<str>, Arc<Topic>>>,
     /// Serialises opening and removing topics.
@@ -167,6 +171,9 @@ impl TopicRegistry {
         Ok(TopicRegistry {
             data_dir,
             broker_id: config.id,
+            fence: Arc::new(SelfFence::new(Duration::from_millis(
+                config.broker_session_timeout_ms,
+            ))),
             defaults: TopicDefaults {
                 log: config.topic_log_defaults()?,
                 replica_lag_time_max_ms: config.replica_lag_time_max_ms,
@@ -294,6 +301,7 @@ impl TopicRegistry {
                     settings.log.clone(),
                     LeaderEpoch(0),
                     self.broker_id,
+                    self.fence.clone(),
                     now,
                 )
             });
@@ -428,6 +436,11 @@ impl TopicRegistry {
         let overrides = topic.overrides.lock().clone();
         let settings = TopicSettings::resolve_committed(name, &self.defaults, &overrides);
         Ok(topic_configs::describe(&settings, &overrides))
+    }
+
+    /// This broker's self-fence (the cluster's heartbeat loop moves it).
+    pub fn fence(&self) -> &Arc<SelfFence> {
+        &self.fence
     }
 
     /// Every partition of every topic.

@@ -372,7 +372,17 @@ impl Client {
         req: &R,
         payload: &[Bytes],
     ) -> Result<(R::Response, Bytes), ClientError> {
-        let (id, sock, conn) = self.connection(broker).await?;
+        let link = self.connection(broker).await?;
+        self.call_on(link, req, payload).await
+    }
+
+    /// [`Client::call`] on a connection already chosen.
+    async fn call_on<R: ApiRequest>(
+        &self,
+        (id, sock, conn): (i32, SocketAddr, quinn::Connection),
+        req: &R,
+        payload: &[Bytes],
+    ) -> Result<(R::Response, Bytes), ClientError> {
         let result = raw_call(&conn, req, payload, &self.inner.config, Some(id), sock).await;
         if let Err(ClientError::Net(_)) = &result
             && conn.close_reason().is_some()
@@ -389,7 +399,21 @@ impl Client {
         topics: Option<Vec<String>>,
     ) -> Result<MetadataResponse, ClientError> {
         let all = topics.is_none();
-        let (resp, _) = self.call(None, &MetadataRequest { topics }, &[]).await?;
+        let req = MetadataRequest { topics };
+        let link = self.connection(None).await?;
+        let answered_by = link.0;
+        let (mut resp, _) = self.call_on(link, &req, &[]).await?;
+        if fenced_answer(&resp) {
+            // That broker is cut off from the cluster's controller and knows no
+            // leader for what it led: another broker does (if one answers).
+            match self.any_connection(Some(answered_by)).await {
+                Ok(other) => match self.call_on(other, &req, &[]).await {
+                    Ok((r, _)) => resp = r,
+                    Err(e) => tracing::debug!(error = %e, "metadata from another broker failed"),
+                },
+                Err(e) => tracing::debug!(error = %e, "no other broker to ask for metadata"),
+            }
+        }
         self.inner.metadata.write().merge(&resp, all);
         Ok(resp)
     }
@@ -538,4 +562,14 @@ async fn raw_call<R: ApiRequest>(
             error,
         )),
     }
+}
+
+/// Whether a Metadata answer comes from a broker that fenced itself: it names
+/// no leader, with BROKER_NOT_AVAILABLE, for the partitions it led.
+fn fenced_answer(resp: &MetadataResponse) -> bool {
+    resp.topics.iter().flat_map(|t| &t.partitions).any(|p| {
+        p.error
+            .as_ref()
+            .is_some_and(|e| e.code == ErrorCode::BrokerNotAvailable)
+    })
 }

@@ -369,7 +369,11 @@ async fn metadata(
                         .iter()
                         .map(|p| {
                             let mut error = code(&p.error);
-                            if error == kafka::NONE && p.leader.is_none() {
+                            // No leader, also from a broker that fenced itself
+                            // (BROKER_NOT_AVAILABLE): clients retry the metadata.
+                            if matches!(error, kafka::NONE | kafka::BROKER_NOT_AVAILABLE)
+                                && p.leader.is_none()
+                            {
                                 error = kafka::LEADER_NOT_AVAILABLE;
                             }
                             km::metadata_response::MetadataResponsePartition::default()

@@ -36,6 +36,7 @@ use self::raft::{LogStore, MetaRaft, NodeId, QuorumNetwork, StateMachine, TypeCo
 use self::sessions::{SessionTimes, Sessions};
 use crate::config::BrokerConfig;
 use crate::error::BrokerError;
+use crate::fence::SelfFence;
 use crate::metadata::TopicRecord;
 use openraft::BasicNode;
 use openraft::error::{ClientWriteError, RaftError};
@@ -91,6 +92,8 @@ pub struct Cluster {
     image: watch::Receiver<Arc<MetadataImage>>,
     pub links: Arc<PeerLinks>,
     sessions: Mutex<Sessions>,
+    /// This broker's self-fence: moved by its heartbeats (see [`crate::fence`]).
+    fence: Arc<SelfFence>,
     session_timeout: Duration,
     heartbeat_interval: Duration,
     /// Set once this broker registered and (on a fresh cluster) moved its old topics in.
@@ -119,6 +122,7 @@ impl Cluster {
         addr: String,
         local_topics: Vec<TopicRecord>,
         cluster_id: String,
+        fence: Arc<SelfFence>,
         tracker: &TaskTracker,
         shutdown: CancellationToken,
     ) -> Result<Arc<Cluster>, BrokerError> {
@@ -176,6 +180,7 @@ impl Cluster {
             image,
             links,
             sessions: Mutex::new(Sessions::default()),
+            fence,
             session_timeout: Duration::from_millis(config.broker_session_timeout_ms),
             heartbeat_interval: Duration::from_millis(config.broker_heartbeat_interval_ms),
             ready,
@@ -735,6 +740,9 @@ impl Cluster {
         self.ready.send_replace(true);
     }
 
+    /// Heartbeats to the controller every interval, and fences this broker
+    /// when no heartbeat was answered for a session timeout (on the controller:
+    /// when no quorum acknowledged its leadership for that long).
     async fn heartbeat_loop(self: Arc<Self>, stop: CancellationToken) {
         let mut timer = tokio::time::interval(self.heartbeat_interval);
         timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -743,26 +751,66 @@ impl Cluster {
                 _ = stop.cancelled() => return,
                 _ = timer.tick() => {}
             }
-            let Some(leader) = self.controller() else {
-                continue;
-            };
-            let req = BrokerHeartbeatRequest {
-                broker_id: self.broker_id,
-                addr: self.addr.clone(),
-            };
-            if leader == self.broker_id {
-                let _ = self.handle_heartbeat(req);
-                continue;
+            if let Some(at) = self.heartbeat().await {
+                self.fence.contact(at);
             }
-            let Some(addr) = self.member_addr(leader) else {
-                continue;
-            };
-            if let Err(e) = self
-                .links
-                .call(&addr, &req, self.heartbeat_interval * 4)
-                .await
-            {
+            let now = Instant::now();
+            match self.fence.check(now) {
+                Some(true) => tracing::warn!(
+                    broker = self.broker_id,
+                    silent_ms = self.fence.silent_for(now).as_millis() as u64,
+                    timeout_ms = self.fence.timeout().as_millis() as u64,
+                    "this broker has not reached the cluster's controller for longer than the \
+                     broker session timeout: it fences itself and serves no partition as leader \
+                     until it does (the controller has moved its leaderships)"
+                ),
+                Some(false) => tracing::info!(
+                    broker = self.broker_id,
+                    "reached the cluster's controller again: no longer fenced"
+                ),
+                None => {}
+            }
+        }
+    }
+
+    /// One heartbeat; when this broker was last in contact with the
+    /// controller, if it is now.
+    async fn heartbeat(&self) -> Option<Instant> {
+        if self.is_solo() {
+            return Some(Instant::now());
+        }
+        let leader = self.controller()?;
+        let req = BrokerHeartbeatRequest {
+            broker_id: self.broker_id,
+            addr: self.addr.clone(),
+        };
+        if leader == self.broker_id {
+            let _ = self.handle_heartbeat(req);
+            // Controller: in contact when a majority of the voters last heartbeated.
+            let voters: Vec<i32> = self
+                .raft
+                .metrics()
+                .borrow()
+                .membership_config
+                .membership()
+                .voter_ids()
+                .map(|v| v as i32)
+                .collect();
+            return self
+                .sessions
+                .lock()
+                .quorum_contact(self.broker_id, &voters, Instant::now());
+        }
+        let addr = self.member_addr(leader)?;
+        match self
+            .links
+            .call(&addr, &req, self.heartbeat_interval * 4)
+            .await
+        {
+            Ok(_) => Some(Instant::now()),
+            Err(e) => {
                 tracing::debug!(controller = leader, error = %e, "heartbeat failed");
+                None
             }
         }
     }

@@ -59,6 +59,26 @@ impl Sessions {
         self.since.is_none()
     }
 
+    /// On the controller `me`: the latest time by which a majority of `voters`
+    /// (itself included) had been heard from, `now` when it alone is one; `None`
+    /// before enough heartbeats reached this controllership. A controller cut
+    /// off from the other voters stops hearing from them, and this stays behind
+    /// (its self-fence counts from it; Raft's own view of the quorum is not
+    /// re-reported while nothing answers).
+    pub fn quorum_contact(&self, me: i32, voters: &[i32], now: Instant) -> Option<Instant> {
+        let others_needed = voters.len() / 2;
+        if others_needed == 0 {
+            return Some(now);
+        }
+        let mut heard: Vec<Instant> = voters
+            .iter()
+            .filter(|v| **v != me)
+            .filter_map(|v| self.last_seen.get(v).copied())
+            .collect();
+        heard.sort_unstable_by(|a, b| b.cmp(a));
+        heard.get(others_needed - 1).copied()
+    }
+
     /// On the controller `me`: the session changes to commit now.
     pub fn decide(
         &mut self,
@@ -197,6 +217,34 @@ mod tests {
                 Command::FenceBroker { id: 1 },
                 Command::FenceBroker { id: 2 }
             ]
+        );
+    }
+
+    #[test]
+    fn quorum_contact_is_when_a_majority_was_last_heard_from() {
+        let t0 = Instant::now();
+        let mut s = Sessions::default();
+        // Alone, or one of two voters with no heartbeat: a majority by itself only when alone.
+        assert_eq!(s.quorum_contact(0, &[0], t0), Some(t0));
+        assert_eq!(s.quorum_contact(0, &[0, 1, 2], t0), None);
+        s.heartbeat(1, t0 + ms(100));
+        s.heartbeat(2, t0 + ms(300));
+        // Three voters: one other suffices, the latest counts.
+        assert_eq!(
+            s.quorum_contact(0, &[0, 1, 2], t0 + ms(400)),
+            Some(t0 + ms(300))
+        );
+        // Five voters: two others are needed, so the second latest counts.
+        s.heartbeat(3, t0 + ms(200));
+        assert_eq!(
+            s.quorum_contact(0, &[0, 1, 2, 3, 4], t0 + ms(400)),
+            Some(t0 + ms(200))
+        );
+        // Its own heartbeat does not count towards the others.
+        s.heartbeat(0, t0 + ms(900));
+        assert_eq!(
+            s.quorum_contact(0, &[0, 1, 2], t0 + ms(900)),
+            Some(t0 + ms(300))
         );
     }
 
