@@ -67,6 +67,28 @@ pub struct KafkaConfig {
     pub sasl_mechanisms: Vec<String>,
 }
 
+/// The QUIC transport's options (`[net]`), for the client listener and the
+/// links to other brokers alike.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NetConfig {
+    /// `max_udp_payload_bytes`: the largest UDP payload path MTU discovery may
+    /// reach (1200..=65527; default 1452, a 1500-byte Ethernet MTU over IPv6).
+    /// On jumbo-frame networks (MTU 9000) 8952 lets each packet carry six
+    /// times the data; both ends must allow it (clients:
+    /// `--max-udp-payload-bytes`), and discovery only climbs as far as the
+    /// path really carries.
+    pub max_udp_payload_bytes: u16,
+}
+
+impl Default for NetConfig {
+    fn default() -> Self {
+        NetConfig {
+            max_udp_payload_bytes: rill_net::MTU_UPPER_BOUND_DEFAULT,
+        }
+    }
+}
+
 /// The SASL mechanisms the Kafka listener can offer.
 pub const KAFKA_SASL_MECHANISMS: [&str; 3] = ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"];
 
@@ -225,6 +247,7 @@ impl Default for ObjectStoreConfig {
 /// | `leader_imbalance_check_interval_ms` | 300000 | preferred-leader election timer (0: off) |
 /// | `min_free_bytes` | 5% of the disk, at most 256 MiB | records are refused (STORAGE_ERROR) below this much free space on the data disk; 0: off |
 /// | `[transforms]` `memory_mb_max`, `call_timeout_ms_max` | 512, 60000 | see [`TransformsConfig`] |
+/// | `[net]` `max_udp_payload_bytes` | 1452 | upper bound of QUIC path MTU discovery, see [`NetConfig`] |
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct BrokerConfig {
@@ -275,6 +298,7 @@ pub struct BrokerConfig {
     /// [`crate::disk`]); unset: 5% of the filesystem, at most 256 MiB; 0: off.
     pub min_free_bytes: Option<u64>,
     pub transforms: TransformsConfig,
+    pub net: NetConfig,
 }
 
 impl Default for BrokerConfig {
@@ -325,6 +349,7 @@ impl Default for BrokerConfig {
             leader_imbalance_check_interval_ms: 300_000,
             min_free_bytes: None,
             transforms: TransformsConfig::default(),
+            net: NetConfig::default(),
         }
     }
 }
@@ -378,6 +403,17 @@ impl BrokerConfig {
         }
         if self.default_replication_factor == 0 {
             return Err(bad("default_replication_factor", "must be >= 1".into()));
+        }
+        let payload = self.net.max_udp_payload_bytes;
+        if !(rill_net::UDP_PAYLOAD_MIN..=rill_net::UDP_PAYLOAD_MAX).contains(&payload) {
+            return Err(bad(
+                "net.max_udp_payload_bytes",
+                format!(
+                    "must be in {}..={} (UDP payload bytes; 8952 for a 9000-byte MTU), got {payload}",
+                    rill_net::UDP_PAYLOAD_MIN,
+                    rill_net::UDP_PAYLOAD_MAX
+                ),
+            ));
         }
         if self.max_request_bytes < MAX_REQUEST_BYTES_MIN {
             return Err(bad(

@@ -129,6 +129,7 @@ impl Broker {
         let tls = broker_tls.server.clone();
         let limits = TransportLimits {
             max_concurrent_bidi_streams: config.max_streams_per_connection,
+            mtu_upper_bound: config.net.max_udp_payload_bytes,
             ..TransportLimits::default()
         };
         let endpoint = match rill_net::server_endpoint(config.listen, &tls, &limits) {

@@ -33,6 +33,13 @@ pub struct ClientArgs {
     /// The private key (PEM) of --tls-cert.
     #[arg(long, env = "RILL_TLS_KEY", value_name = "FILE", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
+    /// Largest UDP payload QUIC path MTU discovery may reach (1200..=65527);
+    /// 8952 on a 9000-byte-MTU network whose brokers allow it too
+    /// (`[net] max_udp_payload_bytes`).
+    #[arg(long, env = "RILL_MAX_UDP_PAYLOAD_BYTES", value_name = "BYTES",
+          default_value_t = rill_net::MTU_UPPER_BOUND_DEFAULT,
+          value_parser = clap::value_parser!(u16).range(1200..=65527))]
+    pub max_udp_payload_bytes: u16,
 }
 
 /// Bound on reaching the bootstrap broker. Over UDP an absent broker is silence,
@@ -54,6 +61,7 @@ impl ClientArgs {
             };
         }
         config.client_id = format!("rill-cli/{}", env!("CARGO_PKG_VERSION"));
+        config.max_udp_payload_bytes = self.max_udp_payload_bytes;
         config.connect_timeout = CONNECT_TIMEOUT;
         config
     }

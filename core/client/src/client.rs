@@ -151,7 +151,11 @@ impl Client {
     /// protocol (ApiVersions), and loads the cluster metadata.
     pub async fn connect(config: ClientConfig) -> Result<Client, ClientError> {
         config.validate()?;
-        let endpoint = rill_net::client_endpoint(&config.tls, &TransportLimits::default())?;
+        let limits = TransportLimits {
+            mtu_upper_bound: config.max_udp_payload_bytes,
+            ..TransportLimits::default()
+        };
+        let endpoint = rill_net::client_endpoint(&config.tls, &limits)?;
         let mut last = None;
         for addr in &config.bootstrap {
             match Self::handshake(&endpoint, &config, addr).await {

@@ -31,6 +31,10 @@ pub struct ClientConfig {
     pub connect_timeout: Duration,
     /// The largest response frame accepted; bigger ones are refused before allocation.
     pub max_response_bytes: u32,
+    /// The largest UDP payload QUIC path MTU discovery may reach (1200..=65527;
+    /// default 1452). Raise it with the brokers' `[net] max_udp_payload_bytes`
+    /// on jumbo-frame networks (8952 for MTU 9000).
+    pub max_udp_payload_bytes: u16,
 }
 
 impl ClientConfig {
@@ -53,6 +57,7 @@ impl ClientConfig {
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+            max_udp_payload_bytes: rill_net::MTU_UPPER_BOUND_DEFAULT,
         }
     }
 
@@ -66,6 +71,14 @@ impl ClientConfig {
             return Err(ClientError::Config(
                 "request_timeout and connect_timeout must be above zero".into(),
             ));
+        }
+        let payload = self.max_udp_payload_bytes;
+        if !(rill_net::UDP_PAYLOAD_MIN..=rill_net::UDP_PAYLOAD_MAX).contains(&payload) {
+            return Err(ClientError::Config(format!(
+                "max_udp_payload_bytes must be in {}..={}, got {payload}",
+                rill_net::UDP_PAYLOAD_MIN,
+                rill_net::UDP_PAYLOAD_MAX
+            )));
         }
         if self.max_response_bytes < 1024 {
             return Err(ClientError::Config(format!(

@@ -99,7 +99,7 @@ impl TransportLimits {
     pub fn transport_config(&self) -> TransportConfig {
         let mut config = TransportConfig::default();
         let mut mtu = MtuDiscoveryConfig::default();
-        mtu.upper_bound(self.mtu_upper_bound.clamp(1200, UDP_PAYLOAD_MAX));
+        mtu.upper_bound(self.mtu_upper_bound.clamp(UDP_PAYLOAD_MIN, UDP_PAYLOAD_MAX));
         config
             .max_concurrent_bidi_streams(VarInt::from_u32(self.max_concurrent_bidi_streams))
             .max_concurrent_uni_streams(VarInt::from_u32(0))
@@ -134,8 +134,11 @@ impl TransportLimits {
 
 /// Smallest UDP payload an endpoint accepts from peers (quinn's default).
 const UDP_PAYLOAD_ACCEPTED_MIN: u16 = 1472;
+/// Smallest UDP payload QUIC allows (RFC 9000 section 14): the lowest
+/// `mtu_upper_bound` that means anything.
+pub const UDP_PAYLOAD_MIN: u16 = 1200;
 /// Largest UDP payload over IPv4 or IPv6.
-const UDP_PAYLOAD_MAX: u16 = 65_527;
+pub const UDP_PAYLOAD_MAX: u16 = 65_527;
 
 /// A broker's endpoint: binds `listen` (an unspecified IPv6 address also accepts
 /// IPv4) and accepts QUIC connections with `tls`.

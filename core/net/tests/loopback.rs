@@ -25,7 +25,15 @@ fn localhost() -> SocketAddr {
 /// Starts an echo server: each request frame comes back as the response; a frame
 /// `read_frame` refuses is answered with `REFUSED_API_KEY` and the error text.
 fn start_echo_server(tls: &ServerTls, max_frame_bytes: u32) -> quinn::Endpoint {
-    let endpoint = server_endpoint(localhost(), tls, &TransportLimits::default()).unwrap();
+    start_echo_server_with(tls, max_frame_bytes, &TransportLimits::default())
+}
+
+fn start_echo_server_with(
+    tls: &ServerTls,
+    max_frame_bytes: u32,
+    limits: &TransportLimits,
+) -> quinn::Endpoint {
+    let endpoint = server_endpoint(localhost(), tls, limits).unwrap();
     let accepting = endpoint.clone();
     tokio::spawn(async move {
         while let Some(incoming) = accepting.accept().await {
@@ -119,6 +127,47 @@ async fn a_frame_with_meta_and_one_mib_payload_round_trips() {
         // An empty payload and empty meta are fine too.
         let response = call(&conn, 1, 0, b"", &[], 1024).await.unwrap();
         assert!(response.meta.is_empty() && response.payload.is_empty());
+    })
+    .await
+    .unwrap();
+}
+
+/// Path MTU discovery climbs to the configured UDP payload bound where the path
+/// carries it (loopback does), and never past it: the default bound keeps
+/// packets Ethernet-sized, 8952 (a 9000-byte MTU) makes them six times larger.
+#[tokio::test]
+async fn mtu_discovery_climbs_to_the_configured_udp_payload_bound() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let home = tempfile::tempdir().unwrap();
+        let (server_tls, client_tls) = dev(home.path());
+        for bound in [8952u16, rill_net::MTU_UPPER_BOUND_DEFAULT] {
+            let limits = TransportLimits {
+                mtu_upper_bound: bound,
+                ..TransportLimits::default()
+            };
+            let server = start_echo_server_with(&server_tls, 4 << 20, &limits);
+            let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, server.local_addr().unwrap().port()));
+            let client = client_endpoint(&client_tls, &limits).unwrap();
+            let conn = connect(&client, addr).await.unwrap();
+            // Discovery probes after the handshake, while there is traffic.
+            let payload = pattern(64 << 10);
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+            let mut mtu = conn.stats().path.current_mtu;
+            while mtu < bound - 64 && tokio::time::Instant::now() < deadline {
+                call(&conn, 7, 0, b"", std::slice::from_ref(&payload), 1 << 20)
+                    .await
+                    .unwrap();
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                mtu = conn.stats().path.current_mtu;
+            }
+            println!("bound {bound}: path MTU {mtu}");
+            assert!(
+                mtu > bound - 64 && mtu <= bound,
+                "bound {bound}: path MTU {mtu} after 10 s of traffic"
+            );
+            conn.close(0u32.into(), b"done");
+            server.close(0u32.into(), b"done");
+        }
     })
     .await
     .unwrap();

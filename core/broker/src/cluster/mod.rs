@@ -141,7 +141,8 @@ impl Cluster {
         let log = LogStore::open(&dir).map_err(data_err("open the metadata quorum log"))?;
         let (sm, image) =
             StateMachine::open(&dir).map_err(data_err("open the metadata snapshot"))?;
-        let links = PeerLinks::new(tls).map_err(BrokerError::Tls)?;
+        let links =
+            PeerLinks::new(tls, config.net.max_udp_payload_bytes).map_err(BrokerError::Tls)?;
         let raft_config = openraft::Config {
             cluster_name: "rill".into(),
             heartbeat_interval: 100,

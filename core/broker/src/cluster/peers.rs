@@ -44,9 +44,14 @@ pub struct PeerLinks {
 }
 
 impl PeerLinks {
-    /// Must be called inside a Tokio runtime.
-    pub fn new(tls: &ClientTls) -> Result<Arc<PeerLinks>, NetError> {
-        let endpoint = rill_net::client_endpoint(tls, &TransportLimits::default())?;
+    /// Must be called inside a Tokio runtime. `max_udp_payload` bounds path MTU
+    /// discovery (`[net] max_udp_payload_bytes`).
+    pub fn new(tls: &ClientTls, max_udp_payload: u16) -> Result<Arc<PeerLinks>, NetError> {
+        let limits = TransportLimits {
+            mtu_upper_bound: max_udp_payload,
+            ..TransportLimits::default()
+        };
+        let endpoint = rill_net::client_endpoint(tls, &limits)?;
         Ok(Arc::new(PeerLinks {
             endpoint,
             conns: Mutex::new(HashMap::new()),

@@ -116,6 +116,11 @@ pub struct BrokerArgs {
     /// MiB; 0 turns it off.
     #[arg(long, value_name = "BYTES")]
     pub min_free_bytes: Option<u64>,
+    /// Largest UDP payload QUIC path MTU discovery may reach, for clients and
+    /// the other brokers (`[net] max_udp_payload_bytes`; default 1452; 8952 on
+    /// a 9000-byte-MTU network). Clients need `--max-udp-payload-bytes` too.
+    #[arg(long, value_name = "BYTES")]
+    pub max_udp_payload_bytes: Option<u16>,
 }
 
 /// Builds the broker config: file (or defaults), then flags.
@@ -205,6 +210,9 @@ pub fn build_config(args: &BrokerArgs) -> anyhow::Result<BrokerConfig> {
     }
     if let Some(bytes) = args.min_free_bytes {
         config.min_free_bytes = Some(bytes);
+    }
+    if let Some(bytes) = args.max_udp_payload_bytes {
+        config.net.max_udp_payload_bytes = bytes;
     }
     config.validate()?;
     Ok(config)
@@ -416,6 +424,7 @@ mod tests {
             no_transforms: false,
             object_store: None,
             min_free_bytes: None,
+            max_udp_payload_bytes: None,
         };
         let config = build_config(&args).unwrap();
         assert_eq!(config.id, 3, "from the file");
