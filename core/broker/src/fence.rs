@@ -1,5 +1,6 @@
-//! Self-fencing: a broker that has not reached the cluster's controller for a
-//! broker session timeout stops acting as the leader of its partitions.
+//! Self-fencing: a broker that has not been in contact with the cluster's
+//! controller for a broker session timeout stops acting as the leader of its
+//! partitions.
 //!
 //! The controller fences a broker whose heartbeats stop for
 //! `broker_session_timeout_ms` and elects other leaders for its partitions. A
@@ -7,24 +8,32 @@
 //! went on answering Produce, Fetch and ListOffsets as the leader it was: a
 //! consumer whose metadata came from it waited on it for the length of the cut
 //! (its high watermark frozen), and an acks=1 producer wrote records the new
-//! leader never had. Counting the same timeout from its last answered
-//! heartbeat, the broker fences itself at about the moment the controller
-//! fences it: its partitions answer NOT_LEADER_OR_FOLLOWER, its Metadata names
-//! no leader for them (BROKER_NOT_AVAILABLE, so clients ask another broker),
-//! and the group and transaction coordinators it hosts stop serving. The first
-//! heartbeat answered again lifts it; the image it then receives carries the
-//! leaders the quorum chose meanwhile.
+//! leader never had. The broker counts the same timeout from when it *sent*
+//! its last answered heartbeat, which is no later than when the controller
+//! received it, so it fences itself no later than the controller fences it.
+//! Fenced, its partitions answer NOT_LEADER_OR_FOLLOWER, its Metadata names no
+//! leader for them (BROKER_NOT_AVAILABLE, so clients ask another broker),
+//! FindCoordinator does not name it, and the group and transaction
+//! coordinators it hosts stop serving.
 //!
-//! The controller itself counts as in contact while a majority of the voters
-//! (itself included) heartbeat to it; cut off from them, it is deposed by them.
-//! A broker alone in its cluster (the only voter) never fences itself.
+//! Contact is a heartbeat answered with "alive" while this broker's own image
+//! shows it unfenced: after a cut the controller unfences it only once it
+//! heartbeats again, and the image that says so carries the leaders the quorum
+//! chose meanwhile, so the fence lifts no earlier than the broker knows them.
+//! The controller itself is in contact while a majority of the voters (itself
+//! included) heartbeat to it, or since it took over (its election was a
+//! majority's vote). With one or two voters nothing is fenced: no leadership
+//! can move without this broker, so refusing would only take partitions away.
 //!
-//! Invariants: the decision is a pure function of the last contact, the time
-//! and the timeout ([`decide`]); [`SelfFence::check`] reports each change once,
-//! so the broker logs one line per fence and per lift.
+//! Invariants: [`SelfFence::is_fenced`] is computed from the last contact and
+//! the clock on every call (a broker paused and resumed is fenced at once,
+//! before any timer runs); [`SelfFence::check`] reports each change once (one
+//! log line per fence and per lift) and wakes what waits on
+//! [`SelfFence::changed`].
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+use tokio::sync::Notify;
 
 /// Whether a broker last in contact at `last_contact` is fenced at `now`.
 pub fn decide(last_contact: Instant, now: Instant, timeout: Duration) -> bool {
@@ -34,33 +43,35 @@ pub fn decide(last_contact: Instant, now: Instant, timeout: Duration) -> bool {
 /// The broker-wide self-fence, shared by every partition it hosts.
 #[derive(Debug)]
 pub struct SelfFence {
-    fenced: AtomicBool,
+    /// The state [`SelfFence::check`] last reported.
+    reported: AtomicBool,
     /// The last contact, in milliseconds after `origin`.
     last_contact_ms: AtomicU64,
     origin: Instant,
     timeout: Duration,
+    changed: Notify,
 }
 
 impl SelfFence {
     /// A fence with the controller's session timeout, in contact as of now.
     pub fn new(timeout: Duration) -> SelfFence {
         SelfFence {
-            fenced: AtomicBool::new(false),
+            reported: AtomicBool::new(false),
             last_contact_ms: AtomicU64::new(0),
             origin: Instant::now(),
             timeout,
+            changed: Notify::new(),
         }
     }
 
-    /// Whether this broker has fenced itself (cheap: one atomic load).
+    /// Whether this broker is fenced now (one clock read, one atomic load).
     pub fn is_fenced(&self) -> bool {
-        self.fenced.load(Ordering::Acquire)
+        decide(self.last_contact(), Instant::now(), self.timeout)
     }
 
-    /// The controller answered (or, on the controller, a quorum acknowledged
-    /// its leadership) at `now`.
-    pub fn contact(&self, now: Instant) {
-        let ms = now.saturating_duration_since(self.origin).as_millis() as u64;
+    /// This broker was in contact with the controller at `at`.
+    pub fn contact(&self, at: Instant) {
+        let ms = at.saturating_duration_since(self.origin).as_millis() as u64;
         self.last_contact_ms.fetch_max(ms, Ordering::AcqRel);
     }
 
@@ -73,10 +84,21 @@ impl SelfFence {
         self.origin + Duration::from_millis(self.last_contact_ms.load(Ordering::Acquire))
     }
 
-    /// Re-decides at `now`; `Some(fenced)` when that changed the state.
+    /// Re-decides at `now`; `Some(fenced)` when that differs from the last
+    /// report (and then wakes the waiters of [`SelfFence::changed`]).
     pub fn check(&self, now: Instant) -> Option<bool> {
         let fenced = decide(self.last_contact(), now, self.timeout);
-        (self.fenced.swap(fenced, Ordering::AcqRel) != fenced).then_some(fenced)
+        if self.reported.swap(fenced, Ordering::AcqRel) == fenced {
+            return None;
+        }
+        self.changed.notify_waiters();
+        Some(fenced)
+    }
+
+    /// Completes at the next reported change (acks=all waiters re-check
+    /// their leadership on it).
+    pub fn changed(&self) -> tokio::sync::futures::Notified<'_> {
+        self.changed.notified()
     }
 
     /// The session timeout it counts.
@@ -117,15 +139,40 @@ mod tests {
         assert_eq!(f.check(t0 + ms(500)), None);
         assert!(!f.is_fenced());
         assert_eq!(f.check(t0 + ms(1200)), Some(true));
-        assert!(f.is_fenced());
         assert_eq!(f.check(t0 + ms(1300)), None, "reported once");
         assert_eq!(f.silent_for(t0 + ms(1300)), ms(1300));
         f.contact(t0 + ms(1400));
         assert_eq!(f.check(t0 + ms(1450)), Some(false));
-        assert!(!f.is_fenced());
         // An older contact reported late does not move the last contact back.
         f.contact(t0 + ms(100));
         assert_eq!(f.silent_for(t0 + ms(1450)), ms(50));
+    }
+
+    #[test]
+    fn is_fenced_reads_the_clock_without_waiting_for_a_check() {
+        // A broker resumed after a pause longer than the timeout is fenced at
+        // once, before its heartbeat loop runs a check.
+        let f = SelfFence::new(ms(20));
+        assert!(!f.is_fenced());
+        std::thread::sleep(ms(40));
+        assert!(f.is_fenced());
+        f.contact(Instant::now());
+        assert!(!f.is_fenced());
+    }
+
+    #[tokio::test]
+    async fn a_reported_change_wakes_the_waiters() {
+        let f = std::sync::Arc::new(SelfFence::new(ms(10)));
+        let waiter = {
+            let f = f.clone();
+            tokio::spawn(async move { f.changed().await })
+        };
+        tokio::task::yield_now().await;
+        assert_eq!(f.check(Instant::now() + ms(50)), Some(true));
+        tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("woken")
+            .unwrap();
     }
 
     #[test]

@@ -179,9 +179,10 @@ impl Partition {
         !self.fence.is_fenced() && self.replica.lock().is_leader()
     }
 
-    /// Whether this broker would lead the partition but has fenced itself.
-    pub fn is_fenced_leader(&self) -> bool {
-        self.fence.is_fenced() && self.replica.lock().is_leader()
+    /// Completes when this broker's self-fence goes up or down (waiters on
+    /// the high watermark re-check their leadership on it).
+    pub fn fence_changed(&self) -> tokio::sync::futures::Notified<'_> {
+        self.fence.changed()
     }
     /// The whole replication state at one moment (leader, epoch, ISR and high
     /// watermark consistent with each other).
@@ -209,7 +210,7 @@ impl Partition {
                 Some(l) if l == self.broker_id && self.fence.is_fenced() => format!(
                     "broker {} has not reached the cluster's controller for {} ms (more than \
                      the broker session timeout), so it no longer serves partition {}-{} as \
-                     leader: the controller has moved it; refresh metadata from another broker",
+                     leader: the controller may have moved it; refresh metadata from another broker",
                     self.broker_id,
                     self.fence.silent_for(Instant::now()).as_millis(),
                     self.topic,

@@ -331,6 +331,9 @@ pub async fn wait_replicated(
         let moved = p.hw_moved();
         tokio::pin!(moved);
         moved.as_mut().enable();
+        let fence = p.fence_changed();
+        tokio::pin!(fence);
+        fence.as_mut().enable();
         if p.high_watermark() >= end {
             return Ok(());
         }
@@ -339,6 +342,7 @@ pub async fn wait_replicated(
         }
         tokio::select! {
             _ = moved => {}
+            _ = fence => {}
             _ = tokio::time::sleep_until(deadline) => {
                 return Err(ErrorInfo::new(
                     ErrorCode::RequestTimedOut,

@@ -741,77 +741,98 @@ impl Cluster {
         self.ready.send_replace(true);
     }
 
-    /// Heartbeats to the controller every interval, and fences this broker
-    /// when no heartbeat was answered for a session timeout (on the controller:
-    /// when no quorum acknowledged its leadership for that long).
+    /// Heartbeats to the controller every interval (each in its own task, so a
+    /// call to a controller that died does not hold back the next one to its
+    /// successor), and reports the self-fence's changes (see [`crate::fence`]).
     async fn heartbeat_loop(self: Arc<Self>, stop: CancellationToken) {
         let mut timer = tokio::time::interval(self.heartbeat_interval);
         timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut beats = tokio::task::JoinSet::new();
         loop {
             tokio::select! {
                 _ = stop.cancelled() => return,
                 _ = timer.tick() => {}
             }
-            if let Some(at) = self.heartbeat().await {
-                self.fence.contact(at);
-            }
+            while beats.try_join_next().is_some() {}
+            let me = self.clone();
+            beats.spawn(async move {
+                if let Some(at) = me.heartbeat().await {
+                    me.fence.contact(at);
+                }
+            });
             let now = Instant::now();
             match self.fence.check(now) {
                 Some(true) => tracing::warn!(
                     broker = self.broker_id,
                     silent_ms = self.fence.silent_for(now).as_millis() as u64,
                     timeout_ms = self.fence.timeout().as_millis() as u64,
-                    "this broker has not reached the cluster's controller for longer than the \
-                     broker session timeout: it fences itself and serves no partition as leader \
-                     until it does (the controller has moved its leaderships)"
+                    "this broker has not been in contact with the cluster's controller for longer \
+                     than the broker session timeout: it fences itself and serves no partition as \
+                     leader until it is (the controller may move its leaderships meanwhile)"
                 ),
                 Some(false) => tracing::info!(
                     broker = self.broker_id,
-                    "reached the cluster's controller again: no longer fenced"
+                    "in contact with the cluster's controller again: no longer fenced"
                 ),
                 None => {}
             }
         }
     }
 
-    /// One heartbeat; when this broker was last in contact with the
-    /// controller, if it is now.
+    /// One heartbeat: when, if at all, it put this broker in contact with the
+    /// controller (the time it was sent, which is no later than the
+    /// controller's receipt that renews the session).
     async fn heartbeat(&self) -> Option<Instant> {
-        if self.is_solo() {
-            return Some(Instant::now());
-        }
-        let leader = self.controller()?;
+        let sent = Instant::now();
+        let voters: Vec<i32> = self
+            .raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .voter_ids()
+            .map(|v| v as i32)
+            .collect();
+        // One or two voters: no leadership can move without this broker.
+        let unfenceable = voters.len() <= 2;
+        let leader = self.controller();
         let req = BrokerHeartbeatRequest {
             broker_id: self.broker_id,
             addr: self.addr.clone(),
         };
-        if leader == self.broker_id {
+        if leader == Some(self.broker_id) {
             let _ = self.handle_heartbeat(req);
+            if unfenceable {
+                return Some(sent);
+            }
             // Controller: in contact when a majority of the voters last heartbeated.
-            let voters: Vec<i32> = self
-                .raft
-                .metrics()
-                .borrow()
-                .membership_config
-                .membership()
-                .voter_ids()
-                .map(|v| v as i32)
-                .collect();
             return self
                 .sessions
                 .lock()
-                .quorum_contact(self.broker_id, &voters, Instant::now());
+                .quorum_contact(self.broker_id, &voters, sent);
         }
-        let addr = self.member_addr(leader)?;
-        match self
-            .links
-            .call(&addr, &req, self.heartbeat_interval * 4)
-            .await
-        {
-            Ok(_) => Some(Instant::now()),
+        let addr = leader.and_then(|l| self.member_addr(l));
+        let Some(addr) = addr else {
+            return unfenceable.then_some(sent);
+        };
+        let timeout = (self.heartbeat_interval * 4).min(self.session_timeout / 2);
+        match self.links.call(&addr, &req, timeout).await {
+            // Unfenced by the controller, and this broker's image says so too:
+            // it carries the leaderships the quorum changed while it was away.
+            Ok((resp, _))
+                if resp.alive
+                    && self
+                        .image()
+                        .brokers
+                        .get(&self.broker_id)
+                        .is_some_and(|b| !b.fenced) =>
+            {
+                Some(sent)
+            }
+            Ok(_) => unfenceable.then_some(sent),
             Err(e) => {
-                tracing::debug!(controller = leader, error = %e, "heartbeat failed");
-                None
+                tracing::debug!(controller = ?leader, error = %e, "heartbeat failed");
+                unfenceable.then_some(sent)
             }
         }
     }

@@ -69,6 +69,13 @@ pub async fn isr_loop(state: Arc<BrokerState>) {
             _ = timer.tick() => {}
         }
         let now = Instant::now();
+        if state.registry.fence().is_fenced() {
+            // No ISR changes while fenced (follower fetches are refused, so
+            // every follower would look behind); on the lift every leadership
+            // counts afresh, giving followers a whole lag time to fetch again.
+            leading_since.clear();
+            continue;
+        }
         let mut live = BTreeMap::new();
         let mut changes = Vec::new();
         for p in state.registry.partitions() {

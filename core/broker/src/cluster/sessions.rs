@@ -60,13 +60,15 @@ impl Sessions {
     }
 
     /// On the controller `me`: the latest time by which a majority of `voters`
-    /// (itself included) had been heard from, `now` when it alone is one; `None`
-    /// before enough heartbeats reached this controllership. A controller cut
-    /// off from the other voters stops hearing from them, and this stays behind
+    /// (itself included) had been heard from, `now` when it alone is one, and
+    /// never before this controllership began (winning the election was a
+    /// majority's vote); `None` while neither is known. A controller cut off
+    /// from the other voters stops hearing from them, and this stays behind
     /// (its self-fence counts from it; Raft's own view of the quorum is not
     /// re-reported while nothing answers).
     pub fn quorum_contact(&self, me: i32, voters: &[i32], now: Instant) -> Option<Instant> {
-        let others_needed = voters.len() / 2;
+        let majority = voters.len() / 2 + 1;
+        let others_needed = majority - usize::from(voters.contains(&me));
         if others_needed == 0 {
             return Some(now);
         }
@@ -76,7 +78,7 @@ impl Sessions {
             .filter_map(|v| self.last_seen.get(v).copied())
             .collect();
         heard.sort_unstable_by(|a, b| b.cmp(a));
-        heard.get(others_needed - 1).copied()
+        heard.get(others_needed - 1).copied().max(self.since)
     }
 
     /// On the controller `me`: the session changes to commit now.
@@ -241,10 +243,22 @@ mod tests {
             Some(t0 + ms(200))
         );
         // Its own heartbeat does not count towards the others.
-        s.heartbeat(0, t0 + ms(900));
+        s.heartbeat(0, t0 + ms(500));
         assert_eq!(
-            s.quorum_contact(0, &[0, 1, 2], t0 + ms(900)),
+            s.quorum_contact(0, &[0, 1, 2], t0 + ms(500)),
             Some(t0 + ms(300))
+        );
+        // From its takeover on, the controllership itself is contact.
+        let image = image(&[(0, false), (1, false), (2, false)]);
+        s.decide(0, t0 + ms(600), &image, TIMES);
+        assert_eq!(
+            s.quorum_contact(0, &[0, 1, 2], t0 + ms(700)),
+            Some(t0 + ms(600))
+        );
+        s.heartbeat(1, t0 + ms(650));
+        assert_eq!(
+            s.quorum_contact(0, &[0, 1, 2], t0 + ms(700)),
+            Some(t0 + ms(650))
         );
     }
 

@@ -1024,6 +1024,15 @@ fn coordinator_answer(
             format!("{topic}-{p} ({what}) has no leader right now: retry"),
         ));
     };
+    if leader == state.config.id && state.registry.fence().is_fenced() {
+        return fail(ErrorInfo::new(
+            ErrorCode::CoordinatorNotAvailable,
+            format!(
+                "{topic}-{p} ({what}) is led by broker {leader}, which has fenced itself (not in \
+                 contact with the cluster's controller): retry, or ask another broker"
+            ),
+        ));
+    }
     let addr = if leader == state.config.id {
         Some(state.advertised.clone())
     } else {
