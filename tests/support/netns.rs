@@ -73,7 +73,9 @@ fn is_root() -> bool {
 pub fn skip_unless_supported(test: &str) -> bool {
     let why = check_support().and_then(|()| {
         // Probe: can a namespace actually be made?
-        let name = format!("rill-{}-probe", std::process::id());
+        // (Named per call: tests of one binary probe at the same time.)
+        let n = LABS.fetch_add(1, Ordering::Relaxed);
+        let name = format!("rill-{}-{n}-probe", std::process::id());
         let out = Command::new("ip")
             .args(["netns", "add", &name])
             .output()
