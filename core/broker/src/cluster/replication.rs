@@ -158,7 +158,13 @@ pub struct ReplicaFetcher {
     addr: String,
     followed: Mutex<BTreeMap<(String, u32), Followed>>,
     changed: Notify,
+    /// When "the data disk is full" was last logged, and how many refusals
+    /// went unlogged since (one line per [`DISK_FULL_LOG_EVERY`], not per fetch).
+    disk_full_logged: Mutex<(Option<Instant>, u64)>,
 }
+
+/// How often a follower whose disk is full says so.
+const DISK_FULL_LOG_EVERY: Duration = Duration::from_secs(10);
 
 impl ReplicaFetcher {
     pub fn new(leader: i32, addr: String) -> ReplicaFetcher {
@@ -166,6 +172,7 @@ impl ReplicaFetcher {
             leader,
             addr,
             followed: Mutex::new(BTreeMap::new()),
+            disk_full_logged: Mutex::new((None, 0)),
             changed: Notify::new(),
         }
     }
@@ -432,7 +439,21 @@ impl ReplicaFetcher {
                 {
                     // Out of space: stop appending (the leader drops this
                     // replica from the ISR when it lags) until there is room.
-                    tracing::warn!(error = %e.message, "not replicating: the data disk is full");
+                    let mut logged = self.disk_full_logged.lock();
+                    if logged
+                        .0
+                        .is_none_or(|at| at.elapsed() >= DISK_FULL_LOG_EVERY)
+                    {
+                        tracing::warn!(
+                            error = %e.message,
+                            refusals_since_last_line = logged.1,
+                            "not replicating: the data disk is full"
+                        );
+                        *logged = (Some(Instant::now()), 0);
+                    } else {
+                        logged.1 += 1;
+                    }
+                    drop(logged);
                     self.back_off(key, *epoch);
                 }
                 None => appends.push((key.clone(), p.clone(), *epoch, bytes, fp.high_watermark)),
