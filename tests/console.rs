@@ -10,6 +10,11 @@
 //! - a record produced while the records page is open appears in the live tail;
 //! - a group that consumed 4 of 10 records shows lag 6, 16 after 10 more, 0
 //!   once it read them all;
+//! - that group's committed offsets reset from its page to an offset, the
+//!   latest, the earliest and a time, each confirmed first: the page and `rill
+//!   group describe` show the new offset; bad requests are refused naming the
+//!   field, the unknown topic or group; a group with a live member is refused
+//!   (409) and the page shows why, naming the group;
 //! - a transform (tests/guests/faulty) with a failing record shows its counts,
 //!   its error, its dead-letter topic and its logs; pause and resume, each
 //!   confirmed first;
@@ -303,6 +308,187 @@ fn console_in_a_browser() {
             == json!(true)
     });
 
+    // Resetting g-lag's committed offsets (20 of 20, no members now) from its
+    // page, each target confirmed first. Record 10 opened the second batch,
+    // produced well after the first: the reset to its time lands on it.
+    let (status, body) = http_get(
+        port,
+        "/api/topics/console-lag/records?partition=0&offset=9&limit=2",
+    );
+    assert_eq!(status, 200, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    let time_of = |i: usize| v["records"][i]["timestamp_ms"].as_i64().expect(&body);
+    let ts10 = time_of(1);
+    assert!(
+        time_of(0) < ts10,
+        "record 9 is older than record 10: {body}"
+    );
+    let committed = || {
+        let out = c.rill_ok(&["group", "describe", "g-lag"], b"");
+        support::committed_offsets(&out, "g-lag")
+    };
+    assert_eq!(committed()[&("console-lag".to_string(), 0)], 20);
+    driver.go(&format!("{base}#/groups/g-lag"));
+    driver.wait_for("the reset form offering console-lag", || {
+        driver.js("const s = document.getElementById('reset-topic'); \
+             return !!s && [...s.options].some(o => o.value === 'console-lag');")
+            == json!(true)
+    });
+    let ts10_text = ts10.to_string();
+    for (to, value, said, want) in [
+        ("offset", "5", "offset 5", 5),
+        ("latest", "", "latest", 20),
+        ("earliest", "", "earliest", 0),
+        ("timestamp", ts10_text.as_str(), ts10_text.as_str(), 10),
+    ] {
+        // The number field is there only for an offset or a time.
+        let shown = driver.js(&format!(
+            "document.getElementById('reset-topic').value = 'console-lag'; \
+             const to = document.getElementById('reset-to'); to.value = '{to}'; \
+             to.dispatchEvent(new Event('change')); \
+             document.getElementById('reset-value').value = '{value}'; \
+             return getComputedStyle(document.getElementById('reset-value-label')).display !== 'none';"
+        ));
+        assert_eq!(shown, json!(!value.is_empty()), "the value field for {to}");
+        driver.js("document.getElementById('reset-offsets').requestSubmit(); return null;");
+        driver.wait_for("the confirmation dialog", || {
+            driver.js("return document.getElementById('confirm').open;") == json!(true)
+        });
+        let text = driver.js("return document.getElementById('confirm-text').innerText;");
+        let text = text.as_str().unwrap();
+        assert!(
+            text.contains("group g-lag")
+                && text.contains("topic console-lag")
+                && text.contains(said),
+            "the confirmation names the group, the topic and the target ({said}): {text}"
+        );
+        if to == "offset" {
+            assert_eq!(
+                committed()[&("console-lag".to_string(), 0)],
+                20,
+                "nothing moves before the confirmation"
+            );
+        }
+        driver.js("document.getElementById('confirm-ok').click(); return null;");
+        driver.wait_for(
+            &format!("committed {want} and lag {} on the group page", 20 - want),
+            || {
+                driver.js(
+                    "const r = document.querySelector('#group-partitions tr[data-tp=\"console-lag-0\"]'); \
+                     const t = document.getElementById('total-lag'); \
+                     const n = document.querySelector('#reset-result .notice'); \
+                     return r && t && n ? [r.querySelector('td.committed').innerText, \
+                         r.querySelector('td.lag').innerText, t.innerText, n.innerText] : null;",
+                ) == json!([
+                    want.to_string(),
+                    (20 - want).to_string(),
+                    (20 - want).to_string(),
+                    format!("Reset group g-lag on topic console-lag: partition 0 → offset {want}.")
+                ])
+            },
+        );
+        assert_eq!(
+            committed()[&("console-lag".to_string(), 0)],
+            want,
+            "`rill group describe g-lag` after the reset to {to}"
+        );
+    }
+    shoot("group-reset");
+    // Bad requests: the field, the unknown topic or group named.
+    for (path, body, status, names) in [
+        (
+            "/api/groups/g-lag/reset-offsets",
+            json!({ "topic": "console-lag", "to": "sideways" }),
+            400,
+            "to \"sideways\"",
+        ),
+        (
+            "/api/groups/g-lag/reset-offsets",
+            json!({ "topic": "console-lag", "to": "offset" }),
+            400,
+            "value is missing",
+        ),
+        (
+            "/api/groups/g-lag/reset-offsets",
+            json!({ "to": "earliest" }),
+            400,
+            "topic is missing",
+        ),
+        (
+            "/api/groups/g-lag/reset-offsets",
+            json!({ "topic": "no-such-topic", "to": "earliest" }),
+            404,
+            "no-such-topic",
+        ),
+        (
+            "/api/groups/no-such-group/reset-offsets",
+            json!({ "topic": "console-lag", "to": "earliest" }),
+            404,
+            "group no-such-group",
+        ),
+    ] {
+        let (got, text) = http(port, "POST", path, Some(&body)).unwrap();
+        assert_eq!(got, status, "{path} {body}: {text}");
+        let v: Value = serde_json::from_str(&text).unwrap();
+        let error = v["error"].as_str().unwrap_or_else(|| panic!("{text}"));
+        assert!(error.contains(names), "{path} {body}: {error}");
+    }
+    assert_eq!(committed()[&("console-lag".to_string(), 0)], 10);
+
+    // A group with a live member: the reset is refused and the page says why.
+    let mut cmd = support::rill_command(&c.home());
+    cmd.env("RILL_BOOTSTRAP", c.bootstrap())
+        .args([
+            "consume",
+            "console-lag",
+            "--group",
+            "g-live",
+            "--from-beginning",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let member = KillOnDrop(cmd.spawn().expect("spawn rill consume --group g-live"));
+    driver.go(&format!("{base}#/groups/g-live"));
+    driver.wait_for("g-live with one member and its partition", || {
+        driver.js(
+            "const m = document.getElementById('member-count'); \
+             const s = document.getElementById('reset-topic'); \
+             return !!m && m.innerText === '1' && [...s.options].some(o => o.value === 'console-lag');",
+        ) == json!(true)
+    });
+    driver.js(
+        "document.getElementById('reset-topic').value = 'console-lag'; \
+         const to = document.getElementById('reset-to'); to.value = 'earliest'; \
+         to.dispatchEvent(new Event('change')); \
+         document.getElementById('reset-offsets').requestSubmit(); return null;",
+    );
+    driver.wait_for("the confirmation dialog", || {
+        driver.js("return document.getElementById('confirm').open;") == json!(true)
+    });
+    driver.js("document.getElementById('confirm-ok').click(); return null;");
+    driver.wait_for("the refusal on the group page", || {
+        driver
+            .js("const e = document.querySelector('#reset-result .error'); return e && e.innerText;")
+            .as_str()
+            .is_some_and(|t| {
+                t.contains("cannot reset the offsets of group g-live on topic console-lag")
+                    && t.contains("live members")
+                    && t.contains("NON_EMPTY_GROUP: group g-live has 1 member(s)")
+            })
+    });
+    shoot("group-reset-refused");
+    let (got, text) = http(
+        port,
+        "POST",
+        "/api/groups/g-live/reset-offsets",
+        Some(&json!({ "topic": "console-lag", "to": "earliest" })),
+    )
+    .unwrap();
+    assert_eq!(got, 409, "{text}");
+    assert!(text.contains("group g-live"), "{text}");
+    drop(member);
+
     // A transform with a failing record: its error, its dead letter, its logs;
     // pause and resume, each after a confirmation.
     let wasm = build_guest("tests/guests/faulty");
@@ -418,6 +604,16 @@ fn console_in_a_browser() {
         "console test: broker down shown after {shown:?}; whole test {:?}",
         started.elapsed()
     );
+}
+
+/// A child process killed (and reaped) when dropped, a failing test included.
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 /// `rill transform build --locked DIR` (DIR from the repository root, into the

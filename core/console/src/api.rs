@@ -1,6 +1,6 @@
 //! The JSON API under `/api/...`: each handler reads the cluster through
 //! rill-client as the matching CLI command does (`rill cluster info`, `rill topic
-//! describe`, `rill consume`, `rill group describe`, `rill transform
+//! describe`, `rill consume`, `rill group describe|reset-offsets`, `rill transform
 //! describe/logs/pause/resume`).
 
 use std::collections::{BTreeMap, HashMap};
@@ -10,7 +10,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use hyper::StatusCode;
 use rill_client::{
-    ClientError, ConsumerConfig, ErrorCode, NewTopic, Offset, OffsetReset, OffsetSpec,
+    ClientError, ConsumerConfig, ErrorCode, NewTopic, Offset, OffsetReset, OffsetSpec, ResetSpec,
     TopicPartition,
 };
 use rill_transforms::deployment::{ErrorPolicy, RunState};
@@ -631,6 +631,143 @@ pub(crate) async fn group(state: &State, id: &str) -> ApiResult {
     }))
 }
 
+/// What `POST /api/groups/ID/reset-offsets` asks for, from its body
+/// `{"topic": "T", "to": "earliest"|"latest"|"offset"|"timestamp", "value": N}`:
+/// the topic and where to move the group's committed offsets. `value` (a whole
+/// number >= 0, or a string of one) is the offset or the time in milliseconds
+/// since the Unix epoch, and is given for those two targets only.
+pub(crate) fn parse_reset(body: &Value) -> Result<(String, ResetSpec), ApiError> {
+    const TARGETS: &str = "\"earliest\", \"latest\", \"offset\" or \"timestamp\"";
+    if !body.is_object() {
+        return Err(ApiError::bad_request(format!(
+            "the body must be a JSON object {{\"topic\": \"...\", \"to\": {TARGETS}, \"value\": N}}, \
+             not {body}"
+        )));
+    }
+    let topic = match &body["topic"] {
+        Value::String(s) if !s.trim().is_empty() => s.trim().to_string(),
+        Value::Null | Value::String(_) => {
+            return Err(ApiError::bad_request(
+                "topic is missing: name the topic whose committed offsets to reset",
+            ));
+        }
+        v => {
+            return Err(ApiError::bad_request(format!(
+                "topic {v} is not a topic name (a string)"
+            )));
+        }
+    };
+    let to = match &body["to"] {
+        Value::String(s) => s.trim().to_ascii_lowercase(),
+        Value::Null => {
+            return Err(ApiError::bad_request(format!(
+                "to is missing: say where to reset the offsets, {TARGETS}"
+            )));
+        }
+        v => {
+            return Err(ApiError::bad_request(format!(
+                "to {v} is not a target: give {TARGETS}"
+            )));
+        }
+    };
+    // The value, if one is given (null and "" are none).
+    let value: Option<i64> =
+        match &body["value"] {
+            Value::Null => None,
+            Value::String(s) if s.trim().is_empty() => None,
+            Value::String(s) => Some(s.trim().parse().map_err(|_| {
+                ApiError::bad_request(format!("value {s:?} is not a whole number"))
+            })?),
+            v => Some(v.as_i64().ok_or_else(|| {
+                ApiError::bad_request(format!("value {v} is not a whole number"))
+            })?),
+        };
+    let needed = |what: &str| -> Result<i64, ApiError> {
+        match value {
+            None => Err(ApiError::bad_request(format!(
+                "value is missing: a reset to {to} needs the {what}"
+            ))),
+            Some(n) if n < 0 => Err(ApiError::bad_request(format!(
+                "value {n} is negative: the {what} must be >= 0"
+            ))),
+            Some(n) => Ok(n),
+        }
+    };
+    let spec = match to.as_str() {
+        "earliest" | "latest" => {
+            if let Some(n) = value {
+                return Err(ApiError::bad_request(format!(
+                    "value {n} is given for a reset to {to}: a value goes only with \"offset\" \
+                     or \"timestamp\""
+                )));
+            }
+            if to == "earliest" {
+                ResetSpec::Earliest
+            } else {
+                ResetSpec::Latest
+            }
+        }
+        "offset" => ResetSpec::Offset(Offset(needed("offset")?)),
+        "timestamp" => ResetSpec::Timestamp(needed("time in milliseconds since the Unix epoch")?),
+        other => {
+            return Err(ApiError::bad_request(format!(
+                "to {other:?} is not a target: give {TARGETS}"
+            )));
+        }
+    };
+    Ok((topic, spec))
+}
+
+/// The broker's own error (`CODE: message`) inside `e`, if it answered with one.
+fn broker_said(e: &ClientError) -> Option<String> {
+    match e {
+        ClientError::Broker { error, .. } => Some(error.to_string()),
+        ClientError::Shared(inner) => broker_said(inner),
+        ClientError::Failed { source, .. } => broker_said(source),
+        _ => None,
+    }
+}
+
+/// `POST /api/groups/ID/reset-offsets` (body: see [`parse_reset`]): moves the
+/// group's committed offsets of every partition of the topic, as `rill group
+/// reset-offsets` does; the new offsets, by partition. The coordinator refuses
+/// (409 here) while the group has members.
+pub(crate) async fn reset_offsets(state: &State, id: &str, body: &Value) -> ApiResult {
+    let (topic, to) = parse_reset(body)?;
+    let what = format!("cannot reset the offsets of group {id} on topic {topic}");
+    let admin = client(state).await?.admin();
+    // Only a group that exists: a typo must not make a new group.
+    let g = admin
+        .describe_group(id)
+        .await
+        .map_err(|e| client_error(&what, e))?;
+    if g.state == "Dead" {
+        return Err(ApiError::not_found(format!("{what}: no such group")));
+    }
+    let offsets = admin.reset_offsets(id, &topic, to).await.map_err(|e| {
+        if e.code() == Some(ErrorCode::NonEmptyGroup) {
+            let said = broker_said(&e).unwrap_or_else(|| e.to_string());
+            ApiError::new(
+                StatusCode::CONFLICT,
+                format!(
+                    "{what}: the group has live members; stop its consumers first \
+                         (or wait for their session timeout). {said}"
+                ),
+            )
+        } else {
+            client_error(&what, e)
+        }
+    })?;
+    Ok(json!({
+        "group": id,
+        "topic": topic,
+        "offsets": offsets.iter().map(|(tp, o)| json!({
+            "partition": tp.partition,
+            "offset": o.0,
+        })).collect::<Vec<_>>(),
+    }))
+}
+
 /// Every instance status, by transform name.
 async fn all_status(
     client: &rill_client::Client,
@@ -792,4 +929,104 @@ pub(crate) async fn set_transform_state(state: &State, name: &str, pause: bool) 
         .await
         .map_err(|e| transform_error(&what, e))?;
     Ok(json!({ "name": d.name, "state": state_word(&d.state), "changed": true }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ok(body: Value) -> (String, ResetSpec) {
+        parse_reset(&body).unwrap_or_else(|e| panic!("{body}: {}", e.message))
+    }
+
+    /// The 400's message, which must start by naming the field (`start`).
+    fn refused(body: Value, start: &str) -> String {
+        let e = parse_reset(&body).expect_err(&body.to_string());
+        assert_eq!(e.status, StatusCode::BAD_REQUEST, "{body}: {}", e.message);
+        assert!(e.message.starts_with(start), "{body}: {}", e.message);
+        e.message
+    }
+
+    #[test]
+    fn a_reset_body_gives_the_topic_and_the_target() {
+        let t = || "orders".to_string();
+        assert_eq!(
+            ok(json!({"topic": "orders", "to": "earliest"})),
+            (t(), ResetSpec::Earliest)
+        );
+        assert_eq!(
+            ok(json!({"topic": " orders ", "to": "Latest", "value": null})),
+            (t(), ResetSpec::Latest)
+        );
+        assert_eq!(
+            ok(json!({"topic": "orders", "to": "offset", "value": 42})),
+            (t(), ResetSpec::Offset(Offset(42)))
+        );
+        assert_eq!(
+            ok(json!({"topic": "orders", "to": "offset", "value": " 0 "})),
+            (t(), ResetSpec::Offset(Offset(0)))
+        );
+        assert_eq!(
+            ok(json!({"topic": "orders", "to": "timestamp", "value": 1_767_225_600_000_i64})),
+            (t(), ResetSpec::Timestamp(1_767_225_600_000))
+        );
+        assert_eq!(
+            ok(json!({"topic": "orders", "to": "earliest", "value": ""})),
+            (t(), ResetSpec::Earliest)
+        );
+    }
+
+    #[test]
+    fn a_bad_reset_body_is_refused_naming_the_field() {
+        refused(
+            json!(["orders", "earliest"]),
+            "the body must be a JSON object",
+        );
+        refused(json!({"to": "earliest"}), "topic is missing");
+        refused(json!({"topic": "  ", "to": "earliest"}), "topic is missing");
+        refused(json!({"topic": 7, "to": "earliest"}), "topic 7 ");
+        let m = refused(json!({"topic": "orders"}), "to is missing");
+        assert!(
+            m.contains("\"earliest\"") && m.contains("\"timestamp\""),
+            "{m}"
+        );
+        refused(
+            json!({"topic": "orders", "to": "sideways"}),
+            "to \"sideways\" ",
+        );
+        refused(json!({"topic": "orders", "to": 3}), "to 3 ");
+        refused(
+            json!({"topic": "orders", "to": "offset"}),
+            "value is missing",
+        );
+        let m = refused(
+            json!({"topic": "orders", "to": "timestamp", "value": ""}),
+            "value is missing",
+        );
+        assert!(m.contains("milliseconds"), "{m}");
+        refused(
+            json!({"topic": "orders", "to": "offset", "value": -1}),
+            "value -1 ",
+        );
+        refused(
+            json!({"topic": "orders", "to": "timestamp", "value": -5}),
+            "value -5 ",
+        );
+        refused(
+            json!({"topic": "orders", "to": "offset", "value": 1.5}),
+            "value 1.5 ",
+        );
+        refused(
+            json!({"topic": "orders", "to": "offset", "value": "ten"}),
+            "value \"ten\" ",
+        );
+        refused(
+            json!({"topic": "orders", "to": "offset", "value": true}),
+            "value true ",
+        );
+        refused(
+            json!({"topic": "orders", "to": "latest", "value": 3}),
+            "value 3 ",
+        );
+    }
 }

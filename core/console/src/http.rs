@@ -210,6 +210,10 @@ async fn api_call(req: Request<Incoming>, segs: &[&str], state: Arc<State>) -> A
         (Method::GET, ["api", "topics", topic, "records"]) => api::records(&state, topic, &q).await,
         (Method::GET, ["api", "groups"]) => api::groups(&state).await,
         (Method::GET, ["api", "groups", group]) => api::group(&state, group).await,
+        (Method::POST, ["api", "groups", group, "reset-offsets"]) => {
+            let body = read_json(req).await?;
+            api::reset_offsets(&state, group, &body).await
+        }
         (Method::GET, ["api", "transforms"]) => api::transforms(&state).await,
         (Method::GET, ["api", "transforms", name]) => api::transform(&state, name).await,
         (Method::POST, ["api", "transforms", name, action @ ("pause" | "resume")]) => {

@@ -9,14 +9,18 @@
 //!
 //! Pages: cluster (brokers, controller, alive), topics (paged), a topic
 //! (partitions, offsets, configs), its records (browse from an offset; live tail
-//! by Server-Sent Events), consumer groups (members, committed offsets, lag),
-//! transforms (state, instances, counts, errors, logs, pause/resume).
+//! by Server-Sent Events), consumer groups (members, committed offsets, lag;
+//! reset a topic's committed offsets to the earliest, the latest, an offset or
+//! a time while the group has no members), transforms (state, instances,
+//! counts, errors, logs, pause/resume).
 //!
 //! Invariants: every API request is bounded in time ([`REQUEST_TIMEOUT`]) and in
 //! what it returns (topics paged, records per browse capped, record bytes shown
 //! capped); errors are JSON `{"error": "..."}` with a status that says what kind
-//! (404 names the unknown topic, group or transform); changes (create topic,
-//! pause/resume a transform) are POSTs the app sends only after a confirmation.
+//! (404 names the unknown topic, group or transform; 409 refuses to reset a
+//! group that has members); changes (create topic,
+//! alter its configs, reset a group's offsets, pause/resume a transform) are
+//! POSTs the app sends only after a confirmation.
 //! Binding a non-loopback address is the caller's decision (the broker's config
 //! checks it, see `console` in rill_broker::BrokerConfig). Other web pages open
 //! in the same browser cannot act through the console: a change must be a JSON

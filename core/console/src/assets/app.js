@@ -4,7 +4,7 @@
 //   #/topics?page=N&internal=1&q=  topics, paged; create a topic
 //   #/topics/NAME                  partitions, offsets, configs
 //   #/topics/NAME/records?partition=P&offset=O   browse; live tail
-//   #/groups, #/groups/ID          consumer groups, lag per partition
+//   #/groups, #/groups/ID          consumer groups, lag per partition; reset offsets
 //   #/transforms, #/transforms/NAME  state, instances, logs, pause/resume
 "use strict";
 
@@ -408,20 +408,103 @@ function sparkline(samples) {
   return svg;
 }
 
+// Moves group `id`'s committed offsets of one topic, after a confirmation;
+// then `reload()` redraws the group. `topics(names)` fills the topic choice.
+function resetOffsetsForm(id, reload) {
+  const topic = el("select", { name: "topic", id: "reset-topic" });
+  const to = el("select", { name: "to", id: "reset-to", onchange: () => sync() },
+    el("option", { value: "earliest" }, "earliest (the first offset kept)"),
+    el("option", { value: "latest" }, "latest (the log end)"),
+    el("option", { value: "offset" }, "an offset"),
+    el("option", { value: "timestamp" }, "a time (ms since the Unix epoch)"));
+  const value = el("input", { name: "value", type: "number", min: 0, step: 1, id: "reset-value", style: "width:13em" });
+  const caption = el("span", {}, "Offset");
+  const valueLabel = el("label", { id: "reset-value-label" }, caption, value);
+  const needsValue = t => t === "offset" || t === "timestamp";
+  // The number is asked for only where the target needs one.
+  const sync = () => {
+    const needed = needsValue(to.value);
+    valueLabel.style.display = needed ? "" : "none";
+    value.required = needed;
+    caption.textContent = to.value === "timestamp" ? "Time (ms since the Unix epoch)" : "Offset";
+    value.placeholder = to.value === "timestamp" ? String(Date.now() - 3600000) : "0";
+  };
+  sync();
+  const out = el("div", { id: "reset-result" });
+  const form = el("form", {
+    class: "inline", id: "reset-offsets",
+    onsubmit: async ev => {
+      ev.preventDefault();
+      const t = topic.value, target = to.value, v = value.value.trim();
+      if (!t) {
+        out.replaceChildren(errorBox(new Error(`Group ${id} has no partitions of any topic to reset.`)));
+        return;
+      }
+      const where = target === "earliest" ? "the earliest offset still kept"
+        : target === "latest" ? "the latest offset (the log end: everything there is now is skipped)"
+        : target === "offset" ? `offset ${v} (clamped into what each partition holds)`
+        : `the first record at or after ${fmtTime(Number(v))} (${v} ms; the log end where there is none)`;
+      const text = `Reset the committed offsets of group ${id} on topic ${t}, every partition, to ${where}? ` +
+        "Its consumers will read from there when they start.";
+      if (!await confirmAction(text)) return;
+      const body = { topic: t, to: target };
+      if (needsValue(target)) body.value = v === "" ? null : Number(v);
+      try {
+        const r = await post(`groups/${enc(id)}/reset-offsets`, body);
+        out.replaceChildren(el("div", { class: "notice" }, `Reset group ${id} on topic ${t}: ` +
+          r.offsets.map(o => `partition ${o.partition} → offset ${o.offset}`).join(", ") + "."));
+      } catch (e) { out.replaceChildren(errorBox(e)); }
+      await reload();
+    },
+  },
+    el("label", {}, "Topic", topic),
+    el("label", {}, "Reset to", to),
+    valueLabel,
+    el("label", {}, "\u00a0", el("button", { type: "submit", class: "danger", id: "reset-submit" }, "Reset offsets…")));
+  const topics = names => {
+    if ([...topic.options].map(o => o.value).join("\n") === names.join("\n")) return;
+    const keep = topic.value;
+    topic.replaceChildren(...names.map(n => el("option", { value: n }, n)));
+    if (names.includes(keep)) topic.value = keep;
+  };
+  const node = el("div", {},
+    el("h2", {}, "Reset committed offsets"),
+    el("p", { class: "muted" }, "Moves the group's committed offset of every partition of a topic. " +
+      "The broker refuses while the group has members: stop its consumers first."),
+    form, out);
+  return { node, topics };
+}
+
 async function groupPage(id) {
   // Total lag as seen by this page, one sample a refresh, the last 5 minutes.
   const history = [];
-  await every(2000, async () => {
+  // The refreshed part, and below it the reset form (not redrawn, so what is
+  // chosen there stays).
+  const live = el("div");
+  let shown = false;
+  // Only the newest refresh draws (one after a reset may overtake the timer's),
+  // and none once the route changed.
+  let latest = 0;
+  let gone = false;
+  cleanups.push(() => { gone = true; });
+  const render = async () => {
+    const mine = ++latest;
     let g;
-    try { g = await api("groups/" + enc(id)); } catch (e) { show(el("h1", {}, "Group " + id), errorBox(e)); return; }
+    try { g = await api("groups/" + enc(id)); } catch (e) {
+      if (mine === latest && !gone) { show(el("h1", {}, "Group " + id), errorBox(e)); shown = false; }
+      return;
+    }
+    if (mine !== latest || gone) return;
+    if (!shown) { show(live, reset.node); shown = true; }
+    reset.topics([...new Set(g.partitions.map(p => p.topic))].sort());
     history.push({ t: Date.now(), v: g.total_lag });
     while (history.length > 1 && history[0].t < Date.now() - 300000) history.shift();
     const lags = history.map(s => s.v);
-    show(
+    fill(live,
       el("h1", {}, "Group ", g.group_id),
       el("div", { class: "card summary" },
-        el("div", {}, el("b", {}, g.state), "state"),
-        el("div", {}, el("b", {}, g.members.length), "members"),
+        el("div", {}, el("b", { id: "group-state" }, g.state), "state"),
+        el("div", {}, el("b", { id: "member-count" }, g.members.length), "members"),
         el("div", {}, el("b", { id: "total-lag" }, g.total_lag), "total lag"),
         el("div", {}, el("b", {}, g.coordinator), "coordinator"),
         el("div", {}, el("b", {}, g.assignor || "-"), "assignor"),
@@ -440,11 +523,13 @@ async function groupPage(id) {
         g.partitions.map(p => el("tr", { "data-tp": p.topic + "-" + p.partition },
           el("td", {}, el("a", { href: "#/topics/" + enc(p.topic) }, p.topic)),
           el("td", { class: "num" }, p.partition),
-          el("td", { class: "num" }, dash(p.committed)),
+          el("td", { class: "num committed" }, dash(p.committed)),
           el("td", { class: "num" }, dash(p.log_end_offset)),
           el("td", { class: "num lag" }, dash(p.lag)),
           el("td", {}, dash(p.member_id)))), { id: "group-partitions" }));
-  });
+  };
+  const reset = resetOffsetsForm(id, render);
+  await every(2000, render);
 }
 
 // ---- transforms ----
