@@ -192,17 +192,7 @@ fn network_faults() {
     let outcomes = NetLab::run_in(&client_ns, move || {
         // Declared in this order so the brokers die before their namespaces.
         let mut lab = lab;
-        let mut cluster = NetCluster::start(&lab, &[]);
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        let mut config = ClientConfig::new(cluster.bootstrap());
-        config.tls = rill_net::ClientTls::Dev {
-            home: cluster.home(),
-        };
-        wait_live(&rt, &config, &cluster);
+        let (mut cluster, rt, config) = live_cluster(&lab);
         let mut outcomes = Vec::new();
         let mut seeds = Rng(base);
         let mut i = 0u32;
@@ -255,6 +245,23 @@ fn network_faults() {
             .map(|o| o.seed)
             .collect::<Vec<_>>()
     );
+}
+
+/// The lab's brokers started, a runtime and a client config for them, once
+/// every broker is alive (call inside the client's namespace).
+fn live_cluster(lab: &NetLab) -> (NetCluster, tokio::runtime::Runtime, ClientConfig) {
+    let cluster = NetCluster::start(lab, &[]);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut config = ClientConfig::new(cluster.bootstrap());
+    config.tls = rill_net::ClientTls::Dev {
+        home: cluster.home(),
+    };
+    wait_live(&rt, &config, &cluster);
+    (cluster, rt, config)
 }
 
 /// Waits until every broker is alive in the cluster metadata.
@@ -1427,17 +1434,7 @@ fn a_cut_off_leader_fences_itself() {
     let client_ns = lab.client().ns.clone();
     NetLab::run_in(&client_ns, move || {
         let mut lab = lab;
-        let cluster = NetCluster::start(&lab, &[]);
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        let mut config = ClientConfig::new(cluster.bootstrap());
-        config.tls = rill_net::ClientTls::Dev {
-            home: cluster.home(),
-        };
-        wait_live(&rt, &config, &cluster);
+        let (cluster, rt, config) = live_cluster(&lab);
         let topic = "fence".to_string();
         let t = topic.clone();
         admin(&rt, &config, async move |a| {

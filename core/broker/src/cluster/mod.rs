@@ -267,10 +267,7 @@ impl Cluster {
     /// Whether the quorum is this broker alone (a single-broker cluster): then it
     /// leads its partitions from the start, before the image is re-applied.
     pub fn is_solo(&self) -> bool {
-        let metrics = self.raft.metrics();
-        let m = metrics.borrow();
-        let voters: Vec<NodeId> = m.membership_config.membership().voter_ids().collect();
-        voters == [self.broker_id as NodeId]
+        self.voters() == [self.broker_id]
     }
 
     /// The committed metadata image.
@@ -483,15 +480,7 @@ impl Cluster {
         }
         let deadline = tokio::time::Instant::now() + JOIN_DEADLINE;
         self.add_voter(req.broker_id, &req.addr, deadline).await?;
-        let voters = self
-            .raft
-            .metrics()
-            .borrow()
-            .membership_config
-            .membership()
-            .voter_ids()
-            .map(|v| v as i32)
-            .collect();
+        let voters = self.voters();
         Ok(JoinClusterResponse {
             cluster_id: self.image().cluster_id.clone(),
             voters,
@@ -639,15 +628,21 @@ impl Cluster {
 
     // ------------------------------------------------------------ background tasks
 
-    /// Whether this broker is a voter of the metadata quorum it knows.
-    fn is_voter(&self) -> bool {
+    /// The voters of the metadata quorum this broker knows.
+    fn voters(&self) -> Vec<i32> {
         self.raft
             .metrics()
             .borrow()
             .membership_config
             .membership()
             .voter_ids()
-            .any(|v| v == self.broker_id as NodeId)
+            .map(|v| v as i32)
+            .collect()
+    }
+
+    /// Whether this broker is a voter of the metadata quorum it knows.
+    fn is_voter(&self) -> bool {
+        self.voters().contains(&self.broker_id)
     }
 
     /// Asks `join` to add this broker as a voter until it is one; false when
@@ -784,15 +779,7 @@ impl Cluster {
     /// controller's receipt that renews the session).
     async fn heartbeat(&self) -> Option<Instant> {
         let sent = Instant::now();
-        let voters: Vec<i32> = self
-            .raft
-            .metrics()
-            .borrow()
-            .membership_config
-            .membership()
-            .voter_ids()
-            .map(|v| v as i32)
-            .collect();
+        let voters = self.voters();
         // One or two voters: no leadership can move without this broker.
         let unfenceable = voters.len() <= 2;
         let leader = self.controller();
