@@ -107,13 +107,6 @@ impl SelfFence {
     }
 }
 
-impl Default for SelfFence {
-    /// Never fences on its own (a broker outside any cluster, tests).
-    fn default() -> SelfFence {
-        SelfFence::new(Duration::MAX)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -173,12 +166,5 @@ mod tests {
             .await
             .expect("woken")
             .unwrap();
-    }
-
-    #[test]
-    fn the_default_never_fences() {
-        let f = SelfFence::default();
-        assert_eq!(f.check(Instant::now() + Duration::from_secs(86_400)), None);
-        assert!(!f.is_fenced());
     }
 }
