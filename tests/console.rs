@@ -19,7 +19,11 @@
 //!   its error, its dead-letter topic and its logs; pause and resume, each
 //!   confirmed first;
 //! - a SIGKILLed broker is shown down within a few seconds, and its topic's
-//!   partitions led by the others and marked under-replicated.
+//!   partitions led by the others and marked under-replicated;
+//! - a broker with `--auth mtls`: its console asks for a token (`rill token
+//!   issue`), refuses a malformed or foreign one, lists only the topics the
+//!   user may describe, refuses a topic creation the ACLs do not allow with
+//!   the broker's reason on the page, and signs out.
 //!
 //! Chromium and chromedriver come from Debian (`apt-get install -y chromium
 //! chromium-driver` when /usr/bin/chromium or /usr/bin/chromedriver is missing).
@@ -37,6 +41,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use support::TestBroker;
 use support::cluster::TestCluster;
 
 const CHROMIUM: &str = "/usr/bin/chromium";
@@ -600,10 +605,160 @@ fn console_in_a_browser() {
         },
     );
     shoot("topic-broker-down");
+    drop(c);
+
+    users_sign_in_and_are_held_to_their_acls(&driver, &shoot);
     eprintln!(
         "console test: broker down shown after {shown:?}; whole test {:?}",
         started.elapsed()
     );
+}
+
+/// A broker with `--auth mtls`: its console asks for a token from `rill token
+/// issue`, shows a user only what its ACLs let it describe, refuses what they
+/// do not allow with the broker's reason on the page, and signs out.
+fn users_sign_in_and_are_held_to_their_acls(driver: &Driver, shoot: &dyn Fn(&str)) {
+    let port = support::free_tcp_port();
+    let console = format!("127.0.0.1:{port}");
+    let broker = TestBroker::start_with(&[
+        "--auth",
+        "mtls",
+        "--super-user",
+        "root",
+        "--console",
+        &console,
+    ]);
+    broker.rill_ok(&["cert", "issue", "--principal", "root"]);
+    let certs = broker.home().join("certs");
+    let cert = certs.join("root.pem").display().to_string();
+    let key = certs.join("root-key.pem").display().to_string();
+    let as_root = |args: &[&str]| {
+        let mut all = args.to_vec();
+        all.extend(["--tls-cert", &cert, "--tls-key", &key]);
+        broker.rill_ok(&all)
+    };
+    as_root(&["topic", "create", "shared"]);
+    as_root(&["topic", "create", "private"]);
+    as_root(&[
+        "acl",
+        "add",
+        "--principal",
+        "viewer",
+        "--operation",
+        "read",
+        "--topic",
+        "shared",
+    ]);
+    let token = broker
+        .rill_ok(&["token", "issue", "--principal", "viewer", "--ttl", "10m"])
+        .trim()
+        .to_string();
+    let bearer = format!("Bearer {token}");
+
+    // The API: nothing without a token; with one, only what viewer may see.
+    let (status, body) = http_get(port, "/api/topics");
+    assert_eq!(status, 401, "{body}");
+    assert!(body.contains("rill token issue"), "{body}");
+    let as_viewer = |method: &str, path: &str, body: Option<&Value>| {
+        http_with(port, method, path, body, &[("Authorization", &bearer)])
+            .unwrap_or_else(|e| panic!("{method} {path}: {e}"))
+    };
+    let (status, body) = as_viewer("GET", "/api/topics", None);
+    assert_eq!(status, 200, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    let names: Vec<&str> = v["topics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["shared"], "{body}");
+    let (status, body) = as_viewer("GET", "/api/topics/private", None);
+    assert_eq!(status, 403, "{body}");
+    let why: Value = serde_json::from_str(&body).unwrap();
+    assert!(
+        why["error"]
+            .as_str()
+            .unwrap()
+            .contains("principal \"viewer\" may not describe topic \"private\""),
+        "{body}"
+    );
+    let (status, body) = as_viewer("GET", "/api/topics/shared/records?partition=0", None);
+    assert_eq!(status, 200, "{body}");
+    // A token not signed by this cluster's CA.
+    let other = tempfile::tempdir().unwrap();
+    let out = support::rill_command(other.path())
+        .args(["token", "issue", "--principal", "root"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let foreign = format!("Bearer {}", String::from_utf8_lossy(&out.stdout).trim());
+    let (status, body) = http_with(
+        port,
+        "GET",
+        "/api/topics",
+        None,
+        &[("Authorization", &foreign)],
+    )
+    .unwrap();
+    assert_eq!(status, 401, "{body}");
+    assert!(body.contains("not signed by the cluster's CA"), "{body}");
+
+    // The browser: the sign-in form first.
+    let base = format!("http://127.0.0.1:{port}/");
+    driver.go(&format!("{base}#/topics"));
+    driver.wait_for("the sign-in form", || {
+        driver.js("return !!document.getElementById('sign-in');") == json!(true)
+    });
+    driver.js(&format!(
+        "document.getElementById('token').value = {}; return null;",
+        json!("not-a-token")
+    ));
+    driver.js("document.getElementById('sign-in').requestSubmit(); return null;");
+    driver.wait_for("a bad token refused", || {
+        driver
+            .js("return document.getElementById('app').innerText;")
+            .as_str()
+            .is_some_and(|t| t.contains("malformed"))
+    });
+    driver.js(&format!(
+        "document.getElementById('token').value = {}; return null;",
+        json!(token)
+    ));
+    shoot("sign-in");
+    driver.js("document.getElementById('sign-in').requestSubmit(); return null;");
+    driver.wait_for("signed in as viewer, the topics it may see", || {
+        driver.js("const p = document.getElementById('principal'); \
+             return !!p && p.innerText === 'User:viewer' \
+               && !!document.querySelector('#topics tr[data-topic=\"shared\"]') \
+               && !document.querySelector('#topics tr[data-topic=\"private\"]');")
+            == json!(true)
+    });
+    // A denied action: viewer may not create topics; the page says why.
+    driver.js(
+        "document.getElementById('new-topic-name').value = 'made-by-viewer';\
+         document.getElementById('create-topic').requestSubmit(); return null;",
+    );
+    driver.wait_for("the confirmation dialog", || {
+        driver.js("return document.getElementById('confirm').open;") == json!(true)
+    });
+    driver.js("document.getElementById('confirm-ok').click(); return null;");
+    driver.wait_for("the denial on the page", || {
+        driver
+            .js("const e = document.querySelector('#create-topic + div .error'); return e && e.innerText;")
+            .as_str()
+            .is_some_and(|t| t.contains("principal \"viewer\" may not create topic \"made-by-viewer\""))
+    });
+    shoot("denied");
+    let list = as_root(&["topic", "list"]);
+    assert!(!list.contains("made-by-viewer"), "{list}");
+    // Signing out forgets the token.
+    driver.js("document.getElementById('sign-out').click(); return null;");
+    driver.wait_for("the sign-in form after signing out", || {
+        driver.js("return !!document.getElementById('sign-in');") == json!(true)
+    });
+    let (status, _) = http_get(port, "/api/topics");
+    assert_eq!(status, 401);
 }
 
 /// A child process killed (and reaped) when dropped, a failing test included.
@@ -814,14 +969,29 @@ fn http(
     path: &str,
     body: Option<&Value>,
 ) -> Result<(u16, String), String> {
+    http_with(port, method, path, body, &[])
+}
+
+/// As [`http`], with `headers` besides.
+fn http_with(
+    port: u16,
+    method: &str,
+    path: &str,
+    body: Option<&Value>,
+    headers: &[(&str, &str)],
+) -> Result<(u16, String), String> {
     let mut s = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
     s.set_read_timeout(Some(Duration::from_secs(60)))
         .map_err(|e| e.to_string())?;
     let body = body.map(|b| b.to_string()).unwrap_or_default();
+    let extra: String = headers
+        .iter()
+        .map(|(k, v)| format!("{k}: {v}\r\n"))
+        .collect();
     write!(
         s,
         "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\
-         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+         {extra}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     )
     .map_err(|e| e.to_string())?;

@@ -211,7 +211,7 @@ impl Default for ObjectStoreConfig {
 /// | `rill_home` | `$RILL_HOME` or `~/.rill` | where the development CA lives |
 /// | `metrics` | none | `host:port` of a Prometheus endpoint (off when unset) |
 /// | `console` | none | `host:port` (TCP) of the web console, rill-console (off when unset; loopback only unless `console_allow_remote`) |
-/// | `console_allow_remote` | false | let the console listen on a non-loopback address (it does not authenticate its users yet: it acts with the broker's rights) |
+/// | `console_allow_remote` | false | let the console listen on a non-loopback address (plain HTTP: without auth anyone reaching it acts with the broker's rights; with `--auth mtls` users sign in with `rill token issue` tokens, sent unencrypted) |
 /// | `auto_create_topics` | false | produce/metadata to an unknown topic creates it |
 /// | `num_partitions` | 1 | partitions of a topic created without a count |
 /// | `default_replication_factor` | 1 | replication factor of a topic created without one |
@@ -624,9 +624,9 @@ impl BrokerConfig {
                 ));
             }
         }
-        // The console does not authenticate its users yet and reads and
-        // writes with the broker's own rights: off loopback it must be asked
-        // for, with auth on too (where it would bypass the ACLs).
+        // Without auth the console acts with the broker's own rights for
+        // whoever reaches it; with auth it signs users in with bearer tokens,
+        // over plain HTTP. Off loopback either must be asked for.
         if let Some(console) = self.console
             && !self.console_allow_remote
             && !console.ip().is_loopback()
@@ -634,13 +634,9 @@ impl BrokerConfig {
             let why = if self.auth.mode == AuthMode::None {
                 "auth mode is none: anyone who can reach it could read every topic and pause \
                  transforms through the console"
-                    .to_string()
             } else {
-                format!(
-                    "the console does not authenticate its users yet and acts with the broker's \
-                     own rights, so with auth mode {} anyone who can reach it would bypass the ACLs",
-                    format!("{:?}", self.auth.mode).to_lowercase()
-                )
+                "the console serves plain HTTP, so its users' sign-in tokens would cross the \
+                 network unencrypted (put a TLS proxy in front of it)"
             };
             return Err(bad(
                 "console",
@@ -842,12 +838,12 @@ mod tests {
         )
         .unwrap();
         c.validate().unwrap();
-        // Auth on does not cover the console (it acts with the broker's rights).
+        // Auth on: users sign in with tokens, which plain HTTP would expose.
         let c =
             BrokerConfig::from_toml_str("console = \"0.0.0.0:9644\"\n[auth]\nmode = \"mtls\"\n")
                 .unwrap();
         let e = c.validate().unwrap_err().to_string();
-        assert!(e.contains("bypass the ACLs"), "{e}");
+        assert!(e.contains("unencrypted"), "{e}");
         let c = BrokerConfig::from_toml_str(
             "console = \"0.0.0.0:9644\"\nconsole_allow_remote = true\n[auth]\nmode = \"mtls\"\n",
         )

@@ -1262,13 +1262,16 @@ pub(crate) fn check_access(
     };
     let image = state.cluster.image();
     let mut denied = Vec::new();
-    for (op, resource) in &req.checks {
+    for (i, (op, resource)) in req.checks.iter().enumerate() {
         let (resource, api) = match resource {
             AclResource::Topic(t) => (
                 Resource::Topic(*op, t),
                 match op {
                     AclOperation::Write => ApiKey::Produce,
                     AclOperation::Read => ApiKey::Fetch,
+                    AclOperation::Create => ApiKey::CreateTopics,
+                    AclOperation::Delete => ApiKey::DeleteTopics,
+                    AclOperation::Alter => ApiKey::AlterConfigs,
                     _ => ApiKey::Metadata,
                 },
             ),
@@ -1283,7 +1286,7 @@ pub(crate) fn check_access(
             }
         };
         if let Err(e) = state.auth.authorize(&image, &asking, api, &[resource]) {
-            denied.push(e.message);
+            denied.push((i as u32, e.message));
         }
     }
     tracing::debug!(principal = %req.principal, checks = req.checks.len(), denied = denied.len(), "access checked");

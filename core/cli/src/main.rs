@@ -67,6 +67,15 @@ enum Command {
     /// Issue certificates from the development CA.
     #[command(subcommand)]
     Cert(CertCommand),
+    /// Issue bearer tokens for the web console (with --auth mtls).
+    #[command(subcommand)]
+    Token(TokenCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum TokenCommand {
+    /// A token that signs a principal into the console, for a while.
+    Issue(cmd::token::IssueArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -117,6 +126,7 @@ fn main() -> ExitCode {
             Command::Quota(c) => cmd::acl::run_quota(c).await,
             Command::User(c) => cmd::user::run(c).await,
             Command::Cert(CertCommand::Issue(args)) => cmd::cert::run(args),
+            Command::Token(TokenCommand::Issue(args)) => cmd::token::run(args),
         }
     });
     // Do not wait for stray background tasks (e.g. a client's connection driver)

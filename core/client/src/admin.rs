@@ -411,12 +411,29 @@ impl Admin {
         principal: &str,
         checks: Vec<(AclOperation, AclResource)>,
     ) -> Result<Vec<String>, ClientError> {
+        let denied = self.check_each(principal, checks).await?;
+        Ok(denied.into_iter().flatten().collect())
+    }
+
+    /// As [`Self::check_access`], one answer per check in order: `None` when
+    /// allowed, else why not (brokers only).
+    pub async fn check_each(
+        &self,
+        principal: &str,
+        checks: Vec<(AclOperation, AclResource)>,
+    ) -> Result<Vec<Option<String>>, ClientError> {
+        let mut out = vec![None; checks.len()];
         let req = CheckAccessRequest {
             principal: principal.to_string(),
             checks,
         };
         let (resp, _) = self.client.call(None, &req, &[]).await?;
-        Ok(resp.denied)
+        for (i, why) in resp.denied {
+            if let Some(slot) = out.get_mut(i as usize) {
+                *slot = Some(why);
+            }
+        }
+        Ok(out)
     }
 
     /// The cluster id, the controller and the brokers (sorted by id).

@@ -22,6 +22,8 @@ use tokio::sync::mpsc;
 use crate::State;
 use crate::http::{ApiError, ApiResult};
 use crate::render;
+use crate::session::{Who, visible};
+use rill_client::AclResource;
 
 /// Topics per page unless `per_page` says otherwise (and at most [`PER_PAGE_MAX`]).
 pub(crate) const PER_PAGE: usize = 100;
@@ -147,7 +149,7 @@ pub(crate) async fn cluster(state: &State) -> ApiResult {
 
 /// `GET /api/topics?page=N&per_page=M&internal=1&q=TEXT`: one page of the
 /// topics (sorted by name), internal ones only when asked.
-pub(crate) async fn topics(state: &State, q: &HashMap<String, String>) -> ApiResult {
+pub(crate) async fn topics(state: &State, q: &HashMap<String, String>, who: &Who) -> ApiResult {
     let page: usize = number(q, "page")?.unwrap_or(0);
     let per_page: usize = number(q, "per_page")?
         .unwrap_or(PER_PAGE)
@@ -160,13 +162,14 @@ pub(crate) async fn topics(state: &State, q: &HashMap<String, String>) -> ApiRes
     let meta = own_metadata(&client(state).await?, None)
         .await
         .map_err(|e| client_error("cannot list topics", e))?;
-    let mut topics: Vec<_> = meta
+    let topics: Vec<_> = meta
         .topics
         .into_iter()
         .filter(|t| t.error.is_none())
         .filter(|t| internal || !(t.internal || t.name.starts_with("__")))
         .filter(|t| filter.is_empty() || t.name.to_lowercase().contains(&filter))
         .collect();
+    let mut topics = visible(state, who, topics, |t| AclResource::Topic(t.name.clone())).await?;
     topics.sort_by(|a, b| a.name.cmp(&b.name));
     let total = topics.len();
     let rows: Vec<Value> = topics
@@ -572,13 +575,17 @@ pub(crate) async fn tail(state: Arc<State>, name: &str) -> Result<mpsc::Receiver
 }
 
 /// `GET /api/groups`: every group (id, state, members).
-pub(crate) async fn groups(state: &State) -> ApiResult {
-    let mut groups = client(state)
+pub(crate) async fn groups(state: &State, who: &Who) -> ApiResult {
+    let groups = client(state)
         .await?
         .admin()
         .list_groups()
         .await
         .map_err(|e| client_error("cannot list groups", e))?;
+    let mut groups = visible(state, who, groups, |g| {
+        AclResource::Group(g.group_id.clone())
+    })
+    .await?;
     groups.sort_by(|a, b| a.group_id.cmp(&b.group_id));
     Ok(json!({
         "groups": groups.iter().map(|g| json!({
@@ -807,18 +814,22 @@ fn totals(status: &[InstanceStatus], now: i64) -> Value {
 }
 
 /// `GET /api/transforms`: every deployment with its instances' totals.
-pub(crate) async fn transforms(state: &State) -> ApiResult {
+pub(crate) async fn transforms(state: &State, who: &Who) -> ApiResult {
     let client = client(state).await?;
     let what = "cannot list transforms";
     let all = registry::load_deployments(&client)
         .await
         .map_err(|e| transform_error(what, e))?;
+    let all = visible(state, who, all.into_values().collect(), |d| {
+        AclResource::Transform(d.name.clone())
+    })
+    .await?;
     let status = all_status(&client)
         .await
         .map_err(|e| transform_error(what, e))?;
     let now = rill_transforms::instance::now_ms();
     let rows: Vec<Value> = all
-        .values()
+        .iter()
         .map(|d| {
             let st = status.get(&d.name).map(Vec::as_slice).unwrap_or(&[]);
             let live = st

@@ -16,7 +16,9 @@ use hyper::{Method, Request, Response, StatusCode, header};
 use hyper_util::rt::TokioIo;
 use tokio::sync::{mpsc, watch};
 
+use crate::session::{self, Who, require};
 use crate::{REQUEST_TIMEOUT, State, api, assets};
+use rill_client::{AclOperation, AclResource};
 
 pub(crate) type Body = BoxBody<Bytes, Infallible>;
 
@@ -168,55 +170,119 @@ async fn route(req: Request<Incoming>, state: Arc<State>) -> Response<Body> {
             _ => error_response(&ApiError::not_found(format!("no page at {path}"))),
         };
     }
+    // Signing in and out, and who is signed in: the only API calls made
+    // without a principal.
+    match (&method, segs.as_slice()) {
+        (&Method::GET, ["api", "session"]) => return session_info(&state, req.headers()),
+        (&Method::POST, ["api", "session"]) => return sign_in(req, &state).await,
+        (&Method::POST, ["api", "signout"]) => return sign_out(),
+        _ => {}
+    }
+    let who = match session::who(state.users.as_ref(), req.headers()) {
+        Ok(w) => w,
+        Err(e) => return error_response(&e),
+    };
     // The live tail streams; it is bounded by the connection, not by a timeout.
     if let (&Method::GET, ["api", "topics", topic, "tail"]) = (&method, segs.as_slice()) {
+        let allowed = tokio::time::timeout(
+            REQUEST_TIMEOUT,
+            require(&state, &who, vec![(AclOperation::Read, topic_res(topic))]),
+        )
+        .await
+        .unwrap_or_else(|_| Err(timed_out()));
+        if let Err(e) = allowed {
+            return error_response(&e);
+        }
         return match api::tail(state, topic).await {
             Ok(rx) => sse(rx),
             Err(e) => error_response(&e),
         };
     }
-    let result = tokio::time::timeout(REQUEST_TIMEOUT, api_call(req, &segs, state))
+    let result = tokio::time::timeout(REQUEST_TIMEOUT, api_call(req, &segs, state, who))
         .await
-        .unwrap_or_else(|_| {
-            Err(ApiError::new(
-                StatusCode::GATEWAY_TIMEOUT,
-                format!(
-                    "the cluster did not answer within {} s",
-                    REQUEST_TIMEOUT.as_secs()
-                ),
-            ))
-        });
+        .unwrap_or_else(|_| Err(timed_out()));
     match result {
         Ok(v) => json(StatusCode::OK, &v),
         Err(e) => error_response(&e),
     }
 }
 
-async fn api_call(req: Request<Incoming>, segs: &[&str], state: Arc<State>) -> ApiResult {
+fn timed_out() -> ApiError {
+    ApiError::new(
+        StatusCode::GATEWAY_TIMEOUT,
+        format!(
+            "the cluster did not answer within {} s",
+            REQUEST_TIMEOUT.as_secs()
+        ),
+    )
+}
+
+fn topic_res(name: &str) -> AclResource {
+    AclResource::Topic(name.to_string())
+}
+
+/// The string field `key` of a request body ("" when missing: the handler
+/// names what is wrong with it).
+fn field<'a>(body: &'a serde_json::Value, key: &str) -> &'a str {
+    body.get(key).and_then(|v| v.as_str()).unwrap_or("")
+}
+
+/// Routes an API request made by `who`: each route first checks what the
+/// broker would check for the requests it makes (the ACLs of `who`), lists
+/// leave out what `who` may not describe.
+async fn api_call(req: Request<Incoming>, segs: &[&str], state: Arc<State>, who: Who) -> ApiResult {
+    use AclOperation::{Alter, Create, Describe, Read};
     let q = query(&req);
     let method = req.method().clone();
+    let group_res = |g: &str| AclResource::Group(g.to_string());
+    let transform_res = |t: &str| AclResource::Transform(t.to_string());
     match (method, segs) {
         (Method::GET, ["api", "cluster"]) => api::cluster(&state).await,
-        (Method::GET, ["api", "topics"]) => api::topics(&state, &q).await,
+        (Method::GET, ["api", "topics"]) => api::topics(&state, &q, &who).await,
         (Method::POST, ["api", "topics"]) => {
             let body = read_json(req).await?;
+            let name = field(&body, "name").trim();
+            if !name.is_empty() {
+                require(&state, &who, vec![(Create, topic_res(name))]).await?;
+            }
             api::create_topic(&state, &body).await
         }
         (Method::POST, ["api", "topics", topic, "configs"]) => {
+            require(&state, &who, vec![(Alter, topic_res(topic))]).await?;
             let body = read_json(req).await?;
             api::alter_configs(&state, topic, &body).await
         }
-        (Method::GET, ["api", "topics", topic]) => api::topic(&state, topic, &q).await,
-        (Method::GET, ["api", "topics", topic, "records"]) => api::records(&state, topic, &q).await,
-        (Method::GET, ["api", "groups"]) => api::groups(&state).await,
-        (Method::GET, ["api", "groups", group]) => api::group(&state, group).await,
+        (Method::GET, ["api", "topics", topic]) => {
+            require(&state, &who, vec![(Describe, topic_res(topic))]).await?;
+            api::topic(&state, topic, &q).await
+        }
+        (Method::GET, ["api", "topics", topic, "records"]) => {
+            require(&state, &who, vec![(Read, topic_res(topic))]).await?;
+            api::records(&state, topic, &q).await
+        }
+        (Method::GET, ["api", "groups"]) => api::groups(&state, &who).await,
+        (Method::GET, ["api", "groups", group]) => {
+            require(&state, &who, vec![(Describe, group_res(group))]).await?;
+            api::group(&state, group).await
+        }
         (Method::POST, ["api", "groups", group, "reset-offsets"]) => {
             let body = read_json(req).await?;
+            // What OffsetCommit needs: read on the group and on the topic.
+            let mut checks = vec![(Read, group_res(group))];
+            let topic = field(&body, "topic").trim();
+            if !topic.is_empty() {
+                checks.push((Read, topic_res(topic)));
+            }
+            require(&state, &who, checks).await?;
             api::reset_offsets(&state, group, &body).await
         }
-        (Method::GET, ["api", "transforms"]) => api::transforms(&state).await,
-        (Method::GET, ["api", "transforms", name]) => api::transform(&state, name).await,
+        (Method::GET, ["api", "transforms"]) => api::transforms(&state, &who).await,
+        (Method::GET, ["api", "transforms", name]) => {
+            require(&state, &who, vec![(Describe, transform_res(name))]).await?;
+            api::transform(&state, name).await
+        }
         (Method::POST, ["api", "transforms", name, action @ ("pause" | "resume")]) => {
+            require(&state, &who, vec![(Alter, transform_res(name))]).await?;
             api::set_transform_state(&state, name, action == &"pause").await
         }
         (m, _) => Err(ApiError::not_found(format!(
@@ -224,6 +290,78 @@ async fn api_call(req: Request<Incoming>, segs: &[&str], state: Arc<State>) -> A
             segs.join("/")
         ))),
     }
+}
+
+/// `GET /api/session`: whether the console signs users in, and who is.
+fn session_info(state: &State, headers: &hyper::HeaderMap) -> Response<Body> {
+    let body = match (&state.users, session::who(state.users.as_ref(), headers)) {
+        (None, _) => serde_json::json!({ "auth": false, "principal": null }),
+        (Some(_), Ok(who)) => serde_json::json!({ "auth": true, "principal": who.stamp() }),
+        (Some(_), Err(e)) => {
+            serde_json::json!({ "auth": true, "principal": null, "why": e.message })
+        }
+    };
+    json(StatusCode::OK, &body)
+}
+
+/// `POST /api/session` with `{"token": "..."}`: checks the token and keeps it
+/// in the browser as an HttpOnly, SameSite=Strict cookie.
+async fn sign_in(req: Request<Incoming>, state: &State) -> Response<Body> {
+    if state.users.is_none() {
+        return error_response(&ApiError::bad_request(
+            "this console does not sign users in: its brokers run with --auth none",
+        ));
+    }
+    let body = match read_json(req).await {
+        Ok(b) => b,
+        Err(e) => return error_response(&e),
+    };
+    let token = field(&body, "token").trim().to_string();
+    let mut headers = hyper::HeaderMap::new();
+    headers.insert(
+        header::AUTHORIZATION,
+        match format!("Bearer {token}").parse() {
+            Ok(v) => v,
+            Err(_) => {
+                return error_response(&ApiError::bad_request(
+                    "the token holds characters no token has",
+                ));
+            }
+        },
+    );
+    let who = match session::who(state.users.as_ref(), &headers) {
+        Ok(w) => w,
+        Err(e) => return error_response(&e),
+    };
+    let mut r = json(
+        StatusCode::OK,
+        &serde_json::json!({ "auth": true, "principal": who.stamp() }),
+    );
+    let cookie = format!(
+        "{}={token}; Path=/; HttpOnly; SameSite=Strict",
+        session::COOKIE
+    );
+    match cookie.parse() {
+        Ok(v) => {
+            r.headers_mut().insert(header::SET_COOKIE, v);
+            r
+        }
+        Err(_) => error_response(&ApiError::bad_request(
+            "the token holds characters no token has",
+        )),
+    }
+}
+
+/// `POST /api/signout`: forgets the browser's token.
+fn sign_out() -> Response<Body> {
+    let mut r = json(StatusCode::OK, &serde_json::json!({ "principal": null }));
+    let cookie = format!(
+        "{}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0",
+        session::COOKIE
+    );
+    r.headers_mut()
+        .insert(header::SET_COOKIE, cookie.parse().expect("a valid cookie"));
+    r
 }
 
 async fn read_json(req: Request<Incoming>) -> Result<serde_json::Value, ApiError> {

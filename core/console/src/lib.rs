@@ -32,12 +32,14 @@ mod api;
 mod assets;
 mod http;
 mod render;
+mod session;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use rill_client::{Client, ClientConfig, ClientError};
+pub use rill_net::token::TokenVerifier;
 use tokio::sync::{Mutex, watch};
 use tokio::task::JoinHandle;
 
@@ -70,14 +72,22 @@ impl Console {
 }
 
 /// Binds `listen` and serves the console, reading the cluster through a client
-/// made from `client` (connected on first use, again after a failure). Fails
-/// only when the address cannot be bound.
-pub async fn start(listen: SocketAddr, client: ClientConfig) -> std::io::Result<Console> {
+/// made from `client` (connected on first use, again after a failure). With
+/// `users`, every request must carry a token it verifies and is authorized
+/// as that token's principal (see [`session`]); without, the console acts
+/// with `client`'s rights for everyone. Fails only when the address cannot be
+/// bound.
+pub async fn start(
+    listen: SocketAddr,
+    client: ClientConfig,
+    users: Option<TokenVerifier>,
+) -> std::io::Result<Console> {
     let listener = tokio::net::TcpListener::bind(listen).await?;
     let addr = listener.local_addr()?;
     let (stop, stop_rx) = watch::channel(false);
     let state = Arc::new(State {
         loopback: addr.ip().is_loopback(),
+        users,
         config: client,
         client: Mutex::new(None),
         stop: stop_rx.clone(),
@@ -91,6 +101,8 @@ pub(crate) struct State {
     /// Listening on loopback only: then the Host header must name loopback
     /// too (see [`http::request_refusal`]).
     pub(crate) loopback: bool,
+    /// Checks users' tokens (authentication on), or `None` (off).
+    pub(crate) users: Option<TokenVerifier>,
     config: ClientConfig,
     client: Mutex<Option<Client>>,
     /// Becomes true when the console stops (ends live tails).

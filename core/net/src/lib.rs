@@ -26,6 +26,7 @@ pub mod error;
 pub mod identity;
 pub mod stream;
 pub mod tls;
+pub mod token;
 
 pub use dev_ca::{DevCa, dev_ca_cert_path, ensure_dev_ca, rill_home, write_cert_files};
 pub use endpoint::{

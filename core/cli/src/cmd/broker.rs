@@ -80,12 +80,13 @@ pub struct BrokerArgs {
     #[arg(long, value_name = "HOST:PORT")]
     pub metrics: Option<SocketAddr>,
     /// Serve the web console over HTTP on this address (TCP; loopback only
-    /// unless --auth mtls or --console-allow-remote).
+    /// unless --console-allow-remote). With --auth mtls its users sign in
+    /// with tokens from `rill token issue` and act under the ACLs.
     #[arg(long, value_name = "HOST:PORT")]
     pub console: Option<SocketAddr>,
-    /// Let the console listen on a non-loopback address (it does not
-    /// authenticate its users yet: anyone who reaches it acts with the
-    /// broker's rights, whatever --auth says).
+    /// Let the console listen on a non-loopback address (it serves plain
+    /// HTTP: with --auth none anyone who reaches it acts with the broker's
+    /// rights; with --auth mtls sign-in tokens cross the network unencrypted).
     #[arg(long, requires = "console")]
     pub console_allow_remote: bool,
     /// Create a topic (with broker defaults) when a client first produces to it.
@@ -228,6 +229,7 @@ pub async fn run(args: BrokerArgs) -> anyhow::Result<()> {
     let files_without_ca = config.tls.cert.is_some() && config.tls.ca.is_none();
     let transform_maxima = crate::cmd::transform_host::maxima(&config.transforms);
     let console_addr = config.console;
+    let auth_on = config.auth.mode != rill_broker::config::AuthMode::None;
     let handle = Broker::start(config)
         .await
         .with_context(|| format!("cannot start broker {id}"))?;
@@ -259,7 +261,23 @@ pub async fn run(args: BrokerArgs) -> anyhow::Result<()> {
                 false => handle.self_tls(),
             };
             client.client_id = format!("rill-broker-{id}-console");
-            match rill_console::start(addr, client).await {
+            // With auth on, users sign in with tokens signed by the CA that
+            // signs client certificates (the one this broker trusts).
+            let users = match auth_on {
+                false => None,
+                true => {
+                    let ca = handle.self_tls().ca_path();
+                    match rill_console::TokenVerifier::from_ca_file(&ca) {
+                        Ok(v) => Some(v),
+                        Err(e) => {
+                            let _ = handle.shutdown().await;
+                            return Err(anyhow::anyhow!("cannot check console tokens: {e}"))
+                                .with_context(|| format!("cannot start broker {id}"));
+                        }
+                    }
+                }
+            };
+            match rill_console::start(addr, client, users).await {
                 Ok(c) => {
                     tracing::info!("console on http://{}", c.local_addr());
                     Some(c)

@@ -11,6 +11,7 @@ pub mod cluster;
 pub mod consume;
 pub mod group;
 pub mod produce;
+pub mod token;
 pub mod topic;
 pub mod transform;
 pub mod transform_host;

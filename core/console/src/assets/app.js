@@ -6,6 +6,9 @@
 //   #/topics/NAME/records?partition=P&offset=O   browse; live tail
 //   #/groups, #/groups/ID          consumer groups, lag per partition; reset offsets
 //   #/transforms, #/transforms/NAME  state, instances, logs, pause/resume
+// With --auth mtls the console signs users in with a token from
+// `rill token issue` (kept in an HttpOnly cookie); every page then shows only
+// what the user's ACLs allow, and a refused action shows the broker's reason.
 "use strict";
 
 const app = document.getElementById("app");
@@ -28,8 +31,66 @@ function el(tag, attrs, ...children) {
   return e;
 }
 
-// Replaces the page's content (null, undefined and false children are left out).
-function show(...children) { fill(app, ...children); }
+// Replaces the page's content (null, undefined and false children are left out);
+// not while the sign-in form is up.
+function show(...children) { if (!signingIn) fill(app, ...children); }
+
+// Whether the console signs users in (`auth`), and who is (`principal`).
+let session = { auth: false, principal: null };
+let signingIn = false;
+
+async function loadSession() {
+  try {
+    const r = await fetch("api/session");
+    if (r.ok) session = await r.json();
+  } catch (e) { /* the page's own request shows the failure */ }
+  renderWho();
+}
+
+function renderWho() {
+  const w = document.getElementById("who");
+  if (!session.auth || !session.principal) { w.replaceChildren(); return; }
+  w.replaceChildren("Signed in as ", el("b", { id: "principal" }, session.principal), " ",
+    el("button", { id: "sign-out", class: "link", onclick: signOut }, "Sign out"));
+}
+
+async function signOut() {
+  try { await post("signout", {}); } catch (e) { /* signed out either way */ }
+  session.principal = null;
+  renderWho();
+  signInPage(null);
+}
+
+// The sign-in form, with why it is needed (`why`: the console's 401 message).
+function signInPage(why) {
+  for (const c of cleanups) c();
+  cleanups = [];
+  signingIn = true;
+  const token = el("textarea", { id: "token", rows: 4, cols: 90, placeholder: "eyJhbGciOi…", required: true });
+  const out = el("div");
+  fill(app,
+    el("h1", {}, "Sign in"),
+    el("p", {}, "The brokers run with ", el("code", {}, "--auth mtls"),
+      ": the console acts as you, under the cluster's ACLs. Paste a token made with ",
+      el("code", {}, "rill token issue --principal NAME --ttl 1h"), "."),
+    why ? el("p", { class: "muted", id: "sign-in-why" }, why) : null,
+    el("form", {
+      id: "sign-in",
+      onsubmit: async ev => {
+        ev.preventDefault();
+        try {
+          const r = await fetch("api/session", { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ token: token.value }) });
+          const body = await r.json();
+          if (!r.ok) throw new Error(body.error || ("HTTP " + r.status));
+          session = body;
+          signingIn = false;
+          renderWho();
+          route();
+        } catch (e) { out.replaceChildren(errorBox(e)); }
+      },
+    }, token, el("div", {}, el("button", { type: "submit", class: "primary" }, "Sign in"))),
+    out);
+}
 
 function fill(node, ...children) {
   node.replaceChildren(...children.flat().filter(c => c !== null && c !== undefined && c !== false));
@@ -62,6 +123,11 @@ async function api(path, options) {
   const resp = await fetch("api/" + path, options);
   let body;
   try { body = await resp.json(); } catch (e) { body = { error: "the console answered " + resp.status + " with no JSON" }; }
+  if (resp.status === 401) {
+    session.principal = null;
+    renderWho();
+    signInPage(body.error);
+  }
   if (!resp.ok) throw new Error(body.error || ("HTTP " + resp.status));
   return body;
 }
@@ -111,6 +177,7 @@ async function route() {
   for (const a of document.querySelectorAll("header nav a")) {
     a.classList.toggle("active", a.dataset.nav === page);
   }
+  if (signingIn) return;
   show(el("p", { class: "muted" }, "Loading…"));
   try {
     if (page === "cluster") await clusterPage();
@@ -614,4 +681,7 @@ async function transformPage(name) {
 }
 
 window.addEventListener("hashchange", route);
-route();
+loadSession().then(() => {
+  if (session.auth && !session.principal) signInPage(session.why);
+  else route();
+});

@@ -362,7 +362,10 @@ impl DeploymentHead {
 
 /// Asks whether `principal` may do each of `checks` (brokers only: the
 /// transform runners checking a deployment's rights before they read or
-/// write for it).
+/// write for it, and the web console checking what a signed-in user may see
+/// and do).
+///
+/// Version 1: the response names each refused check by its index.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CheckAccessRequest {
     /// `User:NAME`, `Anonymous` or `Broker:ID`.
@@ -372,12 +375,13 @@ pub struct CheckAccessRequest {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CheckAccessResponse {
-    /// Why each refused check is refused (empty: all allowed).
-    pub denied: Vec<String>,
+    /// Each refused check: its index in `checks`, and why (empty: all allowed).
+    pub denied: Vec<(u32, String)>,
 }
 
 impl ApiRequest for CheckAccessRequest {
     const KEY: ApiKey = ApiKey::CheckAccess;
+    const VERSION: u16 = 1;
     type Response = CheckAccessResponse;
 }
 
