@@ -18,6 +18,8 @@
 //! - a transform (tests/guests/faulty) with a failing record shows its counts,
 //!   its error, its dead-letter topic and its logs; pause and resume, each
 //!   confirmed first;
+//! - the cluster page shows every broker's version and charts the produce
+//!   traffic of the records above (each broker's own counters);
 //! - a SIGKILLed broker is shown down within a few seconds, and its topic's
 //!   partitions led by the others and marked under-replicated;
 //! - a broker with `--auth mtls`: its console asks for a token (`rill token
@@ -571,6 +573,33 @@ fn console_in_a_browser() {
         "pause/resume kept the deployer: {out}"
     );
 
+    // Every broker's version, and the charts: the records produced above are
+    // produce traffic of the last minutes.
+    driver.go(&format!("{base}#/cluster"));
+    let version = env!("CARGO_PKG_VERSION");
+    driver.wait_for("versions and produce traffic on the cluster page", || {
+        driver.js(&format!(
+            "const rows = [...document.querySelectorAll('#brokers tr[data-broker-id]')];\
+             const c = document.getElementById('chart-produce');\
+             return rows.length === 3 \
+               && rows.every(r => r.querySelector('.version').innerText === {}) \
+               && !!c && Number(c.dataset.max) > 0 && c.querySelectorAll('polyline').length > 0;",
+            json!(version)
+        )) == json!(true)
+    });
+    let (status, body) = http_get(port, "/api/metrics");
+    assert_eq!(status, 200, "{body}");
+    let m: Value = serde_json::from_str(&body).unwrap();
+    let brokers = m["brokers"].as_array().unwrap();
+    assert_eq!(brokers.len(), 3, "{body}");
+    let produced: f64 = brokers
+        .iter()
+        .flat_map(|b| b["points"].as_array().unwrap())
+        .map(|p| p["produce_bytes_s"].as_f64().unwrap())
+        .sum();
+    assert!(produced > 0.0, "no produce traffic in {body}");
+    shoot("cluster-charts");
+
     // A killed broker is shown down within a few seconds.
     driver.go(&format!("{base}#/cluster"));
     driver.wait_for("the cluster page", || {
@@ -685,6 +714,9 @@ fn users_sign_in_and_are_held_to_their_acls(driver: &Driver, shoot: &dyn Fn(&str
     );
     let (status, body) = as_viewer("GET", "/api/topics/shared/records?partition=0", None);
     assert_eq!(status, 200, "{body}");
+    // The charts need describe on the cluster.
+    let (status, body) = as_viewer("GET", "/api/metrics", None);
+    assert_eq!(status, 403, "{body}");
     // A token not signed by this cluster's CA.
     let other = tempfile::tempdir().unwrap();
     let out = support::rill_command(other.path())

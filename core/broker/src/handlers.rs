@@ -603,7 +603,7 @@ pub(crate) async fn produce(
             to_replicate.push((responses.len() - 1, p, end));
         }
     }
-    state.metrics.bytes_in.increment(bytes_in);
+    state.metrics.add_bytes_in(bytes_in);
     // acks=all: answer once every ISR member has the batches (the high watermark
     // passed them), or REQUEST_TIMED_OUT. The partitions are waited on together,
     // under one deadline for the whole request.
@@ -843,7 +843,7 @@ pub(crate) async fn fetch(
             bytes_len,
         });
     }
-    state.metrics.bytes_out.increment(bytes_out);
+    state.metrics.add_bytes_out(bytes_out);
     Ok(Answer::WithPayload(
         FetchResponse { partitions: out },
         payload,

@@ -340,6 +340,7 @@ fn counts(api: ApiKey, request: &dyn Any) -> Vec<Count> {
     use Elements::*;
     match api {
         ApiKey::ApiVersions
+        | ApiKey::DescribeBrokerStats
         | ApiKey::InitProducerId
         | ApiKey::FindCoordinator
         | ApiKey::ListGroups

@@ -105,14 +105,16 @@ pub struct Served {
 #[derive(Debug)]
 pub struct RequestTimer {
     metrics: ApiMetrics,
+    local: Arc<crate::metrics::LocalStats>,
+    api: ApiKey,
     started: Instant,
 }
 
 impl Drop for RequestTimer {
     fn drop(&mut self) {
-        self.metrics
-            .duration
-            .record(self.started.elapsed().as_secs_f64());
+        let took = self.started.elapsed();
+        self.metrics.duration.record(took.as_secs_f64());
+        self.local.record(self.api, took);
     }
 }
 
@@ -478,6 +480,9 @@ fn table() -> Table {
     t.add::<CheckAccessRequest, _, _, _>(Meta, none, |s, c, r, _| async move {
         handlers::check_access(&s, &c, r)
     });
+    t.add::<DescribeBrokerStatsRequest, _, _, _>(Meta, cluster_describe, |s, _, _, _| async move {
+        Ok(s.metrics.local.snapshot(s.config.id))
+    });
     t
 }
 
@@ -560,6 +565,8 @@ impl Router {
         metrics.requests.increment(1);
         let timer = Some(RequestTimer {
             metrics: metrics.clone(),
+            local: state.metrics.local.clone(),
+            api,
             started,
         });
         let produced = payload.len() as u64;

@@ -117,7 +117,7 @@ fn number<T: std::str::FromStr>(
 /// Metadata from the console's own broker (the one its client bootstrapped
 /// from, alive as long as the console is): "any broker" may be one just
 /// killed whose connection has not timed out yet.
-async fn own_metadata(
+pub(crate) async fn own_metadata(
     client: &rill_client::Client,
     topics: Option<Vec<String>>,
 ) -> Result<rill_client::MetadataResponse, ClientError> {
@@ -143,6 +143,22 @@ pub(crate) async fn cluster(state: &State) -> ApiResult {
             "rack": b.rack,
             "alive": b.alive,
             "controller": info.controller_id == Some(b.id),
+        })).collect::<Vec<_>>(),
+    }))
+}
+
+/// `GET /api/metrics`: per broker, its version and one point per
+/// [`crate::stats::SAMPLE_EVERY`] of the last [`crate::stats::WINDOW`].
+pub(crate) fn metrics(state: &State) -> ApiResult {
+    let history = state.history.lock().unwrap_or_else(|p| p.into_inner());
+    Ok(json!({
+        "interval_ms": crate::stats::SAMPLE_EVERY.as_millis() as u64,
+        "window_s": crate::stats::WINDOW.as_secs(),
+        "brokers": history.brokers.iter().map(|(id, h)| json!({
+            "id": id,
+            "version": h.version,
+            "started_ms": h.started_ms,
+            "points": h.points,
         })).collect::<Vec<_>>(),
     }))
 }

@@ -238,6 +238,10 @@ async fn api_call(req: Request<Incoming>, segs: &[&str], state: Arc<State>, who:
     let transform_res = |t: &str| AclResource::Transform(t.to_string());
     match (method, segs) {
         (Method::GET, ["api", "cluster"]) => api::cluster(&state).await,
+        (Method::GET, ["api", "metrics"]) => {
+            require(&state, &who, vec![(Describe, AclResource::Cluster)]).await?;
+            api::metrics(&state)
+        }
         (Method::GET, ["api", "topics"]) => api::topics(&state, &q, &who).await,
         (Method::POST, ["api", "topics"]) => {
             let body = read_json(req).await?;

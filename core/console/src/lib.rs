@@ -12,7 +12,9 @@
 //! by Server-Sent Events), consumer groups (members, committed offsets, lag;
 //! reset a topic's committed offsets to the earliest, the latest, an offset or
 //! a time while the group has no members), transforms (state, instances,
-//! counts, errors, logs, pause/resume).
+//! counts, errors, logs, pause/resume). The cluster page also charts each
+//! broker's produce and fetch rates and latencies over the last ten minutes
+//! ([`stats`]: every broker's own counters, asked every 2 s).
 //!
 //! Invariants: every API request is bounded in time ([`REQUEST_TIMEOUT`]) and in
 //! what it returns (topics paged, records per browse capped, record bytes shown
@@ -33,6 +35,7 @@ mod assets;
 mod http;
 mod render;
 mod session;
+mod stats;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -88,11 +91,16 @@ pub async fn start(
     let state = Arc::new(State {
         loopback: addr.ip().is_loopback(),
         users,
+        history: std::sync::Mutex::new(stats::History::default()),
         config: client,
         client: Mutex::new(None),
         stop: stop_rx.clone(),
     });
-    let task = tokio::spawn(http::serve(listener, state, stop_rx));
+    let sampler = tokio::spawn(stats::sample(state.clone(), stop_rx.clone()));
+    let task = tokio::spawn(async move {
+        http::serve(listener, state, stop_rx).await;
+        let _ = sampler.await;
+    });
     Ok(Console { addr, stop, task })
 }
 
@@ -103,6 +111,8 @@ pub(crate) struct State {
     pub(crate) loopback: bool,
     /// Checks users' tokens (authentication on), or `None` (off).
     pub(crate) users: Option<TokenVerifier>,
+    /// Every broker's throughput and latency over the last minutes.
+    pub(crate) history: std::sync::Mutex<stats::History>,
     config: ClientConfig,
     client: Mutex<Option<Client>>,
     /// Becomes true when the console stops (ends live tails).

@@ -1,6 +1,7 @@
 // Rill console: a single-page app over the JSON API under /api/.
 // Routes (location.hash):
-//   #/cluster                      brokers, controller, alive
+//   #/cluster                      brokers, controller, alive, versions; throughput
+//                                  and latency charts of the last 10 minutes
 //   #/topics?page=N&internal=1&q=  topics, paged; create a topic
 //   #/topics/NAME                  partitions, offsets, configs
 //   #/topics/NAME/records?partition=P&offset=O   browse; live tail
@@ -115,7 +116,7 @@ function fmtBytes(n) {
   const units = ["B", "KiB", "MiB", "GiB", "TiB"];
   let i = 0;
   while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
-  return (i === 0 ? n : n.toFixed(1)) + " " + units[i];
+  return (i === 0 ? Math.round(n) : n.toFixed(1)) + " " + units[i];
 }
 function dash(v) { return v === null || v === undefined ? "-" : String(v); }
 
@@ -200,8 +201,18 @@ async function clusterPage() {
   await every(2000, async () => {
     let c;
     try { c = await api("cluster"); } catch (e) { show(el("h1", {}, "Cluster"), errorBox(e)); return; }
+    // The charts need describe on the cluster; without it the page still shows the brokers.
+    let m = null, mErr = null;
+    try { m = await api("metrics"); } catch (e) { mErr = e; }
     document.getElementById("cluster-id").textContent = "cluster " + c.cluster_id;
     const alive = c.brokers.filter(b => b.alive).length;
+    const stats = {};
+    for (const b of (m ? m.brokers : [])) stats[b.id] = b;
+    const last = id => {
+      const s = stats[id];
+      return s && s.points.length ? s.points[s.points.length - 1] : null;
+    };
+    const rate = v => v === null || v === undefined ? "-" : fmtBytes(v) + "/s";
     show(
       el("h1", {}, "Cluster"),
       el("div", { class: "card summary" },
@@ -209,15 +220,80 @@ async function clusterPage() {
         el("div", {}, el("b", { id: "alive-count" }, alive), "alive"),
         el("div", {}, el("b", {}, dash(c.controller_id)), "controller"),
         el("div", {}, el("b", { class: "muted", style: "font-size:14px" }, c.cluster_id), "cluster id")),
-      table(["ID", "Address", "Rack", "Status", "Role"],
+      table(["ID", "Address", "Rack", "Status", "Role", "Version", { text: "Produce in", cls: "num" }, { text: "Fetch out", cls: "num" }],
         c.brokers.map(b => el("tr", { "data-broker-id": b.id, "data-alive": b.alive ? "yes" : "no" },
           el("td", {}, b.id),
           el("td", {}, b.addr),
           el("td", {}, dash(b.rack)),
           el("td", { class: "status" }, b.alive ? badge("alive", "ok") : badge("down", "bad")),
-          el("td", {}, b.controller ? badge("controller", "info") : ""))),
-        { id: "brokers" }));
+          el("td", {}, b.controller ? badge("controller", "info") : ""),
+          el("td", { class: "version" }, stats[b.id] ? stats[b.id].version : "-"),
+          el("td", { class: "num" }, b.alive && last(b.id) ? rate(last(b.id).produce_bytes_s) : "-"),
+          el("td", { class: "num" }, b.alive && last(b.id) ? rate(last(b.id).fetch_bytes_s) : "-"))),
+        { id: "brokers" }),
+      el("h2", {}, "Throughput and latency, last " + (m ? Math.round(m.window_s / 60) : 10) + " minutes"),
+      mErr ? errorBox(mErr) : el("div", { class: "charts", id: "charts" },
+        chart("Produce", "chart-produce", m, p => p.produce_bytes_s, v => fmtBytes(v) + "/s"),
+        chart("Fetch", "chart-fetch", m, p => p.fetch_bytes_s, v => fmtBytes(v) + "/s"),
+        chart("Produce latency p99", "chart-produce-p99", m, p => p.produce_p99_ms, v => v.toFixed(1) + " ms"),
+        chart("Fetch latency p99 (long-poll waits included)", "chart-fetch-p99", m, p => p.fetch_p99_ms, v => v.toFixed(1) + " ms")));
   });
+}
+
+const COLORS = ["#1f6feb", "#1a7f37", "#cf222e", "#9a6700", "#8250df", "#0a7ea4", "#bf3989", "#57606a"];
+
+// A line per broker of `value(point)` over the metrics window, as inline SVG;
+// a broker that did not answer for a while (or a null value) leaves a gap.
+function chart(title, id, m, value, fmt) {
+  const w = 600, h = 150, left = 4, right = 4, top = 6, bottom = 6;
+  const ns = "http://www.w3.org/2000/svg";
+  const all = m.brokers.flatMap(b => b.points);
+  const now = all.length ? Math.max(...all.map(p => p.t_ms)) : 0;
+  // The window, or less while the console has not sampled that long.
+  const t0 = all.length ? Math.max(now - m.window_s * 1000, Math.min(...all.map(p => p.t_ms))) : now;
+  const values = all.map(value).filter(v => v !== null && v !== undefined);
+  const max = values.length ? Math.max(...values) : 0;
+  const scale = max > 0 ? max * 1.1 : 1;
+  const svg = document.createElementNS(ns, "svg");
+  svg.setAttribute("viewBox", `0 0 ${w} ${h}`);
+  svg.setAttribute("class", "chart-plot");
+  const x = t => left + (t - t0) / (now - t0 || 1) * (w - left - right);
+  const y = v => h - bottom - v / scale * (h - top - bottom);
+  for (let g = 1; g <= 3; g++) {
+    const line = document.createElementNS(ns, "line");
+    line.setAttribute("x1", 0); line.setAttribute("x2", w);
+    line.setAttribute("y1", y(scale * g / 4)); line.setAttribute("y2", y(scale * g / 4));
+    line.setAttribute("class", "grid");
+    svg.append(line);
+  }
+  m.brokers.forEach((b, i) => {
+    let seg = [];
+    const flush = () => {
+      if (seg.length > 1) {
+        const pl = document.createElementNS(ns, "polyline");
+        pl.setAttribute("points", seg.join(" "));
+        pl.setAttribute("stroke", COLORS[i % COLORS.length]);
+        pl.setAttribute("data-broker", b.id);
+        svg.append(pl);
+      }
+      seg = [];
+    };
+    let prev = null;
+    for (const p of b.points) {
+      const v = value(p);
+      if (v === null || v === undefined || (prev && p.t_ms - prev > m.interval_ms * 2.5)) flush();
+      if (v !== null && v !== undefined) seg.push(`${x(p.t_ms).toFixed(1)},${y(v).toFixed(1)}`);
+      prev = p.t_ms;
+    }
+    flush();
+  });
+  return el("div", { class: "card chart", id, "data-max": max },
+    el("div", { class: "chart-title" }, el("b", {}, title), " ", el("span", { class: "muted" }, "max " + (values.length ? fmt(max) : "-"))),
+    svg,
+    el("div", { class: "axis muted" }, el("span", {}, all.length ? new Date(t0).toISOString().slice(11, 19) + " UTC" : ""), el("span", {}, "now")),
+    el("div", { class: "legend" }, m.brokers.map((b, i) =>
+      el("span", {}, el("i", { style: "background:" + COLORS[i % COLORS.length] }), "broker " + b.id)),
+      el("span", { class: "muted" }, values.length ? "" : "no requests yet")));
 }
 
 // ---- topics ----

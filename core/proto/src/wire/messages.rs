@@ -77,10 +77,12 @@ pub enum ApiKey {
     TxnOffsetCommit = 43,
     /// Between brokers: a group coordinator stores a committed transaction's offsets.
     CommitTxnOffsets = 44,
+    /// One broker's own traffic and request latencies (the console's charts).
+    DescribeBrokerStats = 45,
 }
 
 impl ApiKey {
-    pub const ALL: [ApiKey; 45] = [
+    pub const ALL: [ApiKey; 46] = [
         ApiKey::ApiVersions,
         ApiKey::Metadata,
         ApiKey::CreateTopics,
@@ -126,6 +128,7 @@ impl ApiKey {
         ApiKey::WriteTxnMarkers,
         ApiKey::TxnOffsetCommit,
         ApiKey::CommitTxnOffsets,
+        ApiKey::DescribeBrokerStats,
     ];
 
     pub fn from_u16(n: u16) -> Option<ApiKey> {
@@ -180,6 +183,7 @@ impl ApiKey {
             ApiKey::WriteTxnMarkers => "write_txn_markers",
             ApiKey::TxnOffsetCommit => "txn_offset_commit",
             ApiKey::CommitTxnOffsets => "commit_txn_offsets",
+            ApiKey::DescribeBrokerStats => "describe_broker_stats",
         }
     }
 }
@@ -651,6 +655,49 @@ pub struct ListOffsetsResponse {
 impl ApiRequest for ListOffsetsRequest {
     const KEY: ApiKey = ApiKey::ListOffsets;
     type Response = ListOffsetsResponse;
+}
+
+// ---------------------------------------------------------------- broker stats
+
+/// What the answering broker itself has served since it started: its version,
+/// record bytes in and out, and per class of api (`produce`, `fetch`,
+/// `other`) the requests and a histogram of their latencies. Counters only
+/// grow; a reader takes rates and quantiles from the difference of two
+/// answers. Version 0.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct DescribeBrokerStatsRequest {}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DescribeBrokerStatsResponse {
+    pub broker_id: i32,
+    /// The broker's release (`rill --version`).
+    pub version: String,
+    /// When it started, and now, by its clock (ms since the Unix epoch).
+    pub started_ms: i64,
+    pub now_ms: i64,
+    /// Record batch bytes produced to it, and fetched from it.
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    /// Upper bounds of the latency buckets, microseconds; each histogram has
+    /// one more bucket, for slower requests.
+    pub latency_bounds_us: Vec<u64>,
+    pub apis: Vec<ApiStats>,
+}
+
+/// Requests of one class of api and their latencies (from the request's
+/// arrival to its answer, a fetch's long-poll wait included).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApiStats {
+    /// `produce`, `fetch` or `other`.
+    pub class: String,
+    pub requests: u64,
+    /// Requests per latency bucket (`latency_bounds_us`, then the rest).
+    pub latency_buckets: Vec<u64>,
+}
+
+impl ApiRequest for DescribeBrokerStatsRequest {
+    const KEY: ApiKey = ApiKey::DescribeBrokerStats;
+    type Response = DescribeBrokerStatsResponse;
 }
 
 // ---------------------------------------------------------------- describe storage
