@@ -55,6 +55,8 @@ pub const CONTROLLER_CALL_TIMEOUT: Duration = Duration::from_secs(5);
 pub const LEADER_WAIT_MAX: Duration = Duration::from_secs(10);
 /// How often a joining broker retries its join.
 pub const JOIN_RETRY_INTERVAL: Duration = Duration::from_millis(500);
+/// Longest time between two looks of the controller at the brokers' sessions.
+const CONTROLLER_CHECK_MAX: Duration = Duration::from_millis(50);
 /// Longest the controller spends on one join (waiting for the membership
 /// lock, catching the new broker up as a learner, making it a voter); the
 /// lock is never held past it.
@@ -826,8 +828,11 @@ impl Cluster {
 
     /// On the controller: fences brokers whose session lapsed, unfences those
     /// that came back, and runs the preferred-leader election on its timer.
+    /// It looks every [`CONTROLLER_CHECK_MAX`] at most (a cheap pure
+    /// decision), so a takeover is noticed and a lapsed session or the old
+    /// controller's grace acted on within that, not a heartbeat interval later.
     async fn controller_loop(self: Arc<Self>, imbalance_every: Duration, stop: CancellationToken) {
-        let mut timer = tokio::time::interval(self.heartbeat_interval);
+        let mut timer = tokio::time::interval(self.heartbeat_interval.min(CONTROLLER_CHECK_MAX));
         timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut last_election = Instant::now();
         loop {
