@@ -306,3 +306,69 @@ fn group_resumes_after_restart_and_admin_commands_work() {
     let gone = broker.rill(&["group", "describe", "g"]);
     assert!(single_error_line(&gone).contains("GROUP_ID_NOT_FOUND"));
 }
+
+/// A member whose coordinator stops answering (its broker SIGSTOPped) gives
+/// its partitions up a session timeout after its last answered heartbeat, as
+/// Kafka's consumer declares them lost, not when a request to the silent
+/// coordinator finally times out: by then the coordinator may have handed
+/// them to another member. The network-fault test (issue 21) saw a member
+/// keep its partitions for seconds past its session while a heartbeat or a
+/// commit waited for the request timeout. (This test bounds elapsed time on
+/// purpose: the bound is what is tested, with a second of slack.)
+#[test]
+#[allow(unsafe_code)]
+fn a_member_whose_coordinator_is_silent_gives_up_its_partitions_within_its_session() {
+    let broker = TestBroker::start();
+    broker.rill_ok(&["topic", "create", "silent", "--partitions", "2"]);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let session = Duration::from_millis(1500);
+    let lost_after = rt.block_on(async {
+        let client = connect_client(&broker.addr().to_string(), &broker.home()).await;
+        let mut config = rill_client::GroupConfig::new("silent-g", vec!["silent".into()]);
+        config.session_timeout_ms = session.as_millis() as u32;
+        config.heartbeat_interval_ms = 100;
+        config.enable_auto_commit = false;
+        config.auto_offset_reset = rill_client::OffsetReset::Earliest;
+        let mut member = client.group_consumer(config).await.expect("join");
+        let deadline = Instant::now() + WAIT;
+        while member.assignment().len() < 2 {
+            assert!(Instant::now() < deadline, "never assigned both partitions");
+            member.poll(Duration::from_millis(100)).await.unwrap();
+        }
+        member.take_events();
+        let pid = libc::pid_t::try_from(broker.pid()).unwrap();
+        // SAFETY: kill(2) on the broker child this test started; no memory-safety preconditions.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+        let stopped_at = Instant::now();
+        let lost = loop {
+            let polled = tokio::time::timeout(
+                Duration::from_secs(20),
+                member.poll(Duration::from_millis(100)),
+            )
+            .await;
+            let revoked = member
+                .take_events()
+                .into_iter()
+                .any(|e| matches!(e, rill_client::GroupEvent::Revoked(_)));
+            if revoked {
+                break Some(stopped_at.elapsed());
+            }
+            if polled.is_err() || stopped_at.elapsed() > Duration::from_secs(20) {
+                break None;
+            }
+        };
+        // SAFETY: as above.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+        lost
+    });
+    let lost_after = lost_after.expect("the member never reported its partitions lost");
+    assert!(
+        lost_after <= session + Duration::from_secs(1),
+        "the member gave its partitions up {lost_after:?} after its coordinator went silent; \
+         its session is {session:?}"
+    );
+}

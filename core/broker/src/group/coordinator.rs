@@ -25,6 +25,23 @@
 //! a move of the coordinator, members are unknown and rejoin (their heartbeats
 //! get UNKNOWN_MEMBER_ID).
 //!
+//! Hold after a load: a member of the previous coordinator that has not yet
+//! heard of the move still holds its partitions, until it gives them up
+//! itself, a session timeout after its last answered heartbeat (the client
+//! does), or rejoins (which it does only after giving them up). Its
+//! assignment is not known here, so "no partition has two owners" cannot be
+//! checked against it. So each group record is followed by a members record
+//! (the member ids and their longest session timeout at that group epoch),
+//! and a coordinator that loads a group whose last members record names
+//! members ([`GroupCoordinator::hold_after_load`]) adds no partition to any
+//! assignment (revocations go on) until each of those members rejoined or
+//! left, or that session timeout passed since the load. A group that was
+//! empty, or whose log predates members records, is not held. (Kafka's
+//! KIP-848 coordinator persists each member's assignment instead.) The
+//! network-fault test (issue 21) caught the member that reached the new
+//! coordinator first being given every partition while the others still
+//! consumed theirs.
+//!
 //! Invariants (asserted in `check_invariants`, run by the tests after every
 //! step): no partition is held (assigned or revoking) by two members; every
 //! member's epoch is at most the group epoch.
@@ -35,7 +52,7 @@ use rill_proto::TimestampMs;
 use rill_proto::wire::*;
 
 use super::assignor::{self, ASSIGNORS, MemberSpec, Tp};
-use super::records::{GroupRecord, GroupValue, OffsetValue};
+use super::records::{GroupRecord, GroupValue, MembersValue, OffsetValue};
 
 mod classic;
 pub use classic::{Pending, consumer_protocol};
@@ -321,6 +338,19 @@ struct Group {
     classic: classic::Classic,
     /// When a tick first found the group with no members and no offsets.
     empty_since: Option<Millis>,
+    /// The members as the log's last members record names them.
+    recorded_members: Option<MembersValue>,
+    /// After a load: see "Hold after a load" in the module doc.
+    hold: Option<Hold>,
+}
+
+/// A group loaded from the log waits for the previous coordinator's members.
+#[derive(Debug, Clone)]
+struct Hold {
+    /// Members of the previous coordinator that have not rejoined or left.
+    awaited: BTreeSet<String>,
+    /// Until when at most (the load plus their longest session timeout).
+    until: Millis,
 }
 
 impl Group {
@@ -377,9 +407,26 @@ impl Group {
         self.target_epoch = self.epoch;
     }
 
+    /// Until when no partition may be added to an assignment (see "Hold after
+    /// a load" in the module doc), if that is after `now`.
+    fn held_until(&self, now: Millis) -> Option<Millis> {
+        self.hold
+            .as_ref()
+            .filter(|h| !h.awaited.is_empty() && now < h.until)
+            .map(|h| h.until)
+    }
+
+    /// A member of the previous coordinator rejoined or left: it holds nothing.
+    fn no_longer_awaited(&mut self, member_id: &str) {
+        if let Some(h) = &mut self.hold {
+            h.awaited.remove(member_id);
+        }
+    }
+
     /// Moves one member towards its target: revoke what it should not own, add
-    /// what it should own and nobody else holds.
-    fn reconcile(&mut self, member_id: &str) {
+    /// what it should own and nobody else holds (not while held after a load).
+    fn reconcile(&mut self, member_id: &str, now: Millis) {
+        let held_after_load = self.held_until(now).is_some();
         let target = self.target.get(member_id).cloned().unwrap_or_default();
         let held: BTreeSet<Tp> = self
             .members
@@ -395,7 +442,7 @@ impl Group {
             m.assigned.remove(&tp);
             m.revoking.insert(tp);
         }
-        for tp in target {
+        for tp in target.into_iter().filter(|_| !held_after_load) {
             if !held.contains(&tp) && !m.assigned.contains(&tp) {
                 m.revoking.remove(&tp);
                 m.assigned.insert(tp);
@@ -495,6 +542,22 @@ impl GroupCoordinator {
     /// to load again from the log.
     pub fn retain_groups(&mut self, keep: impl Fn(&str) -> bool) {
         self.groups.retain(|gid, _| keep(gid));
+    }
+
+    /// The groups were loaded from the log at `now`: each whose last members
+    /// record names members waits for them (see "Hold after a load" in the
+    /// module doc).
+    pub fn hold_after_load(&mut self, now: Millis) {
+        for g in self.groups.values_mut() {
+            g.hold = g
+                .recorded_members
+                .as_ref()
+                .filter(|m| !m.member_ids.is_empty())
+                .map(|m| Hold {
+                    awaited: m.member_ids.iter().cloned().collect(),
+                    until: now + m.session_timeout_ms_max as Millis,
+                });
+        }
     }
 
     /// Takes over the groups of `loaded` (a coordinator that replayed one
@@ -667,6 +730,9 @@ impl GroupCoordinator {
         if req.member_epoch == LEAVE_GROUP_EPOCH || req.member_epoch == LEAVE_GROUP_STATIC_EPOCH {
             let mut records = Vec::new();
             if let Some(g) = self.groups.get_mut(&gid) {
+                if req.member_epoch == LEAVE_GROUP_EPOCH {
+                    g.no_longer_awaited(&mid);
+                }
                 let is_static = g.members.get(&mid).is_some_and(|m| m.instance_id.is_some());
                 if req.member_epoch == LEAVE_GROUP_STATIC_EPOCH && is_static {
                     let m = g.members.get_mut(&mid).expect("checked");
@@ -759,6 +825,9 @@ impl GroupCoordinator {
         g.assignor = req.assignor.clone();
 
         if req.member_epoch == JOIN_GROUP_EPOCH {
+            // A member of the previous coordinator rejoins only after giving
+            // up its partitions.
+            g.no_longer_awaited(&mid);
             if g.members.contains_key(&mid) {
                 // Rejoining under the same id: start over.
                 g.remove_member(&mid);
@@ -865,14 +934,15 @@ impl GroupCoordinator {
         if g.target_epoch != g.epoch {
             g.compute_target();
         }
-        g.reconcile(&mid);
+        g.reconcile(&mid, now);
 
         let m = &g.members[&mid];
         let waiting = g.target.get(&mid).is_some_and(|t| *t != m.assigned);
-        let interval = if waiting {
-            m.heartbeat_interval_ms.min(RECONCILE_HEARTBEAT_INTERVAL_MS)
-        } else {
-            m.heartbeat_interval_ms
+        let interval = match g.held_until(now) {
+            // Back when the hold ends (or at the usual interval).
+            Some(until) if waiting => m.heartbeat_interval_ms.min((until - now).max(1) as u32),
+            _ if waiting => m.heartbeat_interval_ms.min(RECONCILE_HEARTBEAT_INTERVAL_MS),
+            _ => m.heartbeat_interval_ms,
         };
         let reply = ConsumerGroupHeartbeatResponse {
             error: None,
@@ -884,24 +954,49 @@ impl GroupCoordinator {
         };
         Output {
             reply,
-            records: self.epoch_record(&gid).into_iter().collect(),
+            records: self.epoch_record(&gid),
         }
     }
 
-    /// The group record to write when the epoch moved past what was written.
-    fn epoch_record(&mut self, gid: &str) -> Option<GroupRecord> {
-        let g = self.groups.get_mut(gid)?;
+    /// The group record, then the members record, to write when the epoch
+    /// moved past what was written.
+    fn epoch_record(&mut self, gid: &str) -> Vec<GroupRecord> {
+        let Some(g) = self.groups.get_mut(gid) else {
+            return Vec::new();
+        };
         if g.epoch <= g.persisted_epoch {
-            return None;
+            return Vec::new();
         }
         g.persisted_epoch = g.epoch;
-        Some(GroupRecord::Group {
+        let mut records = vec![GroupRecord::Group {
             group: gid.to_string(),
             value: Some(GroupValue {
                 group_epoch: g.epoch,
                 assignor: g.assignor.clone(),
             }),
-        })
+        }];
+        // (Not for a group that had and has no consumer-protocol members: a
+        // classic group.)
+        let had_members = g
+            .recorded_members
+            .as_ref()
+            .is_some_and(|m| !m.member_ids.is_empty());
+        if g.members.is_empty() && !had_members {
+            return records;
+        }
+        records.push(GroupRecord::Members {
+            group: gid.to_string(),
+            value: Some(MembersValue {
+                member_ids: g.members.keys().cloned().collect(),
+                session_timeout_ms_max: g
+                    .members
+                    .values()
+                    .map(|m| m.session_timeout_ms)
+                    .max()
+                    .unwrap_or(0),
+            }),
+        });
+        records
     }
 
     fn commit(
@@ -1193,6 +1288,10 @@ impl GroupCoordinator {
                         group: gid.clone(),
                         value: None,
                     });
+                    records.push(GroupRecord::Members {
+                        group: gid.clone(),
+                        value: None,
+                    });
                     None
                 }
             };
@@ -1236,6 +1335,10 @@ impl GroupCoordinator {
                 self.groups.remove(&gid);
                 if persisted {
                     records.push(GroupRecord::Group {
+                        group: gid.clone(),
+                        value: None,
+                    });
+                    records.push(GroupRecord::Members {
                         group: gid,
                         value: None,
                     });
@@ -1285,6 +1388,12 @@ impl GroupCoordinator {
                     }
                 }
             },
+            // Only for a group a group record made (it comes right before).
+            GroupRecord::Members { group, value } => {
+                if let Some(g) = self.groups.get_mut(&group) {
+                    g.recorded_members = value;
+                }
+            }
         }
     }
 }

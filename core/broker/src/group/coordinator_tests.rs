@@ -66,6 +66,8 @@ struct World {
     c: GroupCoordinator,
     counts: BTreeMap<String, u32>,
     assignor: &'static str,
+    /// Every record written, in order (what `__consumer_offsets` holds).
+    log: Vec<GroupRecord>,
 }
 
 impl World {
@@ -74,6 +76,7 @@ impl World {
             c: GroupCoordinator::new(CoordinatorConfig::default()),
             counts: counts("t", partitions),
             assignor: "uniform",
+            log: Vec::new(),
         }
     }
 
@@ -81,6 +84,7 @@ impl World {
     fn step<I: Input>(&mut self, now: Millis, input: I) -> I::Reply {
         let out = self.c.step(now, input);
         for r in out.records {
+            self.log.push(r.clone());
             self.c.step(now, input::Replay(r));
         }
         self.c.check_invariants();
@@ -568,4 +572,109 @@ fn seeded_random_membership_keeps_invariants_and_converges() {
         );
         assert!(max - min <= 1, "seed {seed}: balanced ({min}..{max})");
     }
+}
+
+/// A coordinator that took over `w`'s groups at `loaded` (it replayed the log).
+fn moved(w: &World, now: Millis, loaded: Millis) -> World {
+    let mut c = GroupCoordinator::new(CoordinatorConfig::default());
+    for r in &w.log {
+        c.step(now, input::Replay(r.clone()));
+    }
+    c.hold_after_load(loaded);
+    World {
+        c,
+        counts: w.counts.clone(),
+        assignor: w.assignor,
+        log: Vec::new(),
+    }
+}
+
+/// After the coordinator moved, the member that reaches the new one first is
+/// given nothing while a member of the old one may still hold partitions: not
+/// until that member rejoined (it gives its partitions up first, as the
+/// client does) or its session timeout passed since the load. The
+/// network-fault test (issue 21) saw two members consume one partition when
+/// the new coordinator, knowing no members, gave the first one everything.
+#[test]
+fn a_moved_coordinator_adds_no_partition_until_the_old_members_are_back() {
+    let mut w = World::new(4);
+    let (mut a, mut b) = (Sim::new("a"), Sim::new("b"));
+    let mut now: Millis = 0;
+    for _ in 0..10 {
+        now += INTERVAL_MS as Millis;
+        w.heartbeat(now, &mut a);
+        w.heartbeat(now, &mut b);
+    }
+    assert_eq!(a.owned.len(), 2, "{a:?}");
+    assert_eq!(b.owned.len(), 2, "{b:?}");
+    let loaded = now + 50;
+
+    // b reaches the new coordinator first: unknown there, it gives its
+    // partitions up and rejoins; a has not heard of the move and still
+    // consumes its two.
+    for a_comes_back in [true, false] {
+        let mut w = moved(&w, now, loaded);
+        let resp = w.heartbeat_raw(loaded + 10, b.request("g", "uniform"));
+        assert_eq!(resp.error.map(|e| e.code), Some(ErrorCode::UnknownMemberId));
+        let mut b = Sim::new("b");
+        let mut t = loaded + 10;
+        while t < loaded + SESSION_MS as Millis / 2 {
+            let resp = w.heartbeat(t, &mut b);
+            assert!(
+                b.owned.is_empty(),
+                "{} ms after the load, b was given {:?} while a may still hold {:?}",
+                t - loaded,
+                b.owned,
+                a.owned
+            );
+            assert!(
+                resp.heartbeat_interval_ms as Millis <= loaded + SESSION_MS as Millis - t,
+                "b is told to come back by the end of the hold: {resp:?}"
+            );
+            t += INTERVAL_MS as Millis;
+        }
+        if a_comes_back {
+            // a learns of the move, gives its partitions up and rejoins:
+            // nobody is awaited, the partitions are handed out at once.
+            let resp = w.heartbeat_raw(t, a.request("g", "uniform"));
+            assert_eq!(resp.error.map(|e| e.code), Some(ErrorCode::UnknownMemberId));
+            let mut a = Sim::new("a");
+            for _ in 0..3 {
+                w.heartbeat(t, &mut a);
+                w.heartbeat(t, &mut b);
+                t += 10;
+            }
+            assert!(t < loaded + SESSION_MS as Millis);
+            assert_eq!(a.owned.len() + b.owned.len(), 4, "{a:?} {b:?}");
+        } else {
+            // a stays silent: a session after the load it has given its
+            // partitions up (the client does), and b takes all.
+            while t < loaded + SESSION_MS as Millis {
+                w.heartbeat(t, &mut b);
+                assert!(b.owned.is_empty(), "{b:?}");
+                t += INTERVAL_MS as Millis;
+            }
+            for _ in 0..3 {
+                w.heartbeat(t, &mut b);
+                t += 10;
+            }
+            assert_eq!(b.owned.len(), 4, "{b:?}");
+        }
+    }
+
+    // A group that was empty when the coordinator moved is not held.
+    let mut empty = World::new(2);
+    let mut c = Sim::new("c");
+    empty.heartbeat(0, &mut c);
+    let resp = empty.heartbeat_raw(10, {
+        let mut r = c.request("g", "uniform");
+        r.member_epoch = LEAVE_GROUP_EPOCH;
+        r
+    });
+    assert!(resp.error.is_none(), "{resp:?}");
+    let mut w = moved(&empty, 20, 30);
+    let mut d = Sim::new("d");
+    w.heartbeat(40, &mut d);
+    w.heartbeat(50, &mut d);
+    assert_eq!(d.owned.len(), 2, "{d:?}");
 }

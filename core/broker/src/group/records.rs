@@ -9,10 +9,15 @@
 //! |-------------|-----------------------------|------------------------------------|
 //! | 0 offset    | (group, topic, partition)   | v0: (offset, metadata, commit ts)  |
 //! | 1 group     | (group)                     | v0: (group epoch, assignor)        |
+//! | 2 members   | (group)                     | v0: (member ids, longest session)  |
 //!
 //! Compaction keeps the newest record per key, so the topic holds the latest
 //! committed offset of every (group, partition) and the latest epoch of every
-//! group. A key version this build does not know is skipped on load (a newer
+//! group. The members record is written with each group record (after it, in
+//! the same batch): who the members were at that group epoch and their
+//! longest session timeout, so a coordinator that takes the group over knows
+//! whom to wait for (see "Hold after a load" in coordinator.rs); it is
+//! applied only to a group a group record made. A key version this build does not know is skipped on load (a newer
 //! broker wrote it), never an error; a known version that does not decode is.
 
 use bytes::Bytes;
@@ -23,6 +28,8 @@ use serde::{Deserialize, Serialize};
 pub const OFFSET_KEY_VERSION: u16 = 0;
 /// Key version of a group's metadata.
 pub const GROUP_KEY_VERSION: u16 = 1;
+/// Key version of a group's members.
+pub const MEMBERS_KEY_VERSION: u16 = 2;
 /// Value version written by this build.
 pub const VALUE_VERSION: u16 = 0;
 
@@ -41,6 +48,14 @@ pub struct GroupValue {
     pub assignor: String,
 }
 
+/// A group's members at a group epoch (consumer-protocol members), as stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MembersValue {
+    pub member_ids: Vec<String>,
+    /// The longest session timeout among them.
+    pub session_timeout_ms_max: u32,
+}
+
 /// One record of `__consumer_offsets`, decoded. `None` values are tombstones.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum GroupRecord {
@@ -54,13 +69,19 @@ pub enum GroupRecord {
         group: String,
         value: Option<GroupValue>,
     },
+    Members {
+        group: String,
+        value: Option<MembersValue>,
+    },
 }
 
 impl GroupRecord {
     /// The group the record belongs to (decides its partition).
     pub fn group(&self) -> &str {
         match self {
-            GroupRecord::Offset { group, .. } | GroupRecord::Group { group, .. } => group,
+            GroupRecord::Offset { group, .. }
+            | GroupRecord::Group { group, .. }
+            | GroupRecord::Members { group, .. } => group,
         }
     }
 
@@ -78,6 +99,10 @@ impl GroupRecord {
             ),
             GroupRecord::Group { group, value } => (
                 versioned(GROUP_KEY_VERSION, &(group,)),
+                value.as_ref().map(|v| versioned(VALUE_VERSION, v)),
+            ),
+            GroupRecord::Members { group, value } => (
+                versioned(MEMBERS_KEY_VERSION, &(group,)),
                 value.as_ref().map(|v| versioned(VALUE_VERSION, v)),
             ),
         }
@@ -118,6 +143,14 @@ impl GroupRecord {
                     .map(|v| postcard::from_bytes(v).map_err(|e| bad("group value", e)))
                     .transpose()?;
                 GroupRecord::Group { group, value }
+            }
+            MEMBERS_KEY_VERSION => {
+                let (group,): (String,) =
+                    postcard::from_bytes(key_body).map_err(|e| bad("members key", e))?;
+                let value = value
+                    .map(|v| postcard::from_bytes(v).map_err(|e| bad("members value", e)))
+                    .transpose()?;
+                GroupRecord::Members { group, value }
             }
             _ => return Ok(None),
         }))
@@ -169,6 +202,17 @@ mod tests {
                     group_epoch: 9,
                     assignor: "uniform".into(),
                 }),
+            },
+            GroupRecord::Members {
+                group: "g".into(),
+                value: Some(MembersValue {
+                    member_ids: vec!["a".into(), "b".into()],
+                    session_timeout_ms_max: 45_000,
+                }),
+            },
+            GroupRecord::Members {
+                group: "g".into(),
+                value: None,
             },
         ];
         for r in records {

@@ -335,6 +335,8 @@ impl GroupService {
             );
             return Ok(());
         }
+        let mut loaded = loaded;
+        loaded.hold_after_load(self.now());
         inner
             .coordinator
             .adopt(loaded, |g| offsets_partition_for(g, count) == index);
@@ -756,7 +758,15 @@ async fn commit(
     resp
 }
 
-/// OffsetFetch.
+/// OffsetFetch: answered once every committed offset it names has reached
+/// the in-sync replicas. A commit is visible to the coordinator as soon as it
+/// is appended on the leader (see the module doc), before it is replicated;
+/// answered then, a fetch could return an offset that a leader change takes
+/// back, and the group's committed offset would go back (the network-fault
+/// test saw it: a leader cut from its followers answered a commit it could
+/// not replicate). So the answer waits (bounded by [`REPLICATION_WAIT`]) for
+/// the high watermark of the group's partition to reach the log end it had
+/// when the answer was computed; failing that, the fetch fails retriably.
 pub(crate) async fn offset_fetch(
     state: &Arc<BrokerState>,
     req: OffsetFetchRequest,
@@ -767,7 +777,42 @@ pub(crate) async fn offset_fetch(
             offsets: Vec::new(),
         };
     }
-    state.groups.step(state, input::FetchOffsets(req)).await.0
+    let group_id = req.group_id.clone();
+    let resp = state.groups.step(state, input::FetchOffsets(req)).await.0;
+    if resp.error.is_some() {
+        return resp;
+    }
+    // The log end now is at or past every record the answer was made from.
+    let durable = match offsets_topic(state).await {
+        Ok(topic) => {
+            let index = offsets_partition_for(&group_id, topic.partitions.len() as u32);
+            let p = topic.partition(index).expect("in range").clone();
+            let end = p.log_end_offset();
+            cluster_api::wait_replicated(
+                state,
+                &p,
+                end,
+                tokio::time::Instant::now() + REPLICATION_WAIT,
+            )
+            .await
+            .map_err(not_coordinator_if_moved)
+        }
+        Err(e) => Err(e),
+    };
+    match durable {
+        Ok(()) => resp,
+        Err(e) => OffsetFetchResponse {
+            error: Some(ErrorInfo::new(
+                e.code,
+                format!(
+                    "group {group_id}: its committed offsets are not all replicated yet, so they \
+                     could still be lost: {}",
+                    e.message
+                ),
+            )),
+            offsets: Vec::new(),
+        },
+    }
 }
 
 /// ListGroups: the groups this broker coordinates.
@@ -1112,6 +1157,114 @@ mod tests {
             .filter(|g| offsets_partition_for(g, 2) == partition)
             .nth(nth)
             .expect("some group id hashes there")
+    }
+
+    /// OffsetFetch answers a committed offset only once it reached the
+    /// in-sync replicas. The network-fault test (issue 21) saw a group's
+    /// committed offset go back: a coordinator cut from its followers
+    /// answered OffsetFetch with a commit it had appended but could not
+    /// replicate, and the new coordinator did not have it. Here a follower
+    /// (broker 99) in the ISR never fetches, so the high watermark stops.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn offset_fetch_answers_only_replicated_commits() {
+        let data = tempfile::tempdir().unwrap();
+        let home = tempfile::tempdir().unwrap();
+        let broker = Broker::start(BrokerConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            data_dir: data.path().to_path_buf(),
+            rill_home: Some(home.path().to_path_buf()),
+            offsets_topic_num_partitions: 1,
+            ..BrokerConfig::default()
+        })
+        .await
+        .unwrap();
+        let state = broker.state.clone();
+        let me = state.config.id;
+        let commit = |offset: i64| OffsetCommitRequest {
+            group_id: "g".into(),
+            member: None,
+            partitions: vec![OffsetCommitPartition {
+                topic: "t".into(),
+                partition: 0,
+                offset: Offset(offset),
+                metadata: String::new(),
+            }],
+        };
+        let fetch = || OffsetFetchRequest {
+            group_id: "g".into(),
+            partitions: None,
+        };
+        // A commit of 5, replicated (the leader is the whole ISR).
+        let mut done = None;
+        for _ in 0..600 {
+            let r = tokio::time::timeout(STEP, offset_commit(&state, commit(5)))
+                .await
+                .unwrap();
+            match &r.error {
+                Some(e)
+                    if matches!(
+                        e.code,
+                        ErrorCode::NotCoordinator | ErrorCode::CoordinatorNotAvailable
+                    ) =>
+                {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                _ => {
+                    done = Some(r);
+                    break;
+                }
+            }
+        }
+        let done = done.expect("the coordinator came up");
+        assert!(done.error.is_none(), "{done:?}");
+        assert!(
+            done.partitions.iter().all(|p| p.error.is_none()),
+            "{done:?}"
+        );
+
+        let topic = state.registry.topic(OFFSETS_TOPIC).unwrap();
+        let p = topic.partition(0).unwrap().clone();
+        p.set_role(Some(me), p.leader_epoch(), &[me, 99], &[me, 99]);
+        let hw = p.high_watermark();
+        // A commit of 7: appended on the leader, never replicated.
+        let committing = {
+            let state = state.clone();
+            tokio::spawn(async move { offset_commit(&state, commit(7)).await })
+        };
+        let deadline = std::time::Instant::now() + STEP;
+        while p.log_end_offset() <= hw {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the commit was appended"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let fetched = tokio::time::timeout(STEP, offset_fetch(&state, fetch()))
+            .await
+            .unwrap();
+        assert!(
+            fetched.offsets.iter().all(|o| o.offset != Some(Offset(7))),
+            "OffsetFetch answered a commit that is not replicated: {fetched:?}"
+        );
+        let e = fetched.error.expect("the fetch fails");
+        assert!(e.code.is_retriable(), "{e:?}");
+        assert!(e.message.contains("not all replicated yet"), "{e:?}");
+        let failed = tokio::time::timeout(STEP, committing)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(failed.partitions[0].error.is_some(), "{failed:?}");
+
+        // The ISR shrinks to the leader: the high watermark passes the
+        // commit of 7, which is answered now.
+        p.set_role(Some(me), p.leader_epoch(), &[me], &[me]);
+        let fetched = tokio::time::timeout(STEP, offset_fetch(&state, fetch()))
+            .await
+            .unwrap();
+        assert!(fetched.error.is_none(), "{fetched:?}");
+        assert_eq!(fetched.offsets.len(), 1, "{fetched:?}");
+        assert_eq!(fetched.offsets[0].offset, Some(Offset(7)));
+        broker.shutdown().await.unwrap();
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

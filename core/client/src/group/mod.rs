@@ -19,7 +19,16 @@
 //! Fencing: if the coordinator says the member is unknown or its epoch stale
 //! (its session expired), every partition is revoked (without commit: the
 //! coordinator would refuse it) and the member rejoins. If no heartbeat
-//! succeeds for a whole session timeout, the member assumes the same.
+//! succeeds for a whole session timeout, the member assumes the same, and it
+//! does so on time (as Kafka's consumer declares its partitions lost): the
+//! session is counted from when the last answered heartbeat was *sent*, no
+//! later than the coordinator received it, so the member gives its partitions
+//! up no later than the coordinator's session timer hands them to another
+//! member. Every call a member makes to the coordinator (heartbeat, commit,
+//! fetching committed offsets) and every wait in `poll` ends by then; the
+//! network-fault test (tests/net_faults.rs, issue 21) caught a member that
+//! kept its partitions for seconds past its session while a heartbeat or a
+//! commit to an unreachable coordinator waited for its request timeout.
 //!
 //! Dropping a `GroupConsumer` without `close` sends a best-effort leave on the
 //! current Tokio runtime, bounded by [`LEAVE_ON_DROP_TIMEOUT`]; failing that the
@@ -276,9 +285,24 @@ impl GroupConsumer {
     async fn heartbeat(&mut self) -> Result<(), ClientError> {
         let req = self.heartbeat_request(self.member_epoch);
         let sent_at = Instant::now();
-        let result = match self.coordinator().await {
-            Ok(id) => self.client.call(Some(id), &req, &[]).await.map(|(r, _)| r),
-            Err(e) => Err(e),
+        let session_deadline = self.session_deadline();
+        let call = async {
+            match self.coordinator().await {
+                Ok(id) => self.client.call(Some(id), &req, &[]).await.map(|(r, _)| r),
+                Err(e) => Err(e),
+            }
+        };
+        let result = match session_deadline {
+            // A member waits for its answer no longer than its session lasts.
+            Some(d) => tokio::time::timeout_at(d, call).await.unwrap_or_else(|_| {
+                Err(ClientError::Timeout {
+                    what: format!(
+                        "heartbeat of member {} in group {} (no answer before its session ran out)",
+                        self.member_id, self.config.group_id
+                    ),
+                })
+            }),
+            None => call.await,
         };
         let session = Duration::from_millis(self.config.session_timeout_ms as u64);
         match result {
@@ -321,7 +345,7 @@ impl GroupConsumer {
                 tracing::debug!(group = %self.config.group_id, error = %e, "heartbeat failed; retrying");
                 self.coordinator = None;
                 self.next_heartbeat = Instant::now() + COORDINATOR_RETRY_BACKOFF;
-                if self.member_epoch > 0 && self.last_heartbeat_ok.elapsed() > session {
+                if self.member_epoch > 0 && self.last_heartbeat_ok.elapsed() >= session {
                     // The coordinator has removed us by now.
                     self.lose_all();
                 }
@@ -329,6 +353,20 @@ impl GroupConsumer {
             }
             Err(e) => Err(e),
         }
+    }
+
+    /// When this member's session runs out unless a heartbeat is answered
+    /// first (`None` while it is not a member).
+    fn session_deadline(&self) -> Option<Instant> {
+        (self.member_epoch > 0).then(|| {
+            self.last_heartbeat_ok + Duration::from_millis(self.config.session_timeout_ms as u64)
+        })
+    }
+
+    /// Whether the session ran out: the coordinator may have given this
+    /// member's partitions to another by now.
+    fn session_lapsed(&self) -> bool {
+        self.session_deadline().is_some_and(|d| Instant::now() >= d)
     }
 
     /// The member was removed: every partition is gone (no commit), rejoin.
@@ -401,8 +439,20 @@ impl GroupConsumer {
             group_id: self.config.group_id.clone(),
             partitions: Some(to_wire(wanted.iter().cloned())),
         };
-        let coordinator = self.coordinator().await?;
-        let resp = match self.client.call(Some(coordinator), &req, &[]).await {
+        let session_deadline = self.session_deadline();
+        let call = async {
+            let coordinator = self.coordinator().await?;
+            self.client.call(Some(coordinator), &req, &[]).await
+        };
+        let result = match session_deadline {
+            Some(d) => tokio::time::timeout_at(d, call).await.unwrap_or_else(|_| {
+                Err(ClientError::Timeout {
+                    what: "the committed offsets (before the session ran out)".into(),
+                })
+            }),
+            None => call.await,
+        };
+        let resp = match result {
             Ok((resp, _)) => resp,
             Err(e) if e.is_retriable() => {
                 self.coordinator = None;
@@ -490,9 +540,16 @@ impl GroupConsumer {
         let deadline = Instant::now() + timeout;
         self.ack_revocations().await?;
         loop {
+            if self.session_lapsed() {
+                // No heartbeat answered for a session: the partitions are
+                // lost; return so the application sees it at once.
+                self.lose_all();
+                return Ok(Vec::new());
+            }
             if Instant::now() >= self.next_heartbeat {
+                let lost = self.member_epoch > 0;
                 self.heartbeat().await?;
-                if !self.revoked_unacked.is_empty() {
+                if !self.revoked_unacked.is_empty() || (lost && self.member_epoch <= 0) {
                     return Ok(Vec::new());
                 }
             }
@@ -508,8 +565,20 @@ impl GroupConsumer {
             if !self.awaiting_offsets.is_empty() {
                 wake = wake.min(Instant::now() + COORDINATOR_RETRY_BACKOFF);
             }
+            let session_deadline = self.session_deadline();
+            if let Some(d) = session_deadline {
+                wake = wake.min(d);
+            }
             let wait = wake.saturating_duration_since(Instant::now());
-            let records = self.consumer.poll(wait).await?;
+            let records = match session_deadline {
+                // (A fetch's metadata refresh or offset lookup may take
+                // longer than `wait`; the session does not wait for it.)
+                Some(d) => match tokio::time::timeout_at(d, self.consumer.poll(wait)).await {
+                    Ok(r) => r?,
+                    Err(_) => continue,
+                },
+                None => self.consumer.poll(wait).await?,
+            };
             if !records.is_empty() {
                 return Ok(records);
             }
@@ -578,26 +647,51 @@ impl GroupConsumer {
             self.config.group_id, self.member_id
         );
         // The coordinator may be moving (its broker died, a new leader of its
-        // `__consumer_offsets` partition is loading): retry within the bound.
+        // `__consumer_offsets` partition is loading): retry within the bound,
+        // and within the member's session (past it, the partitions are lost).
         // The same offsets again are harmless, so a commit that may or may not
         // have been written is simply sent again.
-        let deadline = Instant::now() + COORDINATOR_MOVE_WAIT;
+        let session_deadline = self.session_deadline();
+        let deadline = match session_deadline {
+            Some(d) => d.min(Instant::now() + COORDINATOR_MOVE_WAIT),
+            None => Instant::now() + COORDINATOR_MOVE_WAIT,
+        };
         let resp = loop {
-            let failed = match self.coordinator().await {
+            let call = async {
+                let coordinator = self.coordinator().await?;
+                self.client.call(Some(coordinator), &req, &[]).await
+            };
+            let answered = tokio::time::timeout_at(deadline, call)
+                .await
+                .unwrap_or_else(|_| {
+                    Err(ClientError::Timeout {
+                        what: format!("{what} (no answer in time)"),
+                    })
+                });
+            if self.session_lapsed() {
+                // Whatever the answer, the partitions may be another
+                // member's now.
+                self.lose_all();
+                return Err(ClientError::Timeout {
+                    what: format!(
+                        "{what} (no heartbeat was answered for a session timeout, {} ms: this \
+                         member's partitions are lost and it rejoins at the next poll)",
+                        self.config.session_timeout_ms
+                    ),
+                });
+            }
+            let failed = match answered {
                 Err(e) => e,
-                Ok(coordinator) => match self.client.call(Some(coordinator), &req, &[]).await {
-                    Err(e) => e,
-                    Ok((resp, _)) => {
-                        let retriable = resp
-                            .partitions
-                            .iter()
-                            .find_map(|p| p.error.clone().filter(|e| e.code.is_retriable()));
-                        match resp.error.clone().or(retriable) {
-                            Some(e) => ClientError::broker(what.clone(), e),
-                            None => break resp,
-                        }
+                Ok((resp, _)) => {
+                    let retriable = resp
+                        .partitions
+                        .iter()
+                        .find_map(|p| p.error.clone().filter(|e| e.code.is_retriable()));
+                    match resp.error.clone().or(retriable) {
+                        Some(e) => ClientError::broker(what.clone(), e),
+                        None => break resp,
                     }
-                },
+                }
             };
             if !failed.is_retriable() || Instant::now() >= deadline {
                 if failed.is_fenced() {
@@ -610,7 +704,8 @@ impl GroupConsumer {
             }
             tracing::debug!(group = %self.config.group_id, error = %failed, "commit failed; retrying");
             self.coordinator = None;
-            tokio::time::sleep(COORDINATOR_RETRY_BACKOFF).await;
+            tokio::time::sleep_until((Instant::now() + COORDINATOR_RETRY_BACKOFF).min(deadline))
+                .await;
         };
         let mut first_error = None;
         for p in resp.partitions {
