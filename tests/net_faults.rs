@@ -23,13 +23,34 @@
 //! once, the second 1-2.5 s after the first. Faults hold 2.5-5 s (in a soak
 //! 2.5-12 s, longer than the producers' delivery timeout).
 //!
+//! Beside the producers and the consumer, during the same faults: three
+//! members of one consumer group (rill-client's `GroupConsumer`, 3 s session,
+//! 300 ms heartbeats, manual commits every second) consume the topic, and a
+//! reader fetches the group's committed offsets every second (workload 3);
+//! and topics of 1-2 partitions, RF 2-3, are created and deleted every 1.5-3 s
+//! through a broker picked at random, each outcome noted as acknowledged,
+//! refused (a code that says nothing was done) or indeterminate (workload 4).
+//!
 //! The checker then names every anomaly with its seed and the history around
 //! it: (1) an acknowledged record lost, moved or read twice, or records of one
 //! key out of producer order; (2) two different records read at one offset of a
 //! partition (across every read, during and after the faults), or a consumer's
-//! offsets going back; (5) replicas not byte-identical up to the high
-//! watermark (the segment files' batches compared by offset). A broker that
-//! does not come back (full ISRs) within a bound after a heal is one too.
+//! offsets going back; (3) two members holding one partition at once (each
+//! member's holding runs, on the test's one monotonic clock, from the poll
+//! that reported the assignment to its first call after the revocation or
+//! loss was reported), a member given a record of a partition it does not
+//! hold, or the group's committed offset of a partition going back (an
+//! acknowledged commit or a read-back that began after another ended is not
+//! below it); (4) after the last heal (waiting up to 30 s), the brokers'
+//! own views (Metadata asked of each alone) differing in topics, partitions,
+//! leaders, leader epochs or replicas, a view contradicting an acknowledged
+//! create or delete (or a refused create), or a data dir's partition
+//! directories not those of the topics in its broker's view (every broker
+//! keeps a directory per partition; only a replica's holds records; none of
+//! a deleted topic, `.deleted` leftovers included); (5) replicas not
+//! byte-identical up to the high watermark (the segment files' batches
+//! compared by offset). A broker that does not come back (full ISRs) within a
+//! bound after a heal is one too.
 //!
 //! Short mode (`cargo test`): two schedules (every fault kind once each, in a
 //! seeded order). `RILL_FAULT_SEED=N` replays one schedule;
@@ -128,10 +149,21 @@ impl History {
 
     /// The events from 6 s before `t` to 2 s after (at most 40, nearest `t`).
     fn around(&self, t: f64) -> String {
+        self.around_of(t, |_| true)
+    }
+
+    /// [`History::around`], of the events `keep` accepts and the faults.
+    fn around_of(&self, t: f64, keep: impl Fn(&str) -> bool) -> String {
         let events = self.events.lock().unwrap();
         let mut near: Vec<&(f64, String)> = events
             .iter()
             .filter(|(e, _)| *e >= t - 6.0 && *e <= t + 2.0)
+            .filter(|(_, s)| {
+                keep(s)
+                    || s.starts_with("BEGIN")
+                    || s.starts_with("HEALED")
+                    || s.starts_with("recovered")
+            })
             .collect();
         if near.len() > 40 {
             near.sort_by(|a, b| (a.0 - t).abs().total_cmp(&(b.0 - t).abs()));
@@ -475,6 +507,42 @@ fn run_schedule(
         anomalies.clone(),
         seed,
     ));
+    // Workload (3): members of one consumer group, and a reader of its
+    // committed offsets.
+    let group = format!("g{idx}-{seed}");
+    let glog: Arc<Mutex<GroupLog>> = Arc::default();
+    let mut members = Vec::new();
+    for m in 0..GROUP_MEMBERS {
+        members.push(rt.spawn(group_member(
+            m,
+            config.clone(),
+            topic.clone(),
+            group.clone(),
+            stop.clone(),
+            hist.clone(),
+            glog.clone(),
+            anomalies.clone(),
+            seed,
+        )));
+    }
+    members.push(rt.spawn(committed_reader(
+        config.clone(),
+        topic.clone(),
+        group.clone(),
+        stop.clone(),
+        hist.clone(),
+        glog.clone(),
+    )));
+    // Workload (4): topics created and deleted through varying brokers.
+    let meta_ops: Arc<Mutex<Vec<MetaOp>>> = Arc::default();
+    let meta = rt.spawn(metadata_ops(
+        idx,
+        seed,
+        config.clone(),
+        stop.clone(),
+        hist.clone(),
+        meta_ops.clone(),
+    ));
     std::thread::sleep(Duration::from_millis(1500));
 
     // The faults: every kind once, in a seeded order.
@@ -598,6 +666,10 @@ fn run_schedule(
         attempted.push(rt.block_on(h).unwrap());
     }
     let _ = rt.block_on(reader);
+    for h in members {
+        let _ = rt.block_on(h);
+    }
+    let _ = rt.block_on(meta);
     // The final read waits for every broker to agree on the leaders (a
     // deposed leader whose metadata is still behind would serve its old end),
     // and is repeated (bounded) while it ends below an acknowledged offset.
@@ -635,6 +707,9 @@ fn run_schedule(
 
     check_queue(seed, &hist, &anomalies, &acks, &final_read, &seen);
     check_replicas(seed, rt, config, cluster, &topic, &hist, &anomalies);
+    check_groups(seed, &group, &hist, &anomalies, &glog.lock().unwrap());
+    let ops = meta_ops.lock().unwrap().clone();
+    check_metadata(seed, rt, config, cluster, &hist, &anomalies, &ops);
 
     // Failover: per fault, the longest wait between two acknowledgements of
     // one partition that began during the fault (while it held or until the
@@ -717,7 +792,16 @@ fn run_schedule(
             "ANOMALY (seed {seed}, RILL_FAULT_SEED={seed} replays it) at {:.3}s: {}\n  history:\n{}",
             a.t,
             a.what,
-            hist.around(a.t)
+            // Group and metadata anomalies: the history of their workload.
+            if a.what.starts_with("group") || a.what.starts_with("committed offset") {
+                hist.around_of(a.t, |s| {
+                    s.starts_with("group") || s.starts_with("committed")
+                })
+            } else if a.what.starts_with("metadata") {
+                hist.around_of(a.t, |s| s.starts_with("metadata"))
+            } else {
+                hist.around(a.t)
+            }
         );
     }
     if !anomalies.is_empty() {
@@ -1415,6 +1499,812 @@ fn check_replicas(
             }
             std::thread::sleep(Duration::from_millis(300));
         }
+    }
+}
+
+/// Session timeout and heartbeat interval of the group members (workload 3):
+/// shorter than most faults, so a cut-off member loses its partitions during
+/// one.
+const GROUP_SESSION_MS: u32 = 3000;
+const GROUP_HEARTBEAT_MS: u32 = 300;
+/// Members of the workload's consumer group.
+const GROUP_MEMBERS: usize = 3;
+/// How often a member commits, and the committed offsets are read back.
+const GROUP_COMMIT_EVERY: Duration = Duration::from_secs(1);
+/// How long the metadata check waits for the brokers' views and data
+/// directories to settle after the last heal.
+const METADATA_SETTLE: Duration = Duration::from_secs(30);
+
+/// A member incarnation held a partition from `start` (its poll returned the
+/// assignment) to `end` (its first call after the revocation or loss was
+/// reported, or its leave).
+#[derive(Debug, Clone)]
+struct Held {
+    member: String,
+    p: u32,
+    start: f64,
+    end: f64,
+    how: String,
+}
+
+/// One observation of a group's committed offset of a partition: a commit
+/// acknowledged, or the committed offsets read back; `sent` to `done`.
+#[derive(Debug, Clone)]
+struct CommitObs {
+    who: String,
+    p: u32,
+    offset: i64,
+    sent: f64,
+    done: f64,
+}
+
+/// What workload (3) saw.
+#[derive(Default)]
+struct GroupLog {
+    held: Vec<Held>,
+    commits: Vec<CommitObs>,
+    reads: Vec<CommitObs>,
+}
+
+fn group_config(group: &str, topic: &str) -> rill_client::GroupConfig {
+    let mut gc = rill_client::GroupConfig::new(group, vec![topic.to_string()]);
+    gc.session_timeout_ms = GROUP_SESSION_MS;
+    gc.heartbeat_interval_ms = GROUP_HEARTBEAT_MS;
+    gc.auto_offset_reset = rill_client::OffsetReset::Earliest;
+    gc.enable_auto_commit = false;
+    gc
+}
+
+/// Ends the intervals of `ps` (held since the time in `open`) at `t`.
+fn end_held(
+    glog: &Mutex<GroupLog>,
+    open: &mut BTreeMap<u32, f64>,
+    ps: &[u32],
+    who: &str,
+    t: f64,
+    how: &str,
+) {
+    let mut g = glog.lock().unwrap();
+    for p in ps {
+        if let Some(start) = open.remove(p) {
+            g.held.push(Held {
+                member: who.to_string(),
+                p: *p,
+                start,
+                end: t,
+                how: how.to_string(),
+            });
+        }
+    }
+}
+
+/// Applies a member's assignment changes, reported by a call that returned at
+/// `t`: an assigned partition is held from `t`; a revoked (or lost) one until
+/// the member's next call (`ending`).
+#[allow(clippy::too_many_arguments)]
+fn note_events(
+    events: Vec<rill_client::GroupEvent>,
+    t: f64,
+    who: &str,
+    hist: &History,
+    glog: &Mutex<GroupLog>,
+    open: &mut BTreeMap<u32, f64>,
+    ending: &mut Vec<u32>,
+    positions: &mut BTreeMap<u32, i64>,
+) {
+    for ev in events {
+        match ev {
+            rill_client::GroupEvent::Assigned(tps) => {
+                hist.note(format!(
+                    "group {who} assigned {:?}",
+                    tps.iter().map(|tp| tp.partition).collect::<Vec<_>>()
+                ));
+                for tp in tps {
+                    if ending.contains(&tp.partition) {
+                        // Revoked, then given back before the ack.
+                        end_held(glog, open, &[tp.partition], &who, t, "re-assigned");
+                        ending.retain(|p| *p != tp.partition);
+                    }
+                    if let Some(since) = open.get(&tp.partition) {
+                        hist.note(format!(
+                            "group {who} assigned {} again (held since {since:.3}s)",
+                            tp.partition
+                        ));
+                    } else {
+                        open.insert(tp.partition, t);
+                    }
+                }
+            }
+            rill_client::GroupEvent::Revoked(tps) => {
+                hist.note(format!(
+                    "group {who} revoked {:?}",
+                    tps.iter().map(|tp| tp.partition).collect::<Vec<_>>()
+                ));
+                for tp in tps {
+                    positions.remove(&tp.partition);
+                    if open.contains_key(&tp.partition) && !ending.contains(&tp.partition) {
+                        ending.push(tp.partition);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Workload (3): one member of the group. Joins (again after an error that
+/// retrying cannot fix, or a poll that hung), polls, notes each assignment
+/// change with the time of the poll that reported it, and commits what it
+/// read every [`GROUP_COMMIT_EVERY`].
+#[allow(clippy::too_many_arguments)]
+async fn group_member(
+    m: usize,
+    config: ClientConfig,
+    topic: String,
+    group: String,
+    stop: Arc<AtomicBool>,
+    hist: Arc<History>,
+    glog: Arc<Mutex<GroupLog>>,
+    anomalies: Anomalies,
+    seed: u64,
+) {
+    let mut incarnation = 0u32;
+    let mut last_err = String::new();
+    while !stop.load(Ordering::Relaxed) {
+        let joined = tokio::time::timeout(Duration::from_secs(10), async {
+            let c = Client::connect(config.clone()).await?;
+            c.group_consumer(group_config(&group, &topic)).await
+        })
+        .await;
+        let mut member = match joined {
+            Ok(Ok(member)) => member,
+            other => {
+                let e = format!("{other:?}");
+                if e != last_err {
+                    hist.note(format!("group member {m}: join failed: {e}"));
+                    last_err = e;
+                }
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                continue;
+            }
+        };
+        incarnation += 1;
+        let who = format!("member {m}.{incarnation}");
+        hist.note(format!("group {who} joined"));
+        // Partition -> since when held; revoked ones, held until the next call.
+        let mut open: BTreeMap<u32, f64> = BTreeMap::new();
+        let mut ending: Vec<u32> = Vec::new();
+        // Partition -> the next offset to read (only after a record of it).
+        let mut positions: BTreeMap<u32, i64> = BTreeMap::new();
+        let mut flagged: std::collections::BTreeSet<u32> = std::collections::BTreeSet::new();
+        let mut next_commit = Instant::now() + GROUP_COMMIT_EVERY;
+        let mut rejoin = false;
+        while !stop.load(Ordering::Relaxed) && !rejoin {
+            if Instant::now() >= next_commit {
+                next_commit = Instant::now() + GROUP_COMMIT_EVERY;
+                let offsets: Vec<(TopicPartition, rill_client::Offset)> = positions
+                    .iter()
+                    .map(|(p, o)| (TopicPartition::new(&topic, *p), rill_client::Offset(*o)))
+                    .collect();
+                if !offsets.is_empty() && member.member_epoch() > 0 {
+                    let sent = hist.now();
+                    end_held(&glog, &mut open, &ending, &who, sent, "revoked");
+                    ending.clear();
+                    let r = tokio::time::timeout(
+                        Duration::from_secs(20),
+                        member.commit_offsets(&offsets),
+                    )
+                    .await;
+                    let done = hist.now();
+                    // A commit refused as fenced drops every partition (the
+                    // client reports it as a revocation).
+                    note_events(
+                        member.take_events(),
+                        done,
+                        &who,
+                        &hist,
+                        &glog,
+                        &mut open,
+                        &mut ending,
+                        &mut positions,
+                    );
+                    match r {
+                        Ok(Ok(())) => {
+                            let mut g = glog.lock().unwrap();
+                            for (tp, o) in &offsets {
+                                g.commits.push(CommitObs {
+                                    who: who.clone(),
+                                    p: tp.partition,
+                                    offset: o.0,
+                                    sent,
+                                    done,
+                                });
+                            }
+                            drop(g);
+                            hist.note(format!(
+                                "group {who} committed {}",
+                                offsets
+                                    .iter()
+                                    .map(|(tp, o)| format!("{}@{}", tp.partition, o.0))
+                                    .collect::<Vec<_>>()
+                                    .join(" ")
+                            ));
+                        }
+                        Ok(Err(e)) => {
+                            hist.note(format!("group {who} commit failed: {e}"));
+                        }
+                        Err(_) => {
+                            hist.note(format!("group {who}: commit hung 20s; rejoining"));
+                            rejoin = true;
+                        }
+                    }
+                }
+            }
+            let called = hist.now();
+            end_held(&glog, &mut open, &ending, &who, called, "revoked");
+            ending.clear();
+            let got = tokio::time::timeout(
+                Duration::from_secs(20),
+                member.poll(Duration::from_millis(200)),
+            )
+            .await;
+            let t = hist.now();
+            note_events(
+                member.take_events(),
+                t,
+                &who,
+                &hist,
+                &glog,
+                &mut open,
+                &mut ending,
+                &mut positions,
+            );
+            match got {
+                Ok(Ok(records)) => {
+                    last_err.clear();
+                    for r in records {
+                        let p = r.partition;
+                        // (Flagged once per partition and incarnation.)
+                        if (!open.contains_key(&p) || ending.contains(&p)) && flagged.insert(p) {
+                            let t = hist.note(format!(
+                                "group {who} got {p}/{} but does not hold {p}",
+                                r.offset.0
+                            ));
+                            anomalies.lock().unwrap().push(Anomaly {
+                                t,
+                                what: format!(
+                                    "group record of an unheld partition: {who} of group {group} was given {p}/{} while not holding partition {p} (seed {seed})",
+                                    r.offset.0
+                                ),
+                            });
+                        }
+                        positions.insert(p, r.offset.0 + 1);
+                    }
+                }
+                Ok(Err(e)) => {
+                    rejoin = !e.is_retriable();
+                    let e = e.to_string();
+                    if e != last_err {
+                        hist.note(format!("group {who} poll failed: {e}"));
+                        last_err = e;
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(_) => {
+                    hist.note(format!("group {who}: poll hung 20s; rejoining"));
+                    rejoin = true;
+                }
+            }
+        }
+        // Leaving (or giving up on this incarnation): it holds nothing after.
+        let t = hist.now();
+        let all: Vec<u32> = open.keys().copied().collect();
+        end_held(&glog, &mut open, &all, &who, t, "left");
+        if stop.load(Ordering::Relaxed) {
+            let _ = tokio::time::timeout(Duration::from_secs(5), member.close()).await;
+        } else {
+            drop(member);
+        }
+        hist.note(format!("group {who} left"));
+    }
+}
+
+/// Workload (3): reads the group's committed offsets back every
+/// [`GROUP_COMMIT_EVERY`] (OffsetFetch through the admin api).
+async fn committed_reader(
+    config: ClientConfig,
+    topic: String,
+    group: String,
+    stop: Arc<AtomicBool>,
+    hist: Arc<History>,
+    glog: Arc<Mutex<GroupLog>>,
+) {
+    let mut last_err = String::new();
+    while !stop.load(Ordering::Relaxed) {
+        tokio::time::sleep(GROUP_COMMIT_EVERY).await;
+        let sent = hist.now();
+        let r = tokio::time::timeout(Duration::from_secs(10), async {
+            let c = Client::connect(config.clone()).await?;
+            c.admin().committed_offsets(&group).await
+        })
+        .await;
+        let done = hist.now();
+        match r {
+            Ok(Ok(offsets)) => {
+                last_err.clear();
+                let mut shown: Vec<String> = offsets
+                    .iter()
+                    .filter(|(tp, _)| tp.topic == topic)
+                    .map(|(tp, o)| format!("{}@{}", tp.partition, o.0))
+                    .collect();
+                shown.sort();
+                hist.note(format!("committed offsets read: {}", shown.join(" ")));
+                let mut g = glog.lock().unwrap();
+                for (tp, o) in offsets {
+                    if tp.topic == topic {
+                        g.reads.push(CommitObs {
+                            who: "read back".into(),
+                            p: tp.partition,
+                            offset: o.0,
+                            sent,
+                            done,
+                        });
+                    }
+                }
+            }
+            other => {
+                let e = format!("{other:?}");
+                if e != last_err {
+                    hist.note(format!("committed offsets of {group}: {e}"));
+                    last_err = e;
+                }
+            }
+        }
+    }
+}
+
+/// Workload (3): no two members held a partition at once, and the group's
+/// committed offset of a partition never went back (an observation that
+/// began after another ended is not below it).
+fn check_groups(seed: u64, group: &str, hist: &History, anomalies: &Anomalies, glog: &GroupLog) {
+    let flag = |t: f64, what: String| {
+        hist.note(format!("ANOMALY: {}", what.lines().next().unwrap_or("")));
+        anomalies.lock().unwrap().push(Anomaly {
+            t,
+            what: format!("{what} (seed {seed})"),
+        })
+    };
+    for p in 0..PARTITIONS {
+        let mut held: Vec<&Held> = glog.held.iter().filter(|h| h.p == p).collect();
+        held.sort_by(|a, b| a.start.total_cmp(&b.start));
+        for (i, a) in held.iter().enumerate() {
+            for b in &held[i + 1..] {
+                if a.member != b.member && b.start < a.end {
+                    flag(
+                        b.start,
+                        format!(
+                            "group partition held twice: partition {p} of group {group} was held by {} from {:.3}s to {:.3}s ({}) and by {} from {:.3}s to {:.3}s ({}): {:.3}s together",
+                            a.member,
+                            a.start,
+                            a.end,
+                            a.how,
+                            b.member,
+                            b.start,
+                            b.end,
+                            b.how,
+                            a.end.min(b.end) - b.start
+                        ),
+                    );
+                }
+            }
+        }
+        let obs: Vec<&CommitObs> = glog
+            .commits
+            .iter()
+            .chain(glog.reads.iter())
+            .filter(|o| o.p == p)
+            .collect();
+        let mut flagged = 0;
+        for y in &obs {
+            let before = obs
+                .iter()
+                .filter(|x| x.done < y.sent)
+                .max_by_key(|x| x.offset);
+            if let Some(x) = before
+                && y.offset < x.offset
+                && flagged < 5
+            {
+                flagged += 1;
+                flag(
+                    y.sent,
+                    format!(
+                        "committed offset went back: group {group} partition {p}: {} saw {} ({:.3}s-{:.3}s) after {} saw {} ({:.3}s-{:.3}s)",
+                        y.who, y.offset, y.sent, y.done, x.who, x.offset, x.sent, x.done
+                    ),
+                );
+            }
+        }
+    }
+    println!(
+        "  group {group}: {} holdings, {} commits acknowledged, {} committed-offset reads",
+        glog.held.len(),
+        glog.commits.len(),
+        glog.reads.len()
+    );
+}
+
+/// One topic operation of workload (4).
+#[derive(Debug, Clone)]
+struct MetaOp {
+    topic: String,
+    create: bool,
+    partitions: u32,
+    rf: u16,
+    via: usize,
+    t: f64,
+    outcome: MetaOutcome,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum MetaOutcome {
+    Acked,
+    /// Refused with a code that says nothing was done.
+    Failed(String),
+    /// May or may not have happened (timed out, connection lost, ...).
+    Unknown(String),
+}
+
+/// Workload (4): creates and deletes small topics (1-2 partitions, RF 2-3)
+/// through a varying broker while the faults run, noting each outcome.
+async fn metadata_ops(
+    idx: u32,
+    seed: u64,
+    config: ClientConfig,
+    stop: Arc<AtomicBool>,
+    hist: Arc<History>,
+    ops: Arc<Mutex<Vec<MetaOp>>>,
+) {
+    let mut rng = Rng(seed ^ 0x6d65_7461);
+    let mut n = 0u32;
+    // Topics created (or perhaps created) and not deleted since.
+    let mut live: Vec<String> = Vec::new();
+    while !stop.load(Ordering::Relaxed) {
+        tokio::time::sleep(Duration::from_millis(1500 + rng.below(1500))).await;
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        let via = rng.below(BROKERS as u64) as usize;
+        let mut one = config.clone();
+        one.bootstrap = vec![config.bootstrap[via].clone()];
+        let create = live.len() < 2 || rng.below(3) != 0;
+        let (topic, partitions, rf) = if create {
+            n += 1;
+            (
+                format!("md{idx}-{n}"),
+                1 + rng.below(2) as u32,
+                2 + rng.below(2) as u16,
+            )
+        } else {
+            let i = rng.below(live.len() as u64) as usize;
+            (live.remove(i), 0, 0)
+        };
+        let name = topic.clone();
+        let r = tokio::time::timeout(Duration::from_secs(10), async move {
+            let c = Client::connect(one).await?;
+            if create {
+                c.admin()
+                    .create_topic(NewTopic {
+                        name,
+                        partitions: Some(partitions),
+                        replication_factor: Some(rf),
+                        configs: vec![],
+                    })
+                    .await
+            } else {
+                c.admin().delete_topic(&name).await
+            }
+        })
+        .await;
+        let outcome = match r {
+            Ok(Ok(())) => MetaOutcome::Acked,
+            Ok(Err(e)) => match e.code() {
+                Some(
+                    code @ (rill_proto::wire::ErrorCode::NotController
+                    | rill_proto::wire::ErrorCode::InvalidReplicationFactor
+                    | rill_proto::wire::ErrorCode::InvalidPartitions
+                    | rill_proto::wire::ErrorCode::TopicAlreadyExists
+                    | rill_proto::wire::ErrorCode::UnknownTopicOrPartition),
+                ) => MetaOutcome::Failed(format!("{code:?}: {e}")),
+                _ => MetaOutcome::Unknown(e.to_string()),
+            },
+            Err(_) => MetaOutcome::Unknown("timed out after 10s".into()),
+        };
+        // Each topic is deleted at most once: a create that may have happened
+        // is a candidate, a delete whatever its outcome ends the topic's story.
+        if create && !matches!(outcome, MetaOutcome::Failed(_)) {
+            live.push(topic.clone());
+        }
+        let t = hist.note(format!(
+            "metadata: {} {topic}{} via broker {via}: {outcome:?}",
+            if create { "create" } else { "delete" },
+            if create {
+                format!(" ({partitions} partitions, RF {rf})")
+            } else {
+                String::new()
+            }
+        ));
+        ops.lock().unwrap().push(MetaOp {
+            topic,
+            create,
+            partitions,
+            rf,
+            via,
+            t,
+            outcome,
+        });
+    }
+}
+
+/// One broker's own view of a topic: per partition (leader, epoch, replicas).
+type TopicView = Vec<(u32, Option<i32>, i32, Vec<i32>)>;
+
+/// Every topic as broker `b` itself tells it (Metadata sent to it alone).
+fn broker_view(
+    rt: &tokio::runtime::Runtime,
+    config: &ClientConfig,
+    cluster: &NetCluster,
+    b: usize,
+) -> Result<BTreeMap<String, TopicView>, String> {
+    let mut one = config.clone();
+    one.bootstrap = vec![config.bootstrap[b].clone()];
+    let id = cluster.brokers[b].id;
+    rt.block_on(async {
+        tokio::time::timeout(Duration::from_secs(10), async {
+            let c = Client::connect(one).await.map_err(|e| e.to_string())?;
+            let (md, _) = c
+                .call(
+                    Some(id),
+                    &rill_proto::wire::MetadataRequest { topics: None },
+                    &[],
+                )
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(md
+                .topics
+                .into_iter()
+                .map(|t| {
+                    let mut parts: TopicView = t
+                        .partitions
+                        .into_iter()
+                        .map(|p| {
+                            let mut replicas = p.replicas;
+                            replicas.sort();
+                            (p.partition, p.leader, p.leader_epoch.0, replicas)
+                        })
+                        .collect();
+                    parts.sort();
+                    (t.name, parts)
+                })
+                .collect())
+        })
+        .await
+        .unwrap_or_else(|_| Err("timed out".into()))
+    })
+}
+
+/// The partition directories in broker `b`'s data dir (`<topic>-<p>`, and
+/// `<topic>-<p>.deleted` leftovers as they are).
+fn partition_dirs(cluster: &NetCluster, b: usize) -> std::collections::BTreeSet<String> {
+    std::fs::read_dir(cluster.data_dir(b))
+        .map(|d| {
+            d.flatten()
+                .filter(|e| e.path().is_dir())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| {
+                    let base = n.strip_suffix(".deleted").unwrap_or(n);
+                    base.rsplit_once('-')
+                        .is_some_and(|(t, p)| !t.is_empty() && p.parse::<u32>().is_ok())
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// What is wrong with the cluster's metadata now, for workload (4): the
+/// brokers' own views differ, a view contradicts an acknowledged operation,
+/// or a data dir's partition directories are not what its view assigns it.
+fn metadata_problems(
+    rt: &tokio::runtime::Runtime,
+    config: &ClientConfig,
+    cluster: &NetCluster,
+    ops: &[MetaOp],
+) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut views = Vec::new();
+    for b in 0..BROKERS {
+        match broker_view(rt, config, cluster, b) {
+            Ok(v) => views.push(v),
+            Err(e) => {
+                problems.push(format!("broker {b}: metadata: {e}"));
+                return problems;
+            }
+        }
+    }
+    for b in 1..BROKERS {
+        let names: std::collections::BTreeSet<&String> =
+            views[0].keys().chain(views[b].keys()).collect();
+        for n in names {
+            if views[0].get(n) != views[b].get(n) {
+                problems.push(format!(
+                    "brokers 0 and {b} disagree on topic {n} (partition, leader, epoch, replicas): {:?} vs {:?}",
+                    views[0].get(n),
+                    views[b].get(n)
+                ));
+            }
+        }
+    }
+    // Against the operations: the last one on each topic decides.
+    let mut last: BTreeMap<&str, (&MetaOp, Option<&MetaOp>)> = BTreeMap::new();
+    for op in ops {
+        if op.create {
+            last.insert(&op.topic, (op, None));
+        } else if let Some(e) = last.get_mut(op.topic.as_str()) {
+            e.1 = Some(op);
+        }
+    }
+    for (topic, (create, delete)) in &last {
+        for (b, view) in views.iter().enumerate() {
+            let shown = view.get(*topic);
+            let must_exist = create.outcome == MetaOutcome::Acked
+                && delete.is_none_or(|d| {
+                    matches!(&d.outcome, MetaOutcome::Failed(e) if !e.starts_with("UnknownTopicOrPartition"))
+                });
+            // A delete refused because the topic is unknown: it is gone.
+            let must_not = matches!(create.outcome, MetaOutcome::Failed(_))
+                || delete.is_some_and(|d| {
+                    d.outcome == MetaOutcome::Acked
+                        || matches!(&d.outcome, MetaOutcome::Failed(e) if e.starts_with("UnknownTopicOrPartition"))
+                });
+            match shown {
+                None if must_exist => problems.push(format!(
+                    "broker {b} does not list {topic}, whose create was acknowledged at {:.3}s{}",
+                    create.t,
+                    delete.map_or(String::new(), |d| format!(
+                        " (its delete at {:.3}s: {:?})",
+                        d.t, d.outcome
+                    ))
+                )),
+                Some(parts) if must_not => problems.push(format!(
+                    "broker {b} lists {topic} ({parts:?}), whose {} at {:.3}s said {:?}",
+                    if delete.is_some() { "delete" } else { "create" },
+                    delete.map_or(create.t, |d| d.t),
+                    delete.map_or(&create.outcome, |d| &d.outcome)
+                )),
+                Some(parts)
+                    if parts.len() != create.partitions as usize
+                        || parts.iter().any(|p| p.3.len() != create.rf as usize) =>
+                {
+                    problems.push(format!(
+                        "broker {b} lists {topic} as {parts:?}, created with {} partitions, RF {}",
+                        create.partitions, create.rf
+                    ))
+                }
+                _ => {}
+            }
+        }
+    }
+    // The data dirs follow the views. Every broker keeps a log for every
+    // partition of every topic (core/broker/src/cluster/reconcile.rs), and
+    // only the partition's replicas write to it: so a directory per partition
+    // of each topic in the view, one holding records only where the broker
+    // is a replica, and none of a topic not in the view (internal `__` topics
+    // the test's principal may not describe are not in it: left out).
+    for (b, view) in views.iter().enumerate() {
+        let id = cluster.brokers[b].id;
+        let want: std::collections::BTreeSet<String> = view
+            .iter()
+            .flat_map(|(t, parts)| parts.iter().map(move |p| format!("{t}-{}", p.0)))
+            .collect();
+        let have = partition_dirs(cluster, b);
+        let extra: Vec<&String> = have
+            .difference(&want)
+            .filter(|d| {
+                let base = d.strip_suffix(".deleted").unwrap_or(d);
+                !base.starts_with("__") || d.ends_with(".deleted")
+            })
+            .collect();
+        let missing: Vec<&String> = want.difference(&have).collect();
+        if !extra.is_empty() || !missing.is_empty() {
+            problems.push(format!(
+                "broker {b}'s data dir: partition directories of no topic it lists: {extra:?}; of partitions it lists, missing: {missing:?}"
+            ));
+        }
+        let written: Vec<String> = view
+            .iter()
+            .flat_map(|(t, parts)| {
+                parts
+                    .iter()
+                    .filter(|p| !p.3.contains(&id))
+                    .map(move |p| format!("{t}-{}", p.0))
+            })
+            .filter(|d| !batches(&cluster.data_dir(b).join(d), i64::MAX).is_empty())
+            .collect();
+        if !written.is_empty() {
+            problems.push(format!(
+                "broker {b} is no replica of {written:?} but its directories hold records"
+            ));
+        }
+    }
+    problems
+}
+
+/// Workload (4), after the faults: waits (up to [`METADATA_SETTLE`]) for
+/// [`metadata_problems`] to be empty; flags what is left.
+fn check_metadata(
+    seed: u64,
+    rt: &tokio::runtime::Runtime,
+    config: &ClientConfig,
+    cluster: &NetCluster,
+    hist: &History,
+    anomalies: &Anomalies,
+    ops: &[MetaOp],
+) {
+    let began = Instant::now();
+    let mut first = None;
+    let problems = loop {
+        let problems = metadata_problems(rt, config, cluster, ops);
+        if problems.is_empty() || began.elapsed() > METADATA_SETTLE {
+            break problems;
+        }
+        first.get_or_insert_with(|| problems.clone());
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let count = |f: fn(&MetaOutcome) -> bool| ops.iter().filter(|o| f(&o.outcome)).count();
+    println!(
+        "  metadata: {} operations ({} acknowledged, {} refused, {} indeterminate); settled in {:.1}s{}",
+        ops.len(),
+        count(|o| *o == MetaOutcome::Acked),
+        count(|o| matches!(o, MetaOutcome::Failed(_))),
+        count(|o| matches!(o, MetaOutcome::Unknown(_))),
+        began.elapsed().as_secs_f64(),
+        first.map_or(String::new(), |f| format!(
+            " (first: {})",
+            f.join("; ").chars().take(300).collect::<String>()
+        ))
+    );
+    for p in problems {
+        // The operations on the topics it names, and the history around the
+        // last of them.
+        let named: Vec<&MetaOp> = ops
+            .iter()
+            .filter(|o| {
+                p.split(|c: char| !(c.is_ascii_alphanumeric() || c == '-' || c == '_'))
+                    .any(|w| {
+                        w == o.topic
+                            || w.strip_prefix(o.topic.as_str())
+                                .and_then(|r| r.strip_prefix('-'))
+                                .is_some_and(|r| r.parse::<u32>().is_ok())
+                    })
+            })
+            .collect();
+        let t = named.last().map_or_else(|| hist.now(), |o| o.t);
+        hist.note(format!("ANOMALY: metadata: {p}"));
+        anomalies.lock().unwrap().push(Anomaly {
+            t,
+            what: format!(
+                "metadata not settled {METADATA_SETTLE:?} after the last heal: {p}; operations on it: {} (seed {seed})",
+                named
+                    .iter()
+                    .map(|o| format!(
+                        "{:.3}s {} via broker {}: {:?}",
+                        o.t,
+                        if o.create { "create" } else { "delete" },
+                        o.via,
+                        o.outcome
+                    ))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ),
+        });
     }
 }
 
