@@ -661,11 +661,12 @@ fn users_sign_in_and_are_held_to_their_acls(driver: &Driver, shoot: &dyn Fn(&str
     let certs = broker.home().join("certs");
     let cert = certs.join("root.pem").display().to_string();
     let key = certs.join("root-key.pem").display().to_string();
-    let as_root = |args: &[&str]| {
+    let as_root_in = |args: &[&str], input: &[u8]| {
         let mut all = args.to_vec();
         all.extend(["--tls-cert", &cert, "--tls-key", &key]);
-        broker.rill_ok(&all)
+        broker.rill_stdin_ok(&all, input)
     };
+    let as_root = |args: &[&str]| as_root_in(args, b"");
     as_root(&["topic", "create", "shared"]);
     as_root(&["topic", "create", "private"]);
     as_root(&[
@@ -714,6 +715,51 @@ fn users_sign_in_and_are_held_to_their_acls(driver: &Driver, shoot: &dyn Fn(&str
     );
     let (status, body) = as_viewer("GET", "/api/topics/shared/records?partition=0", None);
     assert_eq!(status, 200, "{body}");
+    // A group that read both topics: viewer may describe the group, and sees
+    // only the offsets and lag of the topic it may describe.
+    for t in ["shared", "private"] {
+        as_root_in(&["produce", t], b"one\n");
+    }
+    as_root(&[
+        "consume",
+        "shared",
+        "--group",
+        "mixed",
+        "--from-beginning",
+        "--max-messages",
+        "1",
+    ]);
+    as_root(&[
+        "group",
+        "reset-offsets",
+        "mixed",
+        "--topic",
+        "private",
+        "--to-latest",
+    ]);
+    let out = as_root(&["group", "describe", "mixed"]);
+    assert!(out.contains("private"), "{out}");
+    as_root(&[
+        "acl",
+        "add",
+        "--principal",
+        "viewer",
+        "--operation",
+        "describe",
+        "--group",
+        "mixed",
+    ]);
+    let (status, body) = as_viewer("GET", "/api/groups/mixed", None);
+    assert_eq!(status, 200, "{body}");
+    let g: Value = serde_json::from_str(&body).unwrap();
+    let topics: Vec<&str> = g["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["topic"].as_str().unwrap())
+        .collect();
+    assert_eq!(topics, ["shared"], "{body}");
+    assert!(!body.contains("private"), "{body}");
     // The charts need describe on the cluster.
     let (status, body) = as_viewer("GET", "/api/metrics", None);
     assert_eq!(status, 403, "{body}");

@@ -843,7 +843,9 @@ pub(crate) async fn fetch(
             bytes_len,
         });
     }
-    state.metrics.add_bytes_out(bytes_out);
+    state
+        .metrics
+        .add_bytes_out(bytes_out, req.replica_id.is_some());
     Ok(Answer::WithPayload(
         FetchResponse { partitions: out },
         payload,

@@ -124,10 +124,13 @@ impl BrokerMetrics {
         self.local.bytes_in.fetch_add(n, Ordering::Relaxed);
     }
 
-    /// Record batch bytes fetched from this broker.
-    pub fn add_bytes_out(&self, n: u64) {
+    /// Record batch bytes fetched from this broker, by a follower or not
+    /// (Prometheus counts both; the local count, consumers only).
+    pub fn add_bytes_out(&self, n: u64, follower: bool) {
         self.bytes_out.increment(n);
-        self.local.bytes_out.fetch_add(n, Ordering::Relaxed);
+        if !follower {
+            self.local.bytes_out.fetch_add(n, Ordering::Relaxed);
+        }
     }
 
     pub fn api(&self, key: ApiKey) -> &ApiMetrics {

@@ -429,9 +429,16 @@ impl Admin {
         };
         let (resp, _) = self.client.call(None, &req, &[]).await?;
         for (i, why) in resp.denied {
-            if let Some(slot) = out.get_mut(i as usize) {
-                *slot = Some(why);
-            }
+            // An index out of range is the broker's mistake: refuse everything
+            // rather than allow the check it meant.
+            let Some(slot) = out.get_mut(i as usize) else {
+                let why = format!(
+                    "the broker's CheckAccess answer names check {i} of {}",
+                    out.len()
+                );
+                return Ok(vec![Some(why); out.len()]);
+            };
+            *slot = Some(why);
         }
         Ok(out)
     }

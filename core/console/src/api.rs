@@ -22,8 +22,8 @@ use tokio::sync::mpsc;
 use crate::State;
 use crate::http::{ApiError, ApiResult};
 use crate::render;
-use crate::session::{Who, visible};
-use rill_client::AclResource;
+use crate::session::{Who, allowed_each, require, visible};
+use rill_client::{AclOperation, AclResource};
 
 /// Topics per page unless `per_page` says otherwise (and at most [`PER_PAGE_MAX`]).
 pub(crate) const PER_PAGE: usize = 100;
@@ -38,6 +38,9 @@ const BROWSE_WAIT: Duration = Duration::from_secs(5);
 const TAIL_KEEPALIVE: Duration = Duration::from_secs(10);
 /// Records a live tail may have queued for a slow page before it waits.
 const TAIL_QUEUE: usize = 256;
+/// How often an open live tail checks again that its user may still read the
+/// topic (its token's expiry ends it at once).
+const TAIL_RECHECK: Duration = Duration::from_secs(30);
 /// An instance whose status is older than this is shown as gone (as the CLI does).
 const STATUS_STALE_MS: i64 = 10_000;
 /// Log lines of a transform shown (the newest).
@@ -519,7 +522,11 @@ pub(crate) async fn records(state: &State, name: &str, q: &HashMap<String, Strin
 /// `GET /api/topics/NAME/tail`: a stream (Server-Sent Events) of the records
 /// produced to every partition from now on. An `event: ready` tells the page
 /// the tail reads from the end; each record is a `data:` line of JSON.
-pub(crate) async fn tail(state: Arc<State>, name: &str) -> Result<mpsc::Receiver<Bytes>, ApiError> {
+pub(crate) async fn tail(
+    state: Arc<State>,
+    name: &str,
+    who: Who,
+) -> Result<mpsc::Receiver<Bytes>, ApiError> {
     let client = client(&state).await?;
     let what = format!("cannot tail topic {name}");
     let mut consumer = client
@@ -551,7 +558,28 @@ pub(crate) async fn tail(state: Arc<State>, name: &str) -> Result<mpsc::Receiver
             return;
         }
         let mut quiet_since = tokio::time::Instant::now();
+        let mut checked = tokio::time::Instant::now();
+        let end = |why: String| {
+            let event = format!("event: failure\ndata: {}\n\n", json!({ "error": why }));
+            Bytes::from(event)
+        };
         loop {
+            // The user's rights hold for as long as the tail: its token's
+            // expiry ends it, and the ACLs are asked again now and then.
+            if who.expired() {
+                let _ = tx
+                    .send(end("the sign-in expired; sign in again".into()))
+                    .await;
+                return;
+            }
+            if checked.elapsed() >= TAIL_RECHECK {
+                checked = tokio::time::Instant::now();
+                let read = vec![(AclOperation::Read, AclResource::Topic(topic.clone()))];
+                if let Err(e) = require(&state, &who, read).await {
+                    let _ = tx.send(end(e.message)).await;
+                    return;
+                }
+            }
             let polled = tokio::select! {
                 _ = stop.changed() => return,
                 _ = tx.closed() => return,
@@ -614,9 +642,9 @@ pub(crate) async fn groups(state: &State, who: &Who) -> ApiResult {
 
 /// `GET /api/groups/ID`: members, their partitions, and per partition the
 /// committed offset, log end offset and lag.
-pub(crate) async fn group(state: &State, id: &str) -> ApiResult {
+pub(crate) async fn group(state: &State, id: &str, who: &Who) -> ApiResult {
     let what = format!("cannot describe group {id}");
-    let g = client(state)
+    let mut g = client(state)
         .await?
         .admin()
         .describe_group(id)
@@ -624,6 +652,38 @@ pub(crate) async fn group(state: &State, id: &str) -> ApiResult {
         .map_err(|e| client_error(&what, e))?;
     if g.state == "Dead" {
         return Err(ApiError::not_found(format!("{what}: no such group")));
+    }
+    // Offsets, lag and assignments of topics the user may not describe are
+    // left out (the describe ran with the console's own rights).
+    let mut topics: Vec<String> = g
+        .partitions
+        .iter()
+        .map(|p| p.tp.topic.clone())
+        .chain(
+            g.members
+                .iter()
+                .flat_map(|m| m.assignment.iter().chain(&m.revoking))
+                .map(|tp| tp.topic.clone()),
+        )
+        .collect();
+    topics.sort();
+    topics.dedup();
+    let checks = topics
+        .iter()
+        .map(|t| (AclOperation::Describe, AclResource::Topic(t.clone())))
+        .collect();
+    let allowed = allowed_each(state, who, checks).await?;
+    let hidden: std::collections::HashSet<&str> = topics
+        .iter()
+        .zip(&allowed)
+        .filter_map(|(t, denied)| denied.is_some().then_some(t.as_str()))
+        .collect();
+    g.partitions
+        .retain(|p| !hidden.contains(p.tp.topic.as_str()));
+    for m in &mut g.members {
+        m.assignment
+            .retain(|tp| !hidden.contains(tp.topic.as_str()));
+        m.revoking.retain(|tp| !hidden.contains(tp.topic.as_str()));
     }
     let list = |tps: &[TopicPartition]| tps.iter().map(|t| t.to_string()).collect::<Vec<_>>();
     let total_lag: i64 = g.partitions.iter().filter_map(|p| p.lag).sum();
@@ -927,13 +987,36 @@ pub(crate) async fn transform(state: &State, name: &str) -> ApiResult {
 /// `POST /api/transforms/NAME/pause` and `.../resume`. The deployment is
 /// stored again naming the principal it ran as, so the console (which
 /// connects as its broker) does not change whose rights it runs with.
-pub(crate) async fn set_transform_state(state: &State, name: &str, pause: bool) -> ApiResult {
+pub(crate) async fn set_transform_state(
+    state: &State,
+    name: &str,
+    pause: bool,
+    who: &Who,
+) -> ApiResult {
     let client = client(state).await?;
     let verb = if pause { "pause" } else { "resume" };
     let what = format!("cannot {verb} transform {name}");
     let mut d = registry::load_deployment(&client, name)
         .await
         .map_err(|e| transform_error(&what, e))?;
+    // What the broker checks for the same TransformWrite: alter on the
+    // transform (checked by the route), read on its inputs, write on what it
+    // writes (its outputs, and its dead-letter topic when failed records go there).
+    let mut checks: Vec<_> = d
+        .inputs
+        .iter()
+        .map(|t| (AclOperation::Read, AclResource::Topic(t.clone())))
+        .collect();
+    let mut written = d.outputs.clone();
+    if d.on_error == ErrorPolicy::DeadLetter {
+        written.push(d.dlq_topic());
+    }
+    checks.extend(
+        written
+            .into_iter()
+            .map(|t| (AclOperation::Write, AclResource::Topic(t))),
+    );
+    require(state, who, checks).await?;
     let want = if pause {
         RunState::Paused
     } else {

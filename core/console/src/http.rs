@@ -193,7 +193,7 @@ async fn route(req: Request<Incoming>, state: Arc<State>) -> Response<Body> {
         if let Err(e) = allowed {
             return error_response(&e);
         }
-        return match api::tail(state, topic).await {
+        return match api::tail(state, topic, who).await {
             Ok(rx) => sse(rx),
             Err(e) => error_response(&e),
         };
@@ -267,7 +267,7 @@ async fn api_call(req: Request<Incoming>, segs: &[&str], state: Arc<State>, who:
         (Method::GET, ["api", "groups"]) => api::groups(&state, &who).await,
         (Method::GET, ["api", "groups", group]) => {
             require(&state, &who, vec![(Describe, group_res(group))]).await?;
-            api::group(&state, group).await
+            api::group(&state, group, &who).await
         }
         (Method::POST, ["api", "groups", group, "reset-offsets"]) => {
             let body = read_json(req).await?;
@@ -286,8 +286,10 @@ async fn api_call(req: Request<Incoming>, segs: &[&str], state: Arc<State>, who:
             api::transform(&state, name).await
         }
         (Method::POST, ["api", "transforms", name, action @ ("pause" | "resume")]) => {
+            // The rest of what TransformWrite needs (read on the inputs, write
+            // on the outputs) is checked once the deployment is loaded.
             require(&state, &who, vec![(Alter, transform_res(name))]).await?;
-            api::set_transform_state(&state, name, action == &"pause").await
+            api::set_transform_state(&state, name, action == &"pause", &who).await
         }
         (m, _) => Err(ApiError::not_found(format!(
             "no API {m} {}",

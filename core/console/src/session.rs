@@ -37,8 +37,9 @@ const CHECKS_PER_REQUEST: usize = 5_000;
 pub(crate) enum Who {
     /// User authentication is off: the broker's own rights.
     Operator,
-    /// A signed-in principal (its name; `User:NAME` in ACLs).
-    User(String),
+    /// A signed-in principal (its name; `User:NAME` in ACLs), until its
+    /// token expires (`exp`, seconds since the epoch).
+    User { name: String, exp: u64 },
 }
 
 impl Who {
@@ -46,7 +47,20 @@ impl Who {
     pub(crate) fn stamp(&self) -> Option<String> {
         match self {
             Who::Operator => None,
-            Who::User(name) => Some(format!("User:{name}")),
+            Who::User { name, .. } => Some(format!("User:{name}")),
+        }
+    }
+
+    /// Whether the token it signed in with has expired by now.
+    pub(crate) fn expired(&self) -> bool {
+        match self {
+            Who::Operator => false,
+            Who::User { exp, .. } => {
+                let now = SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs());
+                now >= *exp
+            }
         }
     }
 }
@@ -87,8 +101,11 @@ pub(crate) fn who(verifier: Option<&TokenVerifier>, headers: &HeaderMap) -> Resu
         ));
     };
     verifier
-        .verify(&token, SystemTime::now())
-        .map(Who::User)
+        .verify_claims(&token, SystemTime::now())
+        .map(|c| Who::User {
+            name: c.sub,
+            exp: c.exp,
+        })
         .map_err(|e| ApiError::new(StatusCode::UNAUTHORIZED, format!("sign in again: {e}")))
 }
 
@@ -218,9 +235,15 @@ mod tests {
         )
         .unwrap();
         let bearer = format!("Bearer {token}");
-        assert_eq!(
-            who(Some(&verifier), &headers(&[("authorization", &bearer)])).unwrap(),
-            Who::User("alice".into())
+        let w = who(Some(&verifier), &headers(&[("authorization", &bearer)])).unwrap();
+        assert_eq!(w.stamp(), Some("User:alice".into()));
+        assert!(!w.expired());
+        assert!(
+            Who::User {
+                name: "alice".into(),
+                exp: 1
+            }
+            .expired()
         );
         let _ = std::fs::remove_dir_all(&home);
     }

@@ -79,6 +79,27 @@ impl History {
         }
         h.last = Some(now);
     }
+
+    /// Forgets points older than the window by `now_ms` (the console's
+    /// clock), and brokers left with none that have not answered within it:
+    /// a broker that went away does not stay in the charts.
+    pub(crate) fn prune(&mut self, now_ms: i64) {
+        let window = WINDOW.as_millis() as i64;
+        for h in self.brokers.values_mut() {
+            while h.points.front().is_some_and(|p| now_ms - p.t_ms > window) {
+                h.points.pop_front();
+            }
+        }
+        self.brokers.retain(|_, h| {
+            !h.points.is_empty() || h.last.as_ref().is_some_and(|l| now_ms - l.now_ms <= window)
+        });
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
 }
 
 fn class<'a>(s: &'a DescribeBrokerStatsResponse, name: &str) -> Option<&'a ApiStats> {
@@ -151,7 +172,9 @@ pub(crate) async fn sample(state: Arc<State>, mut stop: watch::Receiver<bool>) {
             _ = stop.changed() => return,
             _ = tick.tick() => {}
         }
-        let Ok(client) = state.client().await else {
+        // Bounded: a connect that hangs must not hold the client's lock (and
+        // the user's requests behind it) for long.
+        let Ok(Ok(client)) = tokio::time::timeout(ASK_TIMEOUT, state.client()).await else {
             continue;
         };
         let Ok(meta) = tokio::time::timeout(
@@ -187,6 +210,11 @@ pub(crate) async fn sample(state: Arc<State>, mut stop: watch::Receiver<bool>) {
                     .add(stats);
             }
         }
+        state
+            .history
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .prune(now_ms());
     }
 }
 
@@ -245,5 +273,11 @@ mod tests {
         }
         let n = h.brokers[&1].points.len() as u64;
         assert_eq!(n, WINDOW.as_secs() / 2 + 1);
+        // A broker that stopped answering leaves once its points are old.
+        let last = 10_000 + 399 * 2_000;
+        h.prune(last);
+        assert_eq!(h.brokers[&1].points.len() as u64, n);
+        h.prune(last + WINDOW.as_millis() as i64 + 1);
+        assert!(h.brokers.is_empty());
     }
 }

@@ -67,12 +67,12 @@ pub enum NetError {
     )]
     InvalidPrincipalName { name: String },
 
-    /// rustls refused the configuration (bad key, unusable certificate, ...).
     /// `rill token issue --ttl` outside what a token may live
     /// ([`crate::token::TTL_MAX`]).
     #[error("a token lives 1 s to 168 h (7 days), not {secs} s")]
     TokenTtl { secs: u64 },
 
+    /// rustls refused the configuration (bad key, unusable certificate, ...).
     #[error("invalid TLS configuration: {0}")]
     Tls(#[from] rustls::Error),
 

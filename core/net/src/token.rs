@@ -14,8 +14,9 @@
 //! refused with that reason.
 //!
 //! Invariants: a token verifies only with a CA certificate whose public key
-//! matches the header's algorithm; expired tokens (no leeway beyond
-//! [`CLOCK_SKEW`]) and tokens longer-lived than [`TTL_MAX`] are refused; there
+//! matches the header's algorithm; expired tokens (no leeway) and tokens
+//! issued more than [`CLOCK_SKEW`] in the future or longer-lived than
+//! [`TTL_MAX`] are refused; there
 //! is no revocation list, so lifetimes are short (the `--ttl`, at most 7 days,
 //! as Kafka's delegation tokens' default maximum).
 
@@ -229,6 +230,11 @@ impl TokenVerifier {
 
     /// The principal's name `token` carries, if it is valid at `now`.
     pub fn verify(&self, token: &str, now: SystemTime) -> Result<String, TokenError> {
+        self.verify_claims(token, now).map(|c| c.sub)
+    }
+
+    /// What `token` says, if it is valid at `now`.
+    pub fn verify_claims(&self, token: &str, now: SystemTime) -> Result<Claims, TokenError> {
         let malformed = |why: &str| TokenError::Malformed(why.to_string());
         if token.len() > TOKEN_BYTES_MAX {
             return Err(malformed("longer than any token `rill token issue` makes"));
@@ -280,7 +286,7 @@ impl TokenVerifier {
         }
         check_principal_name(&claims.sub)
             .map_err(|_| TokenError::BadPrincipal(claims.sub.clone()))?;
-        Ok(claims.sub)
+        Ok(claims)
     }
 }
 

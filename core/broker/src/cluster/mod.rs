@@ -835,11 +835,15 @@ impl Cluster {
         let mut timer = tokio::time::interval(self.heartbeat_interval.min(CONTROLLER_CHECK_MAX));
         timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut last_election = Instant::now();
+        // A session change that failed to commit, and when: not proposed again
+        // for a heartbeat interval (the loop looks far more often than that).
+        let mut failed: Vec<(Command, Instant)> = Vec::new();
         loop {
             tokio::select! {
                 _ = stop.cancelled() => return,
                 _ = timer.tick() => {}
             }
+            failed.retain(|(_, at)| at.elapsed() < self.heartbeat_interval);
             if !self.is_controller() {
                 self.sessions.lock().not_controller(self.controller());
                 continue;
@@ -857,9 +861,13 @@ impl Cluster {
                 s.decide(self.broker_id, Instant::now(), &image, times)
             };
             for command in decisions {
+                if failed.iter().any(|(c, _)| *c == command) {
+                    continue;
+                }
                 tracing::info!(?command, "controller: broker session change");
-                if let Err(e) = self.propose_local(command).await {
+                if let Err(e) = self.propose_local(command.clone()).await {
                     tracing::warn!(error = %e, "controller could not commit a session change");
+                    failed.push((command, Instant::now()));
                 }
             }
             if !imbalance_every.is_zero() && last_election.elapsed() >= imbalance_every {

@@ -208,9 +208,11 @@ async function clusterPage() {
     const alive = c.brokers.filter(b => b.alive).length;
     const stats = {};
     for (const b of (m ? m.brokers : [])) stats[b.id] = b;
+    // A broker's latest point, unless it is stale (the broker stopped answering).
     const last = id => {
       const s = stats[id];
-      return s && s.points.length ? s.points[s.points.length - 1] : null;
+      const p = s && s.points.length ? s.points[s.points.length - 1] : null;
+      return p && Date.now() - p.t_ms <= 3 * m.interval_ms ? p : null;
     };
     const rate = v => v === null || v === undefined ? "-" : fmtBytes(v) + "/s";
     show(
@@ -220,7 +222,7 @@ async function clusterPage() {
         el("div", {}, el("b", { id: "alive-count" }, alive), "alive"),
         el("div", {}, el("b", {}, dash(c.controller_id)), "controller"),
         el("div", {}, el("b", { class: "muted", style: "font-size:14px" }, c.cluster_id), "cluster id")),
-      table(["ID", "Address", "Rack", "Status", "Role", "Version", { text: "Produce in", cls: "num" }, { text: "Fetch out", cls: "num" }],
+      table(["ID", "Address", "Rack", "Status", "Role", "Version", { text: "Produce in", cls: "num" }, { text: "Consumers out", cls: "num" }],
         c.brokers.map(b => el("tr", { "data-broker-id": b.id, "data-alive": b.alive ? "yes" : "no" },
           el("td", {}, b.id),
           el("td", {}, b.addr),
@@ -234,9 +236,9 @@ async function clusterPage() {
       el("h2", {}, "Throughput and latency, last " + (m ? Math.round(m.window_s / 60) : 10) + " minutes"),
       mErr ? errorBox(mErr) : el("div", { class: "charts", id: "charts" },
         chart("Produce", "chart-produce", m, p => p.produce_bytes_s, v => fmtBytes(v) + "/s"),
-        chart("Fetch", "chart-fetch", m, p => p.fetch_bytes_s, v => fmtBytes(v) + "/s"),
+        chart("Fetch by consumers", "chart-fetch", m, p => p.fetch_bytes_s, v => fmtBytes(v) + "/s"),
         chart("Produce latency p99", "chart-produce-p99", m, p => p.produce_p99_ms, v => v.toFixed(1) + " ms"),
-        chart("Fetch latency p99 (long-poll waits included)", "chart-fetch-p99", m, p => p.fetch_p99_ms, v => v.toFixed(1) + " ms")));
+        chart("Fetch latency p99 (consumers and followers, long-poll waits included)", "chart-fetch-p99", m, p => p.fetch_p99_ms, v => v.toFixed(1) + " ms")));
   });
 }
 

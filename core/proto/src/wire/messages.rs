@@ -675,7 +675,8 @@ pub struct DescribeBrokerStatsResponse {
     /// When it started, and now, by its clock (ms since the Unix epoch).
     pub started_ms: i64,
     pub now_ms: i64,
-    /// Record batch bytes produced to it, and fetched from it.
+    /// Record batch bytes produced to it, and fetched from it by consumers
+    /// (followers' fetches not counted).
     pub bytes_in: u64,
     pub bytes_out: u64,
     /// Upper bounds of the latency buckets, microseconds; each histogram has
