@@ -695,14 +695,7 @@ fn users_sign_in_and_are_held_to_their_acls(driver: &Driver, shoot: &dyn Fn(&str
     };
     let (status, body) = as_viewer("GET", "/api/topics", None);
     assert_eq!(status, 200, "{body}");
-    let v: Value = serde_json::from_str(&body).unwrap();
-    let names: Vec<&str> = v["topics"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["name"].as_str().unwrap())
-        .collect();
-    assert_eq!(names, ["shared"], "{body}");
+    assert_eq!(field_of_each(&body, "topics", "name"), ["shared"], "{body}");
     let (status, body) = as_viewer("GET", "/api/topics/private", None);
     assert_eq!(status, 403, "{body}");
     let why: Value = serde_json::from_str(&body).unwrap();
@@ -751,14 +744,11 @@ fn users_sign_in_and_are_held_to_their_acls(driver: &Driver, shoot: &dyn Fn(&str
     ]);
     let (status, body) = as_viewer("GET", "/api/groups/mixed", None);
     assert_eq!(status, 200, "{body}");
-    let g: Value = serde_json::from_str(&body).unwrap();
-    let topics: Vec<&str> = g["partitions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["topic"].as_str().unwrap())
-        .collect();
-    assert_eq!(topics, ["shared"], "{body}");
+    assert_eq!(
+        field_of_each(&body, "partitions", "topic"),
+        ["shared"],
+        "{body}"
+    );
     assert!(!body.contains("private"), "{body}");
     // The charts need describe on the cluster.
     let (status, body) = as_viewer("GET", "/api/metrics", None);
@@ -1033,6 +1023,17 @@ impl Drop for Driver {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The string `field` of each element of the array `list` of a JSON body.
+fn field_of_each(body: &str, list: &str, field: &str) -> Vec<String> {
+    let v: Value = serde_json::from_str(body).unwrap();
+    v[list]
+        .as_array()
+        .unwrap_or_else(|| panic!("no array {list} in {body}"))
+        .iter()
+        .map(|e| e[field].as_str().unwrap().to_string())
+        .collect()
 }
 
 /// GET `path` from the console on `port`: status and body.
