@@ -155,10 +155,7 @@ fn console_in_a_browser() {
          document.getElementById('config-value').value = '3600000';\
          document.getElementById('alter-config').requestSubmit(); return null;",
     );
-    driver.wait_for("the confirmation dialog", || {
-        driver.js("return document.getElementById('confirm').open;") == json!(true)
-    });
-    driver.js("document.getElementById('confirm-ok').click(); return null;");
+    driver.confirm();
     c.wait_for(
         "retention.ms=3600000 on console-events",
         &["topic", "describe", "console-events"],
@@ -470,10 +467,7 @@ fn console_in_a_browser() {
          to.dispatchEvent(new Event('change')); \
          document.getElementById('reset-offsets').requestSubmit(); return null;",
     );
-    driver.wait_for("the confirmation dialog", || {
-        driver.js("return document.getElementById('confirm').open;") == json!(true)
-    });
-    driver.js("document.getElementById('confirm-ok').click(); return null;");
+    driver.confirm();
     driver.wait_for("the refusal on the group page", || {
         driver
             .js("const e = document.querySelector('#reset-result .error'); return e && e.innerText;")
@@ -557,10 +551,7 @@ fn console_in_a_browser() {
                  if (b) b.click(); return !!b;"
             )) == json!(true)
         });
-        driver.wait_for("the confirmation dialog", || {
-            driver.js("return document.getElementById('confirm').open;") == json!(true)
-        });
-        driver.js("document.getElementById('confirm-ok').click(); return null;");
+        driver.confirm();
         driver.wait_for(&format!("transform faulty {state}"), || {
             driver.js("return document.getElementById('transform-state').innerText;")
                 == json!(state)
@@ -807,10 +798,7 @@ fn users_sign_in_and_are_held_to_their_acls(driver: &Driver, shoot: &dyn Fn(&str
         "document.getElementById('new-topic-name').value = 'made-by-viewer';\
          document.getElementById('create-topic').requestSubmit(); return null;",
     );
-    driver.wait_for("the confirmation dialog", || {
-        driver.js("return document.getElementById('confirm').open;") == json!(true)
-    });
-    driver.js("document.getElementById('confirm-ok').click(); return null;");
+    driver.confirm();
     driver.wait_for("the denial on the page", || {
         driver
             .js("const e = document.querySelector('#create-topic + div .error'); return e && e.innerText;")
@@ -1001,6 +989,14 @@ impl Driver {
             }
             std::thread::sleep(Duration::from_millis(100));
         }
+    }
+
+    /// Waits for the page's confirmation dialog and confirms.
+    fn confirm(&self) {
+        self.wait_for("the confirmation dialog", || {
+            self.js("return document.getElementById('confirm').open;") == json!(true)
+        });
+        self.js("document.getElementById('confirm-ok').click(); return null;");
     }
 
     fn screenshot(&self, path: &PathBuf) {
