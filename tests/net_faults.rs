@@ -1602,7 +1602,7 @@ fn note_events(
                 for tp in tps {
                     if ending.contains(&tp.partition) {
                         // Revoked, then given back before the ack.
-                        end_held(glog, open, &[tp.partition], &who, t, "re-assigned");
+                        end_held(glog, open, &[tp.partition], who, t, "re-assigned");
                         ending.retain(|p| *p != tp.partition);
                     }
                     if let Some(since) = open.get(&tp.partition) {
