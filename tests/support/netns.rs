@@ -616,5 +616,18 @@ impl Drop for NetCluster {
                 eprintln!("{}", self.log_tail(i, 150));
             }
         }
+        // `RILL_FAULT_LOGS=DIR` keeps every broker's whole log (to read what a
+        // replayed seed did).
+        if let Some(dir) = std::env::var_os("RILL_FAULT_LOGS") {
+            let dir = PathBuf::from(dir);
+            let _ = std::fs::create_dir_all(&dir);
+            for i in 0..self.brokers.len() {
+                let to = dir.join(format!("broker-{i}.log"));
+                match std::fs::copy(self.log_path(i), &to) {
+                    Ok(_) => eprintln!("broker {i}'s log kept in {}", to.display()),
+                    Err(e) => eprintln!("could not keep broker {i}'s log in {}: {e}", to.display()),
+                }
+            }
+        }
     }
 }

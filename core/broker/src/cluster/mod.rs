@@ -617,18 +617,43 @@ impl Cluster {
                 ),
             ));
         }
-        self.sessions
-            .lock()
-            .heartbeat(req.broker_id, Instant::now());
+        let now = Instant::now();
+        {
+            let mut sessions = self.sessions.lock();
+            // A heartbeat handled right after this process stalled may have
+            // waited through the stall: not contact (see `Sessions::observe`).
+            sessions.observe(now, self.session_times());
+            sessions.heartbeat(req.broker_id, now);
+        }
+        let metadata_index = self.applied_index();
         let alive = self
             .image()
             .brokers
             .get(&req.broker_id)
             .is_some_and(|b| !b.fenced);
-        Ok(BrokerHeartbeatResponse { alive })
+        Ok(BrokerHeartbeatResponse {
+            alive,
+            metadata_index,
+        })
     }
 
     // ------------------------------------------------------------ background tasks
+
+    /// The index of the last metadata log entry applied to this broker's image.
+    fn applied_index(&self) -> u64 {
+        self.raft
+            .metrics()
+            .borrow()
+            .last_applied
+            .map_or(0, |l| l.index)
+    }
+
+    fn session_times(&self) -> SessionTimes {
+        SessionTimes {
+            session_timeout: self.session_timeout,
+            heartbeat_interval: self.heartbeat_interval,
+        }
+    }
 
     /// The voters of the metadata quorum this broker knows.
     fn voters(&self) -> Vec<i32> {
@@ -806,10 +831,13 @@ impl Cluster {
         };
         let timeout = (self.heartbeat_interval * 4).min(self.session_timeout / 2);
         match self.links.call(&addr, &req, timeout).await {
-            // Unfenced by the controller, and this broker's image says so too:
-            // it carries the leaderships the quorum changed while it was away.
+            // Unfenced by the controller, and this broker's image has caught
+            // up with the controller's (so it carries the leaderships the
+            // quorum changed while it was away, not only a stale "unfenced"
+            // from before it was fenced) and says so too.
             Ok((resp, _))
                 if resp.alive
+                    && self.applied_index() >= resp.metadata_index
                     && self
                         .image()
                         .brokers
@@ -844,15 +872,15 @@ impl Cluster {
                 _ = timer.tick() => {}
             }
             failed.retain(|(_, at)| at.elapsed() < self.heartbeat_interval);
+            self.sessions
+                .lock()
+                .observe(Instant::now(), self.session_times());
             if !self.is_controller() {
                 self.sessions.lock().not_controller(self.controller());
                 continue;
             }
             let image = self.image();
-            let times = SessionTimes {
-                session_timeout: self.session_timeout,
-                heartbeat_interval: self.heartbeat_interval,
-            };
+            let times = self.session_times();
             let decisions = {
                 let mut s = self.sessions.lock();
                 if s.is_new() {

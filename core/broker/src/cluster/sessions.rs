@@ -14,6 +14,16 @@
 //!   short grace (two heartbeat intervals) unless it heartbeats first.
 //! - Only a broker heard from since this controller took over is unfenced.
 //! - The controller never fences itself.
+//! - A heartbeat is contact only if this process was running when it came:
+//!   after a stall (the process paused, or starved, for longer than
+//!   [`STALL`], seen as a gap between two looks at the clock, see
+//!   [`Sessions::observe`]) heartbeats handled within a quarantine (one
+//!   heartbeat interval) do not count, because they may have waited in the
+//!   socket through the stall. Otherwise a controller resumed after a pause
+//!   would take heartbeats its peers sent before they elected another
+//!   controller as fresh contact with a majority, lift its self-fence and
+//!   serve from its stale image (the network-fault soak saw it answer a
+//!   group's committed offsets from before the pause).
 
 use super::image::{Command, MetadataImage};
 use std::collections::HashMap;
@@ -26,9 +36,18 @@ pub struct SessionTimes {
     pub heartbeat_interval: Duration,
 }
 
+/// A gap longer than this between two looks at the clock (the controller
+/// loop looks every 50 ms; heartbeats come every interval) means the process
+/// did not run in between.
+pub const STALL: Duration = Duration::from_millis(500);
+
 /// The controller's view of broker sessions.
 #[derive(Debug, Default)]
 pub struct Sessions {
+    /// The last time this process was seen running ([`Self::observe`]).
+    last_alive: Option<Instant>,
+    /// Heartbeats handled before this do not count (after a stall).
+    quarantine_until: Option<Instant>,
     /// When this broker became controller (every session counts from then).
     since: Option<Instant>,
     /// Heartbeats received since `since`.
@@ -40,9 +59,27 @@ pub struct Sessions {
 }
 
 impl Sessions {
-    /// A heartbeat from `broker` reached this controller.
+    /// A heartbeat from `broker` reached this controller (not counted in a
+    /// quarantine after a stall: call [`Self::observe`] first).
     pub fn heartbeat(&mut self, broker: i32, now: Instant) {
-        self.last_seen.insert(broker, now);
+        if !self.quarantine_until.is_some_and(|q| now < q) {
+            self.last_seen.insert(broker, now);
+        }
+    }
+
+    /// The process is running at `now` (the controller loop calls this on
+    /// every look, and every heartbeat does): a gap of more than [`STALL`]
+    /// since the last call starts a quarantine of one heartbeat interval.
+    /// Whether `now` is outside any quarantine.
+    pub fn observe(&mut self, now: Instant, times: SessionTimes) -> bool {
+        if self
+            .last_alive
+            .is_some_and(|last| now.saturating_duration_since(last) > STALL)
+        {
+            self.quarantine_until = Some(now + times.heartbeat_interval);
+        }
+        self.last_alive = Some(self.last_alive.map_or(now, |l| l.max(now)));
+        !self.quarantine_until.is_some_and(|q| now < q)
     }
 
     /// This broker is not the controller; `controller` is the one it knows of.
@@ -286,6 +323,45 @@ mod tests {
         assert_eq!(
             s.decide(0, t0 + ms(100), &fenced, TIMES),
             vec![Command::UnfenceBroker { id: 1 }]
+        );
+    }
+
+    #[test]
+    fn heartbeats_handled_right_after_a_stall_are_not_contact() {
+        let t0 = Instant::now();
+        let ms = |n| Duration::from_millis(n);
+        let mut s = Sessions::default();
+        let image = image(&[(0, false), (1, false), (2, false)]);
+        // Controller 0 looks every 50 ms and hears from 1 and 2.
+        for k in 0..10u64 {
+            assert!(s.observe(t0 + ms(50 * k), TIMES));
+        }
+        s.decide(0, t0, &image, TIMES);
+        s.heartbeat(1, t0 + ms(400));
+        s.heartbeat(2, t0 + ms(420));
+        assert_eq!(
+            s.quorum_contact(0, &[0, 1, 2], t0 + ms(450)),
+            Some(t0 + ms(420))
+        );
+        // Paused for 10 s: heartbeats sent before the pause are handled on
+        // resume, before or after the loop's first look: neither counts.
+        let resumed = t0 + ms(10_450);
+        assert!(!s.observe(resumed, TIMES));
+        s.heartbeat(1, resumed + ms(1));
+        s.heartbeat(2, resumed + ms(2));
+        assert_eq!(
+            s.quorum_contact(0, &[0, 1, 2], resumed + ms(3)),
+            Some(t0 + ms(420)),
+            "contact stays where it was before the pause"
+        );
+        // After the quarantine (one heartbeat interval), heartbeats count again.
+        assert!(!s.observe(resumed + ms(50), TIMES));
+        assert!(s.observe(resumed + ms(100), TIMES));
+        assert!(s.observe(resumed + ms(150), TIMES));
+        s.heartbeat(1, resumed + ms(150));
+        assert_eq!(
+            s.quorum_contact(0, &[0, 1, 2], resumed + ms(160)),
+            Some(resumed + ms(150))
         );
     }
 }

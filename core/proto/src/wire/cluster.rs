@@ -62,6 +62,10 @@ impl ApiRequest for JoinClusterRequest {
 }
 
 /// A broker's periodic liveness signal to the controller (the quorum leader).
+///
+/// Version 1: the answer carries the controller's applied metadata index, so a
+/// broker knows whether its own image has caught up with what the controller
+/// decided while it was away.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BrokerHeartbeatRequest {
     pub broker_id: i32,
@@ -72,10 +76,14 @@ pub struct BrokerHeartbeatRequest {
 pub struct BrokerHeartbeatResponse {
     /// False while the controller still treats the broker as fenced.
     pub alive: bool,
+    /// The index of the last metadata log entry the controller had applied
+    /// when it answered.
+    pub metadata_index: u64,
 }
 
 impl ApiRequest for BrokerHeartbeatRequest {
     const KEY: ApiKey = ApiKey::BrokerHeartbeat;
+    const VERSION: u16 = 1;
     type Response = BrokerHeartbeatResponse;
 }
 
