@@ -1222,6 +1222,23 @@ fn an_exactly_once_transform_keeps_every_id_once_while_brokers_fail() {
         &["group", "describe", "__transform-eos-counts"],
         |out| committed_sum(out, "views") >= total as i64,
     );
+    // The input first: each id once, or the producer (not the transform)
+    // wrote it twice.
+    let out = c.rill_ok(
+        &["consume", "ids", "--from-beginning", "--timeout-ms", "5000"],
+        b"",
+    );
+    let mut logged = std::collections::BTreeMap::new();
+    for line in out.lines() {
+        *logged.entry(line.to_string()).or_insert(0usize) += 1;
+    }
+    let twice: Vec<_> = logged.iter().filter(|(_, n)| **n > 1).take(5).collect();
+    assert!(
+        twice.is_empty() && logged.len() == total,
+        "the input topic ids (seed {seed}): `rill produce` (idempotent, acks=all) wrote some twice \
+         or lost some: {} distinct of {total}, twice: {twice:?}",
+        logged.len()
+    );
     let out = c.rill_ok(
         &[
             "consume",
@@ -1279,6 +1296,32 @@ fn an_exactly_once_transform_keeps_every_id_once_while_brokers_fail() {
         );
         let page = key.split_once('|').expect("minute|page").1;
         *per_page.entry(page.to_string()).or_insert(0usize) += seq.len();
+    }
+    // The inputs as the log holds them: an idempotent producer must not have
+    // written any view twice (or dropped one) across the broker failures, or
+    // the counts below would be off for the producer's sake, not the transform's.
+    let out = c.rill_ok(
+        &[
+            "consume",
+            "views",
+            "--from-beginning",
+            "--timeout-ms",
+            "5000",
+        ],
+        b"",
+    );
+    let mut logged = std::collections::BTreeMap::new();
+    for line in out.lines() {
+        *logged.entry(line.to_string()).or_insert(0usize) += 1;
+    }
+    for p in 0..PAGES {
+        let page = format!("/p{p}");
+        let inputs = (0..total).filter(|i| i % PAGES == p).count();
+        assert_eq!(
+            logged.get(&page).copied().unwrap_or(0),
+            inputs,
+            "views of {page} in the input topic (seed {seed}): `rill produce` (idempotent, acks=all) wrote some twice or lost some"
+        );
     }
     for p in 0..PAGES {
         let page = format!("/p{p}");
