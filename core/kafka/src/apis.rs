@@ -3,8 +3,8 @@
 //!
 //! [`SUPPORTED`] is the one table of apis and versions: ApiVersions answers it
 //! and the frame loop refuses anything outside it. The ranges are those whose
-//! fields we fill: Fetch stops at v12 and Metadata answers no topic ids, so a
-//! client names topics by name; Produce starts at v3 (record batch v2, the
+//! fields we fill: Fetch stops at v12, so a client names topics by name there
+//! (Metadata answers the topics' ids, which DeleteTopics v6 accepts); Produce starts at v3 (record batch v2, the
 //! layout of our log).
 //!
 //! What a Kafka request names that Rill has no notion of is answered as Kafka
@@ -32,7 +32,8 @@ use std::sync::Arc;
 pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Produce, 3, 9),
     (ApiKey::Fetch, 4, 12),
-    (ApiKey::ListOffsets, 1, 7),
+    // (Version 7 adds the max-timestamp spec, -3, which the log does not answer.)
+    (ApiKey::ListOffsets, 1, 6),
     (ApiKey::Metadata, 0, 12),
     (ApiKey::OffsetCommit, 2, 8),
     (ApiKey::OffsetFetch, 1, 7),
@@ -254,7 +255,7 @@ pub(crate) async fn serve(
         }
         ApiKey::DescribeGroups => {
             let r = decode(key, version, &mut body)?;
-            answer!(groups::describe_groups(shared, caller, r).await)
+            answer!(groups::describe_groups(shared, caller, version, r).await)
         }
         ApiKey::OffsetForLeaderEpoch => {
             let r = decode(key, version, &mut body)?;
@@ -929,11 +930,21 @@ async fn delete_topics(
     version: i16,
     r: km::DeleteTopicsRequest,
 ) -> km::DeleteTopicsResponse {
-    let names: Vec<String> = if version >= 6 {
-        r.topics
-            .iter()
-            .filter_map(|t| t.name.as_ref().map(|n| n.0.to_string()))
-            .collect()
+    // Version 6 names each topic by name or by id (the ids Metadata answers).
+    let ids = (version >= 6).then(|| crate::kip848::TopicIds::load(shared));
+    let mut unknown_ids = Vec::new();
+    let names: Vec<String> = if let Some(ids) = &ids {
+        let mut names = Vec::new();
+        for t in &r.topics {
+            match &t.name {
+                Some(n) => names.push(n.0.to_string()),
+                None => match ids.by_id.get(&t.topic_id) {
+                    Some(n) => names.push(n.clone()),
+                    None => unknown_ids.push(t.topic_id),
+                },
+            }
+        }
+        names
     } else {
         r.topic_names.iter().map(|n| n.0.to_string()).collect()
     };
@@ -960,8 +971,11 @@ async fn delete_topics(
                 Some(e) => e.clone(),
                 None => Some(failed("DeleteTopics")),
             });
-            let out = km::delete_topics_response::DeletableTopicResult::default()
+            let mut out = km::delete_topics_response::DeletableTopicResult::default()
                 .with_name(Some(topic_name(name)));
+            if let Some(ids) = &ids {
+                out = out.with_topic_id(ids.id(name));
+            }
             match error {
                 Some(e) if version >= 5 => out
                     .with_error_code(to_kafka(e.code))
@@ -971,12 +985,13 @@ async fn delete_topics(
             }
         })
         .collect();
-    // Topics named by id only: we answer no topic ids, so none can be known.
-    for t in r.topics.iter().filter(|t| t.name.is_none()) {
+    // Ids that name no topic of the cluster.
+    for id in unknown_ids {
         responses.push(
             km::delete_topics_response::DeletableTopicResult::default()
-                .with_topic_id(t.topic_id)
-                .with_error_code(kafka::UNKNOWN_TOPIC_OR_PARTITION),
+                .with_topic_id(id)
+                .with_error_code(kafka::UNKNOWN_TOPIC_ID)
+                .with_error_message(Some(sb(format!("no topic has id {id}")))),
         );
     }
     km::DeleteTopicsResponse::default().with_responses(responses)
@@ -1190,6 +1205,15 @@ async fn offset_commit(
                             None => kafka::UNKNOWN_TOPIC_OR_PARTITION,
                         }
                     });
+                    // A KIP-848 member's commit with an epoch the coordinator no
+                    // longer holds is, for Kafka's consumers, STALE_MEMBER_EPOCH:
+                    // they retry it with the epoch of their next heartbeat (the
+                    // Java consumer takes FENCED_MEMBER_EPOCH here as fatal).
+                    let error = if error == kafka::FENCED_MEMBER_EPOCH {
+                        kafka::STALE_MEMBER_EPOCH
+                    } else {
+                        error
+                    };
                     km::offset_commit_response::OffsetCommitResponsePartition::default()
                         .with_partition_index(p.partition_index)
                         .with_error_code(error)

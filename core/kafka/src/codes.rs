@@ -55,6 +55,7 @@ pub mod kafka {
     pub const INVALID_RECORD: i16 = 87;
     pub const UNKNOWN_TOPIC_ID: i16 = 100;
     pub const FENCED_MEMBER_EPOCH: i16 = 110;
+    pub const STALE_MEMBER_EPOCH: i16 = 113;
     pub const INVALID_TXN_STATE: i16 = 48;
     pub const INVALID_PRODUCER_ID_MAPPING: i16 = 49;
     pub const INVALID_TRANSACTION_TIMEOUT: i16 = 50;

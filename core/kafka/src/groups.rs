@@ -276,6 +276,7 @@ fn versioned<M: Encodable>(m: &M) -> Bytes {
 pub(crate) async fn describe_groups(
     shared: &Shared,
     caller: &Arc<Caller>,
+    version: i16,
     r: km::DescribeGroupsRequest,
 ) -> km::DescribeGroupsResponse {
     let request = rw::DescribeGroupsRequest {
@@ -303,7 +304,9 @@ pub(crate) async fn describe_groups(
             let out = km::describe_groups_response::DescribedGroup::default()
                 .with_group_id(GroupId(sb(g.group_id.clone())))
                 .with_error_code(code(&g.error))
-                .with_error_message(g.error.as_ref().and_then(message));
+                // (error_message is a field of version 6 on: an older answer
+                // carrying one cannot be encoded.)
+                .with_error_message(g.error.as_ref().and_then(message).filter(|_| version >= 6));
             if g.error.is_some() {
                 // Kafka answers an unknown group as Dead, with no error.
                 if g.error

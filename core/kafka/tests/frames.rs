@@ -514,3 +514,115 @@ async fn random_and_truncated_frames_leave_the_broker_serving() {
     good_client_round(&env, "frames-after-fuzz").await;
     env.stop().await;
 }
+
+/// Answers older versions cannot carry a field of are encoded without it, not
+/// dropped with the connection (DescribeGroups' error message is a field of
+/// v6 on; Kafka 3.x clients speak v5), and DeleteTopics v6 deletes a topic
+/// named by the id Metadata answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn old_versions_get_their_errors_and_topics_are_deleted_by_id() {
+    let env = Env::start().await;
+    good_client_round(&env, "by-id").await;
+    let mut c = env.connect().await;
+    for version in [5, 6] {
+        let described = c
+            .call(
+                version,
+                &DescribeGroupsRequest::default()
+                    .with_groups(vec![GroupId(StrBytes::from_static_str(""))]),
+            )
+            .await;
+        let g = &described.groups[0];
+        assert_ne!(g.error_code, 0, "v{version}: {g:?}");
+        assert_eq!(g.error_message.is_some(), version >= 6, "v{version}: {g:?}");
+    }
+    // A KIP-848 member committing with an epoch the coordinator does not hold
+    // is told STALE_MEMBER_EPOCH (113), which Kafka's consumers retry after
+    // their next heartbeat (FENCED_MEMBER_EPOCH fails the Java consumer's commit).
+    let joined = c
+        .call(
+            0,
+            &ConsumerGroupHeartbeatRequest::default()
+                .with_group_id(GroupId(StrBytes::from_static_str("g848")))
+                .with_member_epoch(0)
+                .with_rebalance_timeout_ms(5000)
+                .with_subscribed_topic_names(Some(vec![topic("by-id")]))
+                .with_topic_partitions(Some(Vec::new())),
+        )
+        .await;
+    assert_eq!(joined.error_code, 0, "{joined:?}");
+    let member = joined.member_id.clone().expect("a member id");
+    let committed = c
+        .call(
+            8,
+            &OffsetCommitRequest::default()
+                .with_group_id(GroupId(StrBytes::from_static_str("g848")))
+                .with_member_id(member)
+                .with_generation_id_or_member_epoch(joined.member_epoch + 7)
+                .with_topics(vec![
+                    offset_commit_request::OffsetCommitRequestTopic::default()
+                        .with_name(topic("by-id"))
+                        .with_partitions(vec![
+                            offset_commit_request::OffsetCommitRequestPartition::default()
+                                .with_partition_index(0)
+                                .with_committed_offset(1),
+                        ]),
+                ]),
+        )
+        .await;
+    assert_eq!(
+        committed.topics[0].partitions[0].error_code, 113,
+        "{committed:?}"
+    );
+    // The connection still serves.
+    let metadata = c
+        .call(
+            12,
+            &MetadataRequest::default().with_topics(Some(vec![
+                metadata_request::MetadataRequestTopic::default().with_name(Some(topic("by-id"))),
+            ])),
+        )
+        .await;
+    let id = metadata.topics[0].topic_id;
+    assert!(!id.is_nil(), "{:?}", metadata.topics[0]);
+    let unknown = uuid::Uuid::from_u128(0x1234);
+    let deleted = c
+        .call(
+            6,
+            &DeleteTopicsRequest::default()
+                .with_timeout_ms(5000)
+                .with_topics(vec![
+                    delete_topics_request::DeleteTopicState::default().with_topic_id(id),
+                    delete_topics_request::DeleteTopicState::default().with_topic_id(unknown),
+                ]),
+        )
+        .await;
+    let by_id = |want| {
+        deleted
+            .responses
+            .iter()
+            .find(|r| r.topic_id == want)
+            .unwrap_or_else(|| panic!("no answer for {want}: {deleted:?}"))
+    };
+    let ok = by_id(id);
+    assert_eq!(ok.error_code, 0, "{ok:?}");
+    assert_eq!(
+        ok.name.as_ref().map(|n| n.0.to_string()).as_deref(),
+        Some("by-id")
+    );
+    assert_eq!(by_id(unknown).error_code, 100, "UNKNOWN_TOPIC_ID");
+    let metadata = c
+        .call(
+            12,
+            &MetadataRequest::default().with_topics(Some(vec![
+                metadata_request::MetadataRequestTopic::default().with_name(Some(topic("by-id"))),
+            ])),
+        )
+        .await;
+    assert_eq!(
+        metadata.topics[0].error_code, 3,
+        "deleted: {:?}",
+        metadata.topics[0]
+    );
+    env.stop().await;
+}
