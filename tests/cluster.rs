@@ -395,3 +395,110 @@ fn transactions_span_brokers_and_survive_their_coordinator_being_killed() {
         "the aborted records are in the log: {all:?}"
     );
 }
+
+/// A broker keeps a log only for the partitions it is a replica of: with
+/// replication factors below the broker count, each data dir holds exactly
+/// its replicas' directories, records produced through any broker are all
+/// read back (through any broker, and by a group), and a directory a broker
+/// holds for a partition it is no replica of (left by an older version) is
+/// removed when it starts.
+#[test]
+fn a_broker_keeps_logs_only_for_the_partitions_it_is_a_replica_of() {
+    let mut c = TestCluster::start_joined(3, &[]);
+    c.wait_all_live();
+    for (topic, partitions, rf) in [("solo", "6", "1"), ("pair", "3", "2")] {
+        c.rill_ok(
+            &[
+                "topic",
+                "create",
+                topic,
+                "--partitions",
+                partitions,
+                "--replication-factor",
+                rf,
+            ],
+            b"",
+        );
+    }
+    let replicas = |topic: &str, n: u32| -> BTreeMap<u32, Vec<i32>> {
+        let out = c.wait_for("leaders", &["topic", "describe", topic], |out| {
+            (0..n).all(|p| partition_n(out, p).is_some_and(|(l, _, _)| l.is_some()))
+        });
+        (0..n)
+            .map(|p| (p, partition_n(&out, p).unwrap().1))
+            .collect()
+    };
+    let solo = replicas("solo", 6);
+    let pair = replicas("pair", 3);
+    let dirs = |c: &TestCluster, b: usize| -> Vec<String> {
+        let mut d: Vec<String> = std::fs::read_dir(c.data_dir(b))
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().to_string())
+            .filter(|n| n.starts_with("solo-") || n.starts_with("pair-"))
+            .collect();
+        d.sort();
+        d
+    };
+    let expected = |b: i32| -> Vec<String> {
+        let mut d: Vec<String> = [("solo", &solo), ("pair", &pair)]
+            .iter()
+            .flat_map(|(t, m)| {
+                m.iter()
+                    .filter(|(_, r)| r.contains(&b))
+                    .map(move |(p, _)| format!("{t}-{p}"))
+            })
+            .collect();
+        d.sort();
+        d
+    };
+    for b in 0..3 {
+        assert_eq!(dirs(&c, b), expected(b as i32), "broker {b}'s data dir");
+        assert_eq!(dirs(&c, b).len(), 2 + 2, "broker {b}: {:?}", dirs(&c, b));
+    }
+    let input: String = (0..60).map(|i| format!("k{i}:v{i}\n")).collect();
+    c.rill_ok(
+        &["produce", "solo", "--key-separator", ":"],
+        input.as_bytes(),
+    );
+    let out = c.rill_ok(
+        &[
+            "consume",
+            "solo",
+            "--from-beginning",
+            "--group",
+            "solo-readers",
+            "--timeout-ms",
+            "5000",
+        ],
+        b"",
+    );
+    let mut got: Vec<&str> = out.lines().collect();
+    got.sort();
+    let mut want: Vec<String> = (0..60).map(|i| format!("v{i}")).collect();
+    want.sort();
+    assert_eq!(got, want);
+    let described = c.rill_ok(&["group", "describe", "solo-readers"], b"");
+    // The group's commits (on the coordinator, whichever broker) add up to
+    // every record.
+    let committed: i64 = described
+        .lines()
+        .filter(|l| l.starts_with("solo-readers"))
+        .filter_map(|l| l.split_whitespace().nth(3)?.parse::<i64>().ok())
+        .sum();
+    assert_eq!(committed, 60, "{described}");
+
+    // A stray directory of a partition broker 2 is no replica of goes at start.
+    let (stray, _) = solo.iter().find(|(_, r)| !r.contains(&2)).unwrap();
+    c.kill(2);
+    let stray_dir = c.data_dir(2).join(format!("solo-{stray}"));
+    std::fs::create_dir_all(&stray_dir).unwrap();
+    c.spawn(2);
+    c.wait_all_live();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while stray_dir.exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(!stray_dir.exists(), "{} was kept", stray_dir.display());
+    assert_eq!(dirs(&c, 2), expected(2));
+}

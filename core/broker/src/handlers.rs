@@ -977,7 +977,29 @@ pub(crate) fn describe_storage(
             });
             continue;
         };
-        for p in &topic.partitions {
+        for (index, p) in topic.partitions.iter().enumerate() {
+            let Some(p) = p else {
+                partitions.push(PartitionStorage {
+                    topic: name.clone(),
+                    partition: index as u32,
+                    error: Some(ErrorInfo::new(
+                        ErrorCode::NotLeaderOrFollower,
+                        format!(
+                            "broker {} holds no replica of {name}-{index}: ask one of its replicas",
+                            state.config.id
+                        ),
+                    )),
+                    log_start_offset: Offset(-1),
+                    local_log_start_offset: Offset(-1),
+                    log_end_offset: Offset(-1),
+                    local_size_bytes: 0,
+                    remote_size_bytes: 0,
+                    remote_segments: 0,
+                    remote_end_offset: Offset(-1),
+                    remote_storage_enable: false,
+                });
+                continue;
+            };
             let remote = p.remote();
             let manifest = remote.as_ref().map(|r| &r.manifest);
             let config = p.log_config();

@@ -1,13 +1,14 @@
 //! The open-file limit (RLIMIT_NOFILE) and the partitions it allows.
 //!
-//! Every broker keeps a log for every partition of every topic (see
+//! A broker keeps a log for each partition it is a replica of (see
 //! `cluster/reconcile.rs`), and each log holds one descriptor per segment file
 //! (its `.log`; the indexes are opened only to be written, see rill-log's
-//! `index.rs`). So the open-file limit caps the partitions of the whole cluster.
-//! At start the broker raises its soft limit to the hard limit (logged); the
-//! controller refuses a topic that would take the cluster past
-//! [`partitions_max`] of its own limit, naming the limit, instead of letting
-//! every broker fail to open logs (and then to accept connections) later.
+//! `index.rs`). So the open-file limit caps the partition replicas one broker
+//! holds. At start the broker raises its soft limit to the hard limit
+//! (logged); the controller refuses a topic that would give any broker more
+//! than [`partitions_max`] of its own limit, naming the limit and the broker,
+//! instead of letting a broker fail to open logs (and then to accept
+//! connections) later.
 //!
 //! The bound is a floor, not a guarantee: a partition with several segments
 //! holds one descriptor per segment.
@@ -68,7 +69,7 @@ pub fn raise() -> OpenFileLimit {
                 from = %show(limit.current),
                 to = %show(limit.maximum),
                 partitions_max = %show(limit.maximum.map(partitions_max)),
-                "raised the open-file limit (RLIMIT_NOFILE) to its hard limit: every partition's log holds a file open"
+                "raised the open-file limit (RLIMIT_NOFILE) to its hard limit: every hosted partition's log holds a file open"
             );
             OpenFileLimit {
                 soft: limit.maximum,

@@ -737,7 +737,10 @@ pub struct Topic {
     pub name: Arc<str>,
     pub id: String,
     pub internal: bool,
-    pub partitions: Vec<Arc<Partition>>,
+    /// Every partition of the topic, by index: `Some` where this broker is
+    /// one of its replicas (and holds its log), `None` elsewhere. The length
+    /// is the topic's partition count.
+    pub partitions: Vec<Option<Arc<Partition>>>,
     /// Config overrides (Kafka names), as committed in the metadata image.
     pub overrides: Mutex<BTreeMap<String, String>>,
     /// The replication settings those overrides give.
@@ -747,7 +750,18 @@ pub struct Topic {
 }
 
 impl Topic {
+    /// Partition `index`, if this broker hosts it.
     pub fn partition(&self, index: u32) -> Option<&Arc<Partition>> {
-        self.partitions.get(index as usize)
+        self.partitions.get(index as usize).and_then(Option::as_ref)
+    }
+
+    /// The partitions this broker hosts.
+    pub fn hosted(&self) -> impl Iterator<Item = &Arc<Partition>> {
+        self.partitions.iter().flatten()
+    }
+
+    /// The topic's partition count (hosted here or not).
+    pub fn count(&self) -> u32 {
+        self.partitions.len() as u32
     }
 }

@@ -51,3 +51,22 @@ pub struct BrokerState {
     /// The data disk's free space and reserve (`min_free_bytes`).
     pub disk: crate::disk::DiskSpace,
 }
+
+impl BrokerState {
+    /// The leader of `topic`-`index`: the local partition's view where this
+    /// broker is a replica (it moves with the roles reconcile applied), the
+    /// committed image's elsewhere (a broker holds no log of a partition it is
+    /// not a replica of).
+    pub fn leader_of(&self, topic: &crate::partition::Topic, index: u32) -> Option<i32> {
+        match topic.partition(index) {
+            Some(p) => p.leader(),
+            None => self
+                .cluster
+                .image()
+                .topics
+                .get(&*topic.name)
+                .and_then(|t| t.partitions.get(index as usize))
+                .and_then(|p| p.leader),
+        }
+    }
+}

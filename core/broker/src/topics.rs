@@ -208,15 +208,34 @@ impl TopicRegistry {
                 ),
             ));
         };
-        t.partition(partition).cloned().ok_or_else(|| {
-            ErrorInfo::new(
+        if partition as usize >= t.partitions.len() {
+            return Err(ErrorInfo::new(
                 ErrorCode::UnknownTopicOrPartition,
                 format!(
                     "topic {topic:?} has no partition {partition}: it has partitions 0..{}",
                     t.partitions.len()
                 ),
+            ));
+        }
+        t.partition(partition).cloned().ok_or_else(|| {
+            ErrorInfo::new(
+                ErrorCode::NotLeaderOrFollower,
+                format!(
+                    "broker {} holds no replica of {topic}-{partition}: ask its leader \
+                     (refresh the metadata)",
+                    self.broker_id
+                ),
             )
         })
+    }
+
+    /// UNKNOWN_TOPIC_OR_PARTITION unless the topic has partition `partition`
+    /// (hosted here or not).
+    pub fn check_exists(&self, topic: &str, partition: u32) -> Result<(), ErrorInfo> {
+        match self.partition(topic, partition) {
+            Err(e) if e.code == ErrorCode::UnknownTopicOrPartition => Err(e),
+            _ => Ok(()),
+        }
     }
 
     /// Every topic, sorted by name.
@@ -232,18 +251,37 @@ impl TopicRegistry {
     /// another id is replaced. Returns the first log that could not be opened.
     pub fn open_topic(&self, t: &TopicState) -> Result<Arc<Topic>, BrokerError> {
         let _changes = self.changes.lock();
+        let hosts = |i: usize| t.partitions[i].replicas.contains(&self.broker_id);
         if let Some(local) = self.topic(&t.name) {
             if local.id == t.id {
-                if local.partitions.len() >= t.partitions.len() {
+                let same = local.partitions.len() >= t.partitions.len()
+                    && (0..t.partitions.len()).all(|i| local.partitions[i].is_some() == hosts(i));
+                if same {
                     return Ok(local);
                 }
-                // Partitions were added (CreatePartitions): open the new ones
-                // beside the open ones, under the same topic.
+                // Partitions were added (CreatePartitions), or this broker's
+                // replicas changed: open the new ones beside the open ones,
+                // close and remove those no longer hosted, under the same topic.
                 let settings =
                     TopicSettings::resolve_committed(&t.name, &self.defaults, &t.configs);
-                let added = self.open_partitions(t, local.partitions.len(), &settings)?;
-                let mut partitions = local.partitions.clone();
-                partitions.extend(added);
+                let wanted: Vec<usize> = (0..t.partitions.len())
+                    .filter(|&i| hosts(i) && local.partitions.get(i).is_none_or(Option::is_none))
+                    .collect();
+                let mut opened = self.open_partitions(t, &wanted, &settings)?.into_iter();
+                let mut partitions = Vec::with_capacity(t.partitions.len());
+                for i in 0..t.partitions.len() {
+                    let kept = local.partitions.get(i).cloned().flatten();
+                    partitions.push(match kept {
+                        Some(p) if hosts(i) => Some(p),
+                        Some(p) => {
+                            tracing::info!(partition = %format!("{}-{i}", t.name), "no longer a replica here; removing its log");
+                            self.close_and_remove(&p);
+                            None
+                        }
+                        None if hosts(i) => opened.next(),
+                        None => None,
+                    });
+                }
                 let topic = Arc::new(Topic {
                     name: local.name.clone(),
                     id: local.id.clone(),
@@ -256,7 +294,7 @@ impl TopicRegistry {
                 self.topics
                     .write()
                     .insert(local.name.clone(), topic.clone());
-                tracing::info!(topic = %t.name, from = local.partitions.len(), to = t.partitions.len(), "added partitions");
+                tracing::info!(topic = %t.name, from = local.partitions.len(), to = t.partitions.len(), opened = wanted.len(), "changed the topic's local partitions");
                 return Ok(topic);
             }
             tracing::info!(topic = %t.name, "local topic is an older incarnation; replacing it");
@@ -264,7 +302,11 @@ impl TopicRegistry {
         }
         let settings = TopicSettings::resolve_committed(&t.name, &self.defaults, &t.configs);
         let name: Arc<str> = Arc::from(t.name.as_str());
-        let partitions = self.open_partitions(t, 0, &settings)?;
+        let wanted: Vec<usize> = (0..t.partitions.len()).filter(|&i| hosts(i)).collect();
+        let mut opened = self.open_partitions(t, &wanted, &settings)?.into_iter();
+        let partitions = (0..t.partitions.len())
+            .map(|i| if hosts(i) { opened.next() } else { None })
+            .collect();
         let topic = Arc::new(Topic {
             name: name.clone(),
             id: t.id.clone(),
@@ -275,23 +317,24 @@ impl TopicRegistry {
             records: Mutex::new(settings.records),
         });
         self.topics.write().insert(name, topic.clone());
-        tracing::info!(topic = %t.name, partitions = t.partitions.len(), "opened topic");
+        tracing::info!(topic = %t.name, partitions = t.partitions.len(), replicas_here = wanted.len(), "opened topic");
         Ok(topic)
     }
 
-    /// Opens the logs of `t`'s partitions from `first` on, each with its
-    /// committed role; on a failure closes those it opened.
+    /// Opens the logs of `t`'s partitions `indices` (in that order), each with
+    /// its committed role; on a failure closes those it opened.
     fn open_partitions(
         &self,
         t: &TopicState,
-        first: usize,
+        indices: &[usize],
         settings: &TopicSettings,
     ) -> Result<Vec<Arc<Partition>>, BrokerError> {
         let name: Arc<str> = Arc::from(t.name.as_str());
         let now = now_ms();
-        let mut partitions = Vec::with_capacity(t.partitions.len().saturating_sub(first));
-        for (p, state) in t.partitions.iter().enumerate().skip(first) {
-            let p = p as u32;
+        let mut partitions = Vec::with_capacity(indices.len());
+        for &i in indices {
+            let state = &t.partitions[i];
+            let p = i as u32;
             let dir = partition_dir(&self.data_dir, &t.name, p);
             let opened = self.open_partition_dir(&dir, &t.id).and_then(|()| {
                 Partition::open(
@@ -364,16 +407,21 @@ impl TopicRegistry {
         let Some(topic) = self.topic(name) else {
             return;
         };
-        for p in &topic.partitions {
-            if let Err(e) = p.close_deleted() {
-                tracing::warn!(partition = %format!("{}-{}", p.topic(), p.index()), error = %e, "closing a deleted log");
-            }
-            if let Err(e) = remove_partition_dir(&self.data_dir, p.dir()) {
-                tracing::warn!(dir = %p.dir().display(), error = %e, "could not remove a partition directory; the next start removes it");
-            }
+        for p in topic.hosted() {
+            self.close_and_remove(p);
         }
         self.topics.write().remove(name);
         tracing::info!(topic = %name, "deleted topic's local logs");
+    }
+
+    /// Closes a partition's log as deleted and removes its directory.
+    fn close_and_remove(&self, p: &Partition) {
+        if let Err(e) = p.close_deleted() {
+            tracing::warn!(partition = %format!("{}-{}", p.topic(), p.index()), error = %e, "closing a deleted log");
+        }
+        if let Err(e) = remove_partition_dir(&self.data_dir, p.dir()) {
+            tracing::warn!(dir = %p.dir().display(), error = %e, "could not remove a partition directory; the next start removes it");
+        }
     }
 
     /// Applies committed config overrides to a local topic.
@@ -382,7 +430,7 @@ impl TopicRegistry {
             return;
         };
         let settings = TopicSettings::resolve_committed(name, &self.defaults, overrides);
-        for p in &topic.partitions {
+        for p in topic.hosted() {
             p.set_config(settings.log.clone());
         }
         *topic.replication.lock() = settings.replication;
@@ -394,7 +442,9 @@ impl TopicRegistry {
     /// Removes partition directories that belong to no topic of `image` (a
     /// delete that crashed half-way, or a topic deleted while this broker was
     /// down): unknown name, partition index past the topic's count, or a
-    /// `partition.metadata` naming another topic id.
+    /// `partition.metadata` naming another topic id; and those of partitions
+    /// this broker is not a replica of (kept by brokers before 2026-12-06,
+    /// which opened a log for every partition).
     pub fn remove_orphans(&self, image: &MetadataImage) {
         let _changes = self.changes.lock();
         let Ok(entries) = std::fs::read_dir(&self.data_dir) else {
@@ -413,7 +463,9 @@ impl TopicRegistry {
             };
             let owner = image.topics.get(topic);
             let belongs = owner.is_some_and(|t| {
-                (p as usize) < t.partitions.len()
+                t.partitions
+                    .get(p as usize)
+                    .is_some_and(|ps| ps.replicas.contains(&self.broker_id))
                     && read_partition_topic_id(&path).is_none_or(|id| id == t.id)
             });
             if !belongs {
@@ -443,12 +495,12 @@ impl TopicRegistry {
         &self.fence
     }
 
-    /// Every partition of every topic.
+    /// Every partition this broker hosts (is a replica of), of every topic.
     pub fn partitions(&self) -> Vec<Arc<Partition>> {
         self.topics
             .read()
             .values()
-            .flat_map(|t| t.partitions.iter().cloned())
+            .flat_map(|t| t.hosted().cloned().collect::<Vec<_>>())
             .collect()
     }
 

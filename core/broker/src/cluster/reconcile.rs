@@ -3,9 +3,9 @@
 //! leadership and ISR the quorum chose, and hands each partition this broker
 //! follows to the replica fetcher of its leader (one per leader broker).
 //!
-//! Every broker keeps a (possibly empty) log for every partition of every topic;
-//! only a partition's assigned replicas ever write to it, and only its leader
-//! answers clients.
+//! A broker keeps a log only for the partitions it is a replica of (every
+//! topic has an entry in its registry, for configs and partition counts, but
+//! no log where it is no replica); only a partition's leader answers clients.
 //!
 //! Each image is compared with the one applied before it: only the topics that
 //! changed (or went) are applied and handed to the fetchers, so the work per

@@ -20,11 +20,54 @@ fn unknown_topic(name: &str) -> ErrorInfo {
     )
 }
 
+/// POLICY_VIOLATION if adding `assignment`'s replicas would give a broker more
+/// partition logs than `partitions_max` (this broker's open-file limit, taken
+/// for every broker's).
+fn check_open_files(
+    topic: &str,
+    image: &MetadataImage,
+    assignment: &[Vec<i32>],
+    partitions_max: Option<u64>,
+) -> Result<(), ErrorInfo> {
+    let Some(max) = partitions_max else {
+        return Ok(());
+    };
+    let mut held: BTreeMap<i32, u64> = BTreeMap::new();
+    for p in image.topics.values().flat_map(|t| &t.partitions) {
+        for b in &p.replicas {
+            *held.entry(*b).or_default() += 1;
+        }
+    }
+    let mut added: BTreeMap<i32, u64> = BTreeMap::new();
+    for b in assignment.iter().flatten() {
+        *added.entry(*b).or_default() += 1;
+    }
+    for (broker, more) in added {
+        let has = held.get(&broker).copied().unwrap_or(0);
+        if has + more > max {
+            return Err(ErrorInfo::new(
+                ErrorCode::PolicyViolation,
+                format!(
+                    "topic {topic}: broker {broker} holds {has} partition replicas and {more} more \
+                     would pass the {max} that the broker's open-file limit allows (RLIMIT_NOFILE \
+                     {} less {} reserved; a broker keeps a log with a file open for every \
+                     partition it is a replica of): raise the limit on every broker (ulimit -n, \
+                     or LimitNOFILE= under systemd), add brokers, or delete topics",
+                    max * crate::open_files::DESCRIPTORS_PER_PARTITION
+                        + crate::open_files::DESCRIPTORS_RESERVED,
+                    crate::open_files::DESCRIPTORS_RESERVED,
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Checks a new topic against the image and returns the command that creates
 /// it, with its replicas spread over the live brokers, under topic id `id`.
-/// `partitions_max`: the partitions the cluster may hold under this broker's
-/// open-file limit ([`crate::open_files`]; every broker keeps a log, with a file
-/// open, for every partition), `None` when unlimited.
+/// `partitions_max`: the partition replicas one broker may hold under this
+/// broker's open-file limit ([`crate::open_files`]; a broker keeps a log, with a
+/// file open, for every partition it is a replica of), `None` when unlimited.
 pub fn validate_create(
     spec: &TopicSpec,
     id: String,
@@ -57,29 +100,6 @@ pub fn validate_create(
             format!("topic {:?} already exists", spec.name),
         ));
     }
-    let held: u64 = image
-        .topics
-        .values()
-        .map(|t| t.partitions.len() as u64)
-        .sum();
-    if let Some(max) = partitions_max
-        && held + u64::from(spec.partitions) > max
-    {
-        return Err(ErrorInfo::new(
-            ErrorCode::PolicyViolation,
-            format!(
-                "topic {}: the cluster holds {held} partitions and {} more would pass the {max} \
-                 that the broker's open-file limit allows (RLIMIT_NOFILE {} less {} reserved; \
-                 every broker keeps a log with a file open for every partition): raise the \
-                 limit on every broker (ulimit -n, or LimitNOFILE= under systemd) or delete topics",
-                spec.name,
-                spec.partitions,
-                max * crate::open_files::DESCRIPTORS_PER_PARTITION
-                    + crate::open_files::DESCRIPTORS_RESERVED,
-                crate::open_files::DESCRIPTORS_RESERVED,
-            ),
-        ));
-    }
     let assignment = assign_replicas(
         &image.live_brokers(),
         spec.partitions,
@@ -92,6 +112,7 @@ pub fn validate_create(
             format!("topic {}: {e}", spec.name),
         )
     })?;
+    check_open_files(&spec.name, image, &assignment, partitions_max)?;
     Ok(Command::CreateTopic {
         name: spec.name.clone(),
         id,
@@ -132,23 +153,6 @@ pub fn validate_create_partitions(
             ),
         ));
     }
-    let held: u64 = image
-        .topics
-        .values()
-        .map(|t| t.partitions.len() as u64)
-        .sum();
-    if let Some(max) = partitions_max
-        && held + u64::from(count - have) > max
-    {
-        return Err(ErrorInfo::new(
-            ErrorCode::PolicyViolation,
-            format!(
-                "topic {name}: the cluster holds {held} partitions and {} more would pass the \
-                 {max} that the broker's open-file limit allows",
-                count - have
-            ),
-        ));
-    }
     let rf = t.partitions.first().map_or(1, |p| p.replicas.len()) as u16;
     let assignment = assign_replicas(&image.live_brokers(), count - have, rf, have as usize)
         .map_err(|e| {
@@ -157,6 +161,7 @@ pub fn validate_create_partitions(
                 format!("topic {name}: {e}"),
             )
         })?;
+    check_open_files(name, image, &assignment, partitions_max)?;
     Ok(Command::CreatePartitions {
         name: name.to_string(),
         assignment,
@@ -250,7 +255,7 @@ mod tests {
 
     #[test]
     fn create_past_the_open_file_limit_is_refused_naming_it() {
-        // The image holds topic "t" with 2 partitions.
+        // The image holds topic "t" with 2 partitions of one replica each.
         let image = image(3, None);
         let ok = validate_create(
             &spec("u", 8, 3, &[]),
@@ -261,7 +266,7 @@ mod tests {
         );
         assert!(ok.is_ok(), "{ok:?}");
         let e = validate_create(
-            &spec("u", 9, 3, &[]),
+            &spec("u", 10, 3, &[]),
             "id-u".into(),
             &image,
             &defaults(),
@@ -270,7 +275,30 @@ mod tests {
         .unwrap_err();
         assert_eq!(e.code, ErrorCode::PolicyViolation);
         assert!(e.message.contains("RLIMIT_NOFILE"), "{}", e.message);
-        assert!(e.message.contains("holds 2 partitions"), "{}", e.message);
+        assert!(
+            e.message.contains("holds 1 partition replicas"),
+            "{}",
+            e.message
+        );
+        // The limit is per broker: with one replica each, three brokers hold
+        // three times as many partitions as one.
+        let ok = validate_create(
+            &spec("v", 24, 1, &[]),
+            "id-v".into(),
+            &image,
+            &defaults(),
+            Some(10),
+        );
+        assert!(ok.is_ok(), "{ok:?}");
+        let e = validate_create(
+            &spec("v", 30, 1, &[]),
+            "id-v".into(),
+            &image,
+            &defaults(),
+            Some(10),
+        )
+        .unwrap_err();
+        assert_eq!(e.code, ErrorCode::PolicyViolation, "{}", e.message);
     }
 
     #[test]
@@ -332,7 +360,7 @@ mod tests {
         assert!(e.message.contains("has 5 partitions"), "{}", e.message);
         let e = validate_create_partitions("nope", 5, &image, None).unwrap_err();
         assert_eq!(e.code, ErrorCode::UnknownTopicOrPartition);
-        let e = validate_create_partitions("u", 9, &image, Some(8)).unwrap_err();
+        let e = validate_create_partitions("u", 9, &image, Some(5)).unwrap_err();
         assert_eq!(e.code, ErrorCode::PolicyViolation);
     }
 

@@ -274,11 +274,12 @@ impl GroupService {
     /// not loaded, forgets them if it does not lead it. See the module doc for
     /// why no lock is held while the log is read.
     async fn sync_partition(&self, topic: &Arc<Topic>, index: u32) -> Result<(), ErrorInfo> {
-        let p = topic
-            .partition(index)
-            .expect("index below the count")
-            .clone();
         let count = topic.partitions.len() as u32;
+        let Some(p) = topic.partition(index).cloned() else {
+            // Not a replica here: never this broker's groups.
+            self.inner.lock().forget(index, count);
+            return Ok(());
+        };
         let load_lock = self.load_lock(index);
         let _loading = load_lock.lock().await;
         if in_line(&self.inner.lock().loaded, &p) {
@@ -441,7 +442,9 @@ impl GroupService {
         let generations: BTreeMap<u32, u64> = {
             let inner = self.inner.lock();
             for p in by_partition.keys() {
-                let partition = topic.partition(*p).expect("index below the count");
+                let Some(partition) = topic.partition(*p) else {
+                    return Err(not_hosted(state, *p));
+                };
                 if inner.loaded.get(p) != Some(&partition.leader_epoch()) {
                     return Err(not_coordinator(state, partition));
                 }
@@ -453,7 +456,10 @@ impl GroupService {
         };
         let mut appended = Vec::new();
         for (p, builder) in by_partition {
-            let partition = topic.partition(p).expect("index below the count").clone();
+            let partition = topic
+                .partition(p)
+                .cloned()
+                .ok_or_else(|| not_hosted(state, p))?;
             cluster_api::check_produce(state, &partition, Acks::All)
                 .map_err(not_coordinator_if_moved)?;
             let bytes: Bytes = builder.build();
@@ -550,8 +556,7 @@ async fn sync_leadership(state: &Arc<BrokerState>) {
     let changed: Vec<u32> = {
         let inner = state.groups.inner.lock();
         topic
-            .partitions
-            .iter()
+            .hosted()
             .filter(|p| !in_line(&inner.loaded, p))
             .map(|p| p.index())
             .collect()
@@ -612,6 +617,19 @@ fn not_coordinator(state: &BrokerState, p: &Partition) -> ErrorInfo {
     )
 }
 
+/// NOT_COORDINATOR from a broker that is not even a replica of the groups'
+/// partition of `__consumer_offsets`.
+fn not_hosted(state: &BrokerState, index: u32) -> ErrorInfo {
+    ErrorInfo::new(
+        ErrorCode::NotCoordinator,
+        format!(
+            "broker {} is not a replica of {OFFSETS_TOPIC}-{index}, so not the coordinator of its \
+             groups: ask FindCoordinator again",
+            state.config.id
+        ),
+    )
+}
+
 /// A partition error that means the coordinator moved becomes NOT_COORDINATOR
 /// (the client then finds the new one).
 fn not_coordinator_if_moved(e: ErrorInfo) -> ErrorInfo {
@@ -628,7 +646,9 @@ async fn check_coordinator(state: &Arc<BrokerState>, group_id: &str) -> Result<(
     super::coordinator::validate_group_id(group_id)?;
     let topic = offsets_topic(state).await?;
     let index = offsets_partition_for(group_id, topic.partitions.len() as u32);
-    let p = topic.partition(index).expect("in range");
+    let p = topic
+        .partition(index)
+        .ok_or_else(|| not_hosted(state, index))?;
     if state.groups.is_loaded(p) {
         return Ok(());
     }
@@ -786,16 +806,20 @@ pub(crate) async fn offset_fetch(
     let durable = match offsets_topic(state).await {
         Ok(topic) => {
             let index = offsets_partition_for(&group_id, topic.partitions.len() as u32);
-            let p = topic.partition(index).expect("in range").clone();
-            let end = p.log_end_offset();
-            cluster_api::wait_replicated(
-                state,
-                &p,
-                end,
-                tokio::time::Instant::now() + REPLICATION_WAIT,
-            )
-            .await
-            .map_err(not_coordinator_if_moved)
+            match topic.partition(index).cloned() {
+                Some(p) => {
+                    let end = p.log_end_offset();
+                    cluster_api::wait_replicated(
+                        state,
+                        &p,
+                        end,
+                        tokio::time::Instant::now() + REPLICATION_WAIT,
+                    )
+                    .await
+                    .map_err(not_coordinator_if_moved)
+                }
+                None => Err(not_hosted(state, index)),
+            }
         }
         Err(e) => Err(e),
     };
@@ -1040,7 +1064,7 @@ async fn find_coordinator(state: &Arc<BrokerState>, group_id: &str) -> FindCoord
     }
     let found = offsets_topic(state).await.map(|topic| {
         let p = offsets_partition_for(group_id, topic.partitions.len() as u32);
-        (p, topic.partition(p).expect("in range").leader())
+        (p, state.leader_of(&topic, p))
     });
     coordinator_answer(state, found, OFFSETS_TOPIC, &format!("group {group_id}"))
 }

@@ -96,7 +96,7 @@ pub async fn run(state: Arc<BrokerState>, tier: Arc<Tier>) {
         }
         let mut backlog = 0u64;
         for topic in state.registry.all() {
-            for p in &topic.partitions {
+            for p in topic.hosted() {
                 let key = (topic.name.clone(), p.index());
                 let now = Instant::now();
                 if backoff.get(&key).is_some_and(|(next, _)| *next > now) {
@@ -153,8 +153,7 @@ pub async fn load_all(state: &BrokerState, tier: &Tier) {
         .all()
         .into_iter()
         .flat_map(|t| {
-            t.partitions
-                .iter()
+            t.hosted()
                 .map(|p| (t.clone(), p.clone()))
                 .collect::<Vec<_>>()
         })

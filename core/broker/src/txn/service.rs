@@ -124,14 +124,29 @@ async fn state_topic(state: &Arc<BrokerState>) -> Result<Arc<Topic>, ErrorInfo> 
     .await
 }
 
-fn partition_of(topic: &Topic, transactional_id: &str) -> (u32, Arc<Partition>) {
-    let index =
-        internal_topics::coordinator_partition(transactional_id, topic.partitions.len() as u32);
-    let p = topic
-        .partition(index)
-        .expect("index below the count")
-        .clone();
-    (index, p)
+/// The transactional id's partition of `__transaction_state`: its index,
+/// and its log here (NOT_COORDINATOR where this broker is no replica of it).
+fn partition_of(
+    state: &BrokerState,
+    topic: &Topic,
+    transactional_id: &str,
+) -> Result<(u32, Arc<Partition>), ErrorInfo> {
+    let index = partition_index(topic, transactional_id);
+    let p = topic.partition(index).cloned().ok_or_else(|| {
+        ErrorInfo::new(
+            ErrorCode::NotCoordinator,
+            format!(
+                "broker {} is not a replica of {TRANSACTION_STATE_TOPIC}-{index}, so not the \
+                 coordinator of transactional id {transactional_id:?}: ask FindCoordinator again",
+                state.config.id
+            ),
+        )
+    })?;
+    Ok((index, p))
+}
+
+fn partition_index(topic: &Topic, transactional_id: &str) -> u32 {
+    internal_topics::coordinator_partition(transactional_id, topic.partitions.len() as u32)
 }
 
 fn validate_id(id: &str) -> Result<(), ErrorInfo> {
@@ -173,7 +188,7 @@ impl TxnService {
     ) -> Result<(tokio::sync::MutexGuard<'_, Inner>, Arc<Partition>), ErrorInfo> {
         validate_id(id)?;
         let topic = state_topic(state).await?;
-        let (index, p) = partition_of(&topic, id);
+        let (index, p) = partition_of(state, &topic, id)?;
         if !p.is_leader() {
             return Err(not_coordinator(state, &p));
         }
@@ -245,6 +260,7 @@ impl TxnService {
         }
         // Led here but not loaded (a new leadership): load it now.
         for (index, p) in topic.partitions.iter().enumerate() {
+            let Some(p) = p else { continue };
             if p.is_leader()
                 && inner.loaded.get(&(index as u32)) != Some(&p.leader_epoch())
                 && let Err(e) = self.load_locked(state, &topic, index as u32, p, &mut inner)
@@ -287,7 +303,7 @@ fn replay(coordinator: &mut TxnCoordinator, p: &Partition) -> Result<usize, Erro
 /// Appends `meta` to its partition of `__transaction_state` and waits until
 /// every in-sync replica has it.
 async fn persist(state: &BrokerState, topic: &Topic, meta: &TxnMeta) -> Result<(), ErrorInfo> {
-    let (_, p) = partition_of(topic, &meta.transactional_id);
+    let (_, p) = partition_of(state, topic, &meta.transactional_id)?;
     cluster_api::check_produce(state, &p, Acks::All)?;
     let (key, value) = encode(meta);
     let now = now_ms();
@@ -379,7 +395,7 @@ fn spawn_markers(state: &Arc<BrokerState>, inner: &mut Inner, job: MarkerJob) {
 /// transaction (a state record).
 async fn finish(state: &Arc<BrokerState>, job: MarkerJob) -> Result<(), ErrorInfo> {
     let topic = state_topic(state).await?;
-    let (index, p) = partition_of(&topic, &job.transactional_id);
+    let (index, p) = partition_of(state, &topic, &job.transactional_id)?;
     let epoch = p.leader_epoch();
     loop {
         if !p.is_leader() || p.leader_epoch() != epoch || state.shutdown.is_cancelled() {
@@ -422,18 +438,24 @@ async fn write_markers(
     };
     let mut remote: BTreeMap<i32, Vec<(String, u32)>> = BTreeMap::new();
     for (topic, index) in &job.partitions {
-        let p = match state.registry.partition(topic, *index) {
-            Ok(p) => p,
-            // A deleted topic holds no transaction any more.
-            Err(e) if e.code == ErrorCode::UnknownTopicOrPartition => continue,
-            Err(e) => return Err(e),
+        // A deleted topic holds no transaction any more.
+        let Some(t) = state.registry.topic(topic).filter(|t| *index < t.count()) else {
+            continue;
         };
-        match p.leader() {
-            Some(l) if l == state.config.id => {
-                write_local_marker(state, &p, job.producer_id, job.epoch, marker).await?;
+        match (state.leader_of(&t, *index), t.partition(*index)) {
+            (Some(l), Some(p)) if l == state.config.id => {
+                write_local_marker(state, p, job.producer_id, job.epoch, marker).await?;
             }
-            Some(l) => remote.entry(l).or_default().push((topic.clone(), *index)),
-            None => return Err(p.not_leader_error()),
+            (Some(l), _) if l != state.config.id => {
+                remote.entry(l).or_default().push((topic.clone(), *index))
+            }
+            (_, Some(p)) => return Err(p.not_leader_error()),
+            (_, None) => {
+                return Err(ErrorInfo::new(
+                    ErrorCode::NotLeaderOrFollower,
+                    format!("{topic}-{index} has no leader right now: the markers wait for one"),
+                ));
+            }
         }
     }
     for (broker, partitions) in remote {
@@ -616,8 +638,9 @@ pub(crate) async fn add_partitions(
         let mut partitions = Vec::new();
         for t in &req.topics {
             for i in &t.partitions {
-                // Unknown partitions are refused before they enter a transaction.
-                state.registry.partition(&t.topic, *i)?;
+                // Unknown partitions are refused before they enter a transaction
+                // (the coordinator need not be one of their replicas).
+                state.registry.check_exists(&t.topic, *i)?;
                 partitions.push((t.topic.clone(), *i));
             }
         }
@@ -812,8 +835,8 @@ pub(crate) async fn coordinator_of(
 ) -> Result<(u32, Option<i32>), ErrorInfo> {
     validate_id(id)?;
     let topic = state_topic(state).await?;
-    let (index, p) = partition_of(&topic, id);
-    Ok((index, p.leader()))
+    let index = partition_index(&topic, id);
+    Ok((index, state.leader_of(&topic, index)))
 }
 
 #[cfg(test)]
