@@ -295,7 +295,11 @@ fn parse_client_first(token: &[u8]) -> Option<(String, String, String)> {
 }
 
 /// SCRAM client-final: `c=biws,r=NONCE,p=PROOF` with the nonce the server
-/// sent. (the message without `,p=...`, the proof).
+/// sent. (the message without `,p=...`, the proof). As Kafka's
+/// `ScramSaslServer`, a nonce that ends with the server's is taken:
+/// librdkafka 2.0 (Debian's kcat) sends the client nonce twice before the
+/// server's part; the proof covers the message as sent, so it still proves
+/// the password.
 fn parse_client_final(token: &[u8], nonce: &str) -> Option<(String, Vec<u8>)> {
     let text = std::str::from_utf8(token).ok()?;
     let (without_proof, proof) = text.rsplit_once(",p=")?;
@@ -305,7 +309,7 @@ fn parse_client_final(token: &[u8], nonce: &str) -> Option<(String, Vec<u8>)> {
         match attr.split_once('=')? {
             // base64("n,,"): no channel binding.
             ("c", v) => binding_ok = v == "biws",
-            ("r", v) => nonce_ok = v == nonce,
+            ("r", v) => nonce_ok = v.ends_with(nonce),
             _ => {}
         }
     }
@@ -357,6 +361,12 @@ mod tests {
         );
         // Another nonce, or channel binding, is refused.
         assert!(parse_client_final(client_final.as_bytes(), "other").is_none());
+        let short = client_final.replace(nonce, &nonce[..nonce.len() - 1]);
+        assert!(parse_client_final(short.as_bytes(), nonce).is_none());
+        // librdkafka 2.0's form (the client nonce again before the server's
+        // nonce) is taken, as Kafka takes it.
+        let doubled = client_final.replace(nonce, &format!("rOprNGfwEbeRWgbNEkqO{nonce}"));
+        assert!(parse_client_final(doubled.as_bytes(), nonce).is_some());
         let bound = client_final.replace("c=biws", "c=cD10bHMtdW5pcXVlLCw=");
         assert!(parse_client_final(bound.as_bytes(), nonce).is_none());
         assert!(parse_client_first(b"p=tls-unique,,n=user,r=x").is_none());
