@@ -2596,6 +2596,79 @@ fn a_broker_behind_the_quorum_does_not_call_a_topic_unknown() {
                 }
             }
         }
+
+        // The other way round: a topic the cut-off broker still lists, deleted
+        // through the others, then created through it: not "already exists"
+        // from its stale image (the quorum decides).
+        let listed_by_behind = |name: &str| {
+            admin(&rt, &via_behind, async |a| a.list_topics().await)
+                .is_ok_and(|l| l.iter().any(|t| t == name))
+        };
+        admin(&rt, &config, async |a| {
+            a.create_topic(NewTopic {
+                name: "again".into(),
+                partitions: Some(1),
+                replication_factor: Some(2),
+                configs: vec![],
+            })
+            .await
+        })
+        .expect("create again");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !listed_by_behind("again") {
+            assert!(
+                Instant::now() < deadline,
+                "broker {behind} never listed again"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        lab.cut(behind, &others);
+        lab.apply().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while let Err(e) = admin(&rt, &via_others, async |a| a.delete_topic("again").await) {
+            let gone = admin(&rt, &via_others, async |a| a.list_topics().await)
+                .is_ok_and(|l| !l.iter().any(|t| t == "again"));
+            if gone {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "delete again through the others: {e}"
+            );
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        assert!(
+            listed_by_behind("again"),
+            "broker {behind} is cut off: its image still has again"
+        );
+        let answer = rt.block_on(async {
+            tokio::time::timeout(Duration::from_secs(30), async {
+                let c = Client::connect(via_behind.clone()).await?;
+                let req = rill_proto::wire::CreateTopicsRequest {
+                    topics: vec![NewTopic {
+                        name: "again".into(),
+                        partitions: Some(1),
+                        replication_factor: Some(1),
+                        configs: vec![],
+                    }],
+                    validate_only: false,
+                };
+                c.call(Some(id), &req, &[]).await.map(|(r, _)| r)
+            })
+            .await
+        });
+        println!("create through cut-off broker {behind}: {answer:?}");
+        let exists = matches!(&answer, Ok(Ok(r)) if r.results.iter().any(|t| {
+            t.error
+                .as_ref()
+                .is_some_and(|e| e.code == rill_proto::wire::ErrorCode::TopicAlreadyExists)
+        }));
+        assert!(
+            !exists,
+            "broker {behind}, cut off, called topic again existing although the quorum deleted it: {answer:?}"
+        );
+        lab.heal();
+        wait_live(&rt, &config, &cluster);
         drop(rt);
         drop(cluster);
         drop(lab);

@@ -48,13 +48,27 @@ pub async fn create_topic(
 ) -> Result<(), ErrorInfo> {
     ready(state).await?;
     let id = crate::metadata::new_topic_id();
-    let command = super::topic_changes::validate_create(
-        &spec,
-        id.clone(),
-        &state.cluster.image(),
-        state.registry.defaults(),
-        state.open_files.partitions_max(),
-    )?;
+    let image = state.cluster.image();
+    let validate = |image: &super::image::MetadataImage| {
+        super::topic_changes::validate_create(
+            &spec,
+            id.clone(),
+            image,
+            state.registry.defaults(),
+            state.open_files.partitions_max(),
+        )
+    };
+    let command = match validate(&image) {
+        // This broker's image may be behind a delete the quorum committed:
+        // the quorum decides (applying a create of a topic that exists is
+        // refused there, with the same error).
+        Err(e) if e.code == ErrorCode::TopicAlreadyExists && !validate_only => {
+            let mut without = (*image).clone();
+            without.topics.remove(&spec.name);
+            validate(&without)?
+        }
+        other => other?,
+    };
     if validate_only {
         return Ok(());
     }
