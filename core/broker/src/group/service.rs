@@ -802,10 +802,24 @@ pub(crate) async fn offset_fetch(
     if resp.error.is_some() {
         return resp;
     }
+    match wait_durable(state, &group_id).await {
+        Ok(()) => resp,
+        Err(e) => OffsetFetchResponse {
+            error: Some(e),
+            offsets: Vec::new(),
+        },
+    }
+}
+
+/// Waits (up to [`REPLICATION_WAIT`]) until every record of `group_id`'s
+/// partition of `__consumer_offsets` appended so far is replicated, so an
+/// answer made from the coordinator's memory just before holds only commits
+/// that survive the leader; a retriable error naming the group otherwise.
+async fn wait_durable(state: &Arc<BrokerState>, group_id: &str) -> Result<(), ErrorInfo> {
     // The log end now is at or past every record the answer was made from.
     let durable = match offsets_topic(state).await {
         Ok(topic) => {
-            let index = offsets_partition_for(&group_id, topic.partitions.len() as u32);
+            let index = offsets_partition_for(group_id, topic.partitions.len() as u32);
             match topic.partition(index).cloned() {
                 Some(p) => {
                     let end = p.log_end_offset();
@@ -823,20 +837,16 @@ pub(crate) async fn offset_fetch(
         }
         Err(e) => Err(e),
     };
-    match durable {
-        Ok(()) => resp,
-        Err(e) => OffsetFetchResponse {
-            error: Some(ErrorInfo::new(
-                e.code,
-                format!(
-                    "group {group_id}: its committed offsets are not all replicated yet, so they \
-                     could still be lost: {}",
-                    e.message
-                ),
-            )),
-            offsets: Vec::new(),
-        },
-    }
+    durable.map_err(|e| {
+        ErrorInfo::new(
+            e.code,
+            format!(
+                "group {group_id}: its committed offsets are not all replicated yet, so they \
+                 could still be lost: {}",
+                e.message
+            ),
+        )
+    })
 }
 
 /// ListGroups: the groups this broker coordinates.
@@ -870,6 +880,15 @@ pub(crate) async fn describe_groups(
     }
     let input = input::DescribeGroups(DescribeGroupsRequest { group_ids: mine });
     let (mut resp, _) = state.groups.step(state, input).await;
+    // Committed offsets are shown only once replicated, as OffsetFetch
+    // answers them (a commit lost with the leader would otherwise have been
+    // shown).
+    for g in resp.groups.iter_mut().filter(|g| g.error.is_none()) {
+        if let Err(e) = wait_durable(state, &g.group_id).await {
+            g.error = Some(e);
+            g.offsets.clear();
+        }
+    }
     resp.groups.extend(errors);
     resp
 }
@@ -1273,6 +1292,27 @@ mod tests {
         let e = fetched.error.expect("the fetch fails");
         assert!(e.code.is_retriable(), "{e:?}");
         assert!(e.message.contains("not all replicated yet"), "{e:?}");
+        // DescribeGroups does not show it either.
+        let described = tokio::time::timeout(
+            STEP,
+            describe_groups(
+                &state,
+                DescribeGroupsRequest {
+                    group_ids: vec!["g".into()],
+                },
+            ),
+        )
+        .await
+        .unwrap();
+        let g = &described.groups[0];
+        assert!(
+            g.offsets.iter().all(|o| o.offset != Some(Offset(7))),
+            "DescribeGroups showed a commit that is not replicated: {g:?}"
+        );
+        assert!(
+            g.error.as_ref().is_some_and(|e| e.code.is_retriable()),
+            "{g:?}"
+        );
         let failed = tokio::time::timeout(STEP, committing)
             .await
             .unwrap()
