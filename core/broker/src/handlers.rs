@@ -952,6 +952,23 @@ async fn read_plans(
 
 // ---------------------------------------------------------------- describe storage
 
+/// A DescribeStorage row that holds only an error.
+fn storage_error(topic: &str, partition: u32, error: ErrorInfo) -> PartitionStorage {
+    PartitionStorage {
+        topic: topic.to_string(),
+        partition,
+        error: Some(error),
+        log_start_offset: Offset(-1),
+        local_log_start_offset: Offset(-1),
+        log_end_offset: Offset(-1),
+        local_size_bytes: 0,
+        remote_size_bytes: 0,
+        remote_segments: 0,
+        remote_end_offset: Offset(-1),
+        remote_storage_enable: false,
+    }
+}
+
 pub(crate) fn describe_storage(
     state: &BrokerState,
     req: DescribeStorageRequest,
@@ -959,45 +976,29 @@ pub(crate) fn describe_storage(
     let mut partitions = Vec::new();
     for name in req.topics {
         let Some(topic) = state.registry.topic(&name) else {
-            partitions.push(PartitionStorage {
-                topic: name.clone(),
-                partition: 0,
-                error: Some(ErrorInfo::new(
+            partitions.push(storage_error(
+                &name,
+                0,
+                ErrorInfo::new(
                     ErrorCode::UnknownTopicOrPartition,
                     format!("topic {name:?} does not exist"),
-                )),
-                log_start_offset: Offset(-1),
-                local_log_start_offset: Offset(-1),
-                log_end_offset: Offset(-1),
-                local_size_bytes: 0,
-                remote_size_bytes: 0,
-                remote_segments: 0,
-                remote_end_offset: Offset(-1),
-                remote_storage_enable: false,
-            });
+                ),
+            ));
             continue;
         };
         for (index, p) in topic.partitions.iter().enumerate() {
             let Some(p) = p else {
-                partitions.push(PartitionStorage {
-                    topic: name.clone(),
-                    partition: index as u32,
-                    error: Some(ErrorInfo::new(
+                partitions.push(storage_error(
+                    &name,
+                    index as u32,
+                    ErrorInfo::new(
                         ErrorCode::NotLeaderOrFollower,
                         format!(
                             "broker {} holds no replica of {name}-{index}: ask one of its replicas",
                             state.config.id
                         ),
-                    )),
-                    log_start_offset: Offset(-1),
-                    local_log_start_offset: Offset(-1),
-                    log_end_offset: Offset(-1),
-                    local_size_bytes: 0,
-                    remote_size_bytes: 0,
-                    remote_segments: 0,
-                    remote_end_offset: Offset(-1),
-                    remote_storage_enable: false,
-                });
+                    ),
+                ));
                 continue;
             };
             let remote = p.remote();

@@ -515,6 +515,17 @@ async fn random_and_truncated_frames_leave_the_broker_serving() {
     env.stop().await;
 }
 
+/// Metadata v12 (with topic ids) of one topic.
+async fn metadata_v12(c: &mut Client, name: &str) -> MetadataResponse {
+    c.call(
+        12,
+        &MetadataRequest::default().with_topics(Some(vec![
+            metadata_request::MetadataRequestTopic::default().with_name(Some(topic(name))),
+        ])),
+    )
+    .await
+}
+
 /// Answers older versions cannot carry a field of are encoded without it, not
 /// dropped with the connection (DescribeGroups' error message is a field of
 /// v6 on; Kafka 3.x clients speak v5), and DeleteTopics v6 deletes a topic
@@ -575,14 +586,7 @@ async fn old_versions_get_their_errors_and_topics_are_deleted_by_id() {
         "{committed:?}"
     );
     // The connection still serves.
-    let metadata = c
-        .call(
-            12,
-            &MetadataRequest::default().with_topics(Some(vec![
-                metadata_request::MetadataRequestTopic::default().with_name(Some(topic("by-id"))),
-            ])),
-        )
-        .await;
+    let metadata = metadata_v12(&mut c, "by-id").await;
     let id = metadata.topics[0].topic_id;
     assert!(!id.is_nil(), "{:?}", metadata.topics[0]);
     let unknown = uuid::Uuid::from_u128(0x1234);
@@ -611,14 +615,7 @@ async fn old_versions_get_their_errors_and_topics_are_deleted_by_id() {
         Some("by-id")
     );
     assert_eq!(by_id(unknown).error_code, 100, "UNKNOWN_TOPIC_ID");
-    let metadata = c
-        .call(
-            12,
-            &MetadataRequest::default().with_topics(Some(vec![
-                metadata_request::MetadataRequestTopic::default().with_name(Some(topic("by-id"))),
-            ])),
-        )
-        .await;
+    let metadata = metadata_v12(&mut c, "by-id").await;
     assert_eq!(
         metadata.topics[0].error_code, 3,
         "deleted: {:?}",
