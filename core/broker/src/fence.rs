@@ -47,6 +47,8 @@ pub struct SelfFence {
     reported: AtomicBool,
     /// The last contact, in milliseconds after `origin`.
     last_contact_ms: AtomicU64,
+    /// Fenced until the first contact (set by [`SelfFence::await_first_contact`]).
+    awaiting_contact: AtomicBool,
     origin: Instant,
     timeout: Duration,
     changed: Notify,
@@ -58,21 +60,37 @@ impl SelfFence {
         SelfFence {
             reported: AtomicBool::new(false),
             last_contact_ms: AtomicU64::new(0),
+            awaiting_contact: AtomicBool::new(false),
             origin: Instant::now(),
             timeout,
             changed: Notify::new(),
         }
     }
 
-    /// Whether this broker is fenced now (one clock read, one atomic load).
+    /// Whether this broker is fenced now (one clock read, two atomic loads).
     pub fn is_fenced(&self) -> bool {
-        decide(self.last_contact(), Instant::now(), self.timeout)
+        self.awaiting_contact.load(Ordering::Acquire)
+            || decide(self.last_contact(), Instant::now(), self.timeout)
+    }
+
+    /// A broker restarting into a quorum of three or more voters: its image is
+    /// from before it stopped (the quorum may have moved its leaderships
+    /// meanwhile), so it leads nothing until its first contact (a heartbeat
+    /// answered "alive" once its image caught up with the controller's).
+    pub fn await_first_contact(&self) {
+        self.awaiting_contact.store(true, Ordering::Release);
+    }
+
+    /// Whether the first contact since [`Self::await_first_contact`] is still due.
+    pub fn awaits_first_contact(&self) -> bool {
+        self.awaiting_contact.load(Ordering::Acquire)
     }
 
     /// This broker was in contact with the controller at `at`.
     pub fn contact(&self, at: Instant) {
         let ms = at.saturating_duration_since(self.origin).as_millis() as u64;
         self.last_contact_ms.fetch_max(ms, Ordering::AcqRel);
+        self.awaiting_contact.store(false, Ordering::Release);
     }
 
     /// How long before `now` the last contact was.
@@ -87,7 +105,8 @@ impl SelfFence {
     /// Re-decides at `now`; `Some(fenced)` when that differs from the last
     /// report (and then wakes the waiters of [`SelfFence::changed`]).
     pub fn check(&self, now: Instant) -> Option<bool> {
-        let fenced = decide(self.last_contact(), now, self.timeout);
+        let fenced = self.awaiting_contact.load(Ordering::Acquire)
+            || decide(self.last_contact(), now, self.timeout);
         if self.reported.swap(fenced, Ordering::AcqRel) == fenced {
             return None;
         }
@@ -123,6 +142,20 @@ mod tests {
         assert!(decide(t0, t0 + ms(1501), ms(1500)));
         // A clock that went backwards does not fence.
         assert!(!decide(t0 + ms(10), t0, ms(1500)));
+    }
+
+    #[test]
+    fn a_restarted_broker_is_fenced_until_its_first_contact() {
+        let f = SelfFence::new(ms(1000));
+        let t0 = f.origin;
+        f.await_first_contact();
+        assert!(f.is_fenced(), "fenced at once, within the session timeout");
+        assert_eq!(f.check(t0 + ms(10)), Some(true));
+        assert!(f.awaits_first_contact());
+        f.contact(t0 + ms(20));
+        assert!(!f.awaits_first_contact());
+        assert_eq!(f.check(t0 + ms(30)), Some(false));
+        assert!(!f.is_fenced());
     }
 
     #[test]

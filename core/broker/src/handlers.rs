@@ -687,8 +687,14 @@ fn fetch_pass(
                 continue;
             }
         };
+        // A follower's fetch offset is its log end; it counts towards the high
+        // watermark only from a follower at this leader's epoch (so truncated
+        // to its boundary) whose offset lies within this log (as Kafka updates
+        // follower state only after a successful read).
         if let Some(follower) = req.replica_id
             && p.is_leader()
+            && check_epoch(p, fp).is_ok()
+            && fp.offset <= p.log_end_offset()
         {
             p.record_follower_fetch(follower, fp.offset, std::time::Instant::now());
         }

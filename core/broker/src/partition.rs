@@ -138,7 +138,15 @@ impl Partition {
             log: Mutex::new(Some(log)),
             broker_id,
             fence,
-            replica: Mutex::new(ReplicaState::sole_leader(broker_id, leader_epoch, end)),
+            // Nothing on disk is known to be replicated: a restarted replica's
+            // log may end with batches its ISR never got. The high watermark
+            // starts at the log start; `set_role` moves it to the log end at
+            // once when this broker is alone in the ISR, and otherwise it moves
+            // as the followers fetch (a leader) or from the leader's answers (a
+            // follower). Starting it at the log end made a restarted leader
+            // acknowledge a retried acks=all batch (answered as a duplicate from
+            // the producer table) that only it held (issue 21, run 22).
+            replica: Mutex::new(ReplicaState::opened(broker_id, leader_epoch, start)),
             hw_moved: Notify::new(),
             log_start_offset: AtomicI64::new(start.0),
             local_log_start_offset: AtomicI64::new(start.0),
@@ -763,5 +771,68 @@ impl Topic {
     /// The topic's partition count (hosted here or not).
     pub fn count(&self) -> u32 {
         self.partitions.len() as u32
+    }
+}
+
+#[cfg(test)]
+mod restart_tests {
+    use super::*;
+    use rill_proto::{BatchBuilder, Compression, ProducerId, Record};
+    use std::time::Duration;
+
+    fn batch(seq: i32) -> Vec<u8> {
+        let mut b = BatchBuilder::new(Compression::None).producer(ProducerId(7), 0, seq);
+        b.push(&Record::from_value(format!("r{seq}"), 1));
+        b.build().to_vec()
+    }
+
+    fn open(dir: &Path) -> Partition {
+        Partition::open(
+            "t".into(),
+            0,
+            dir,
+            LogConfig::default(),
+            LeaderEpoch(0),
+            0,
+            Arc::new(SelfFence::new(Duration::from_secs(60))),
+            1,
+        )
+        .unwrap()
+    }
+
+    /// Issue 21, run 22: a leader restarted with a batch its follower never
+    /// fetched must not count it as replicated, nor acknowledge its retry
+    /// (answered as a duplicate from the producer table) at once.
+    #[test]
+    fn a_restarted_leader_does_not_count_its_unreplicated_tail_as_committed() {
+        let dir = tempfile::tempdir().unwrap();
+        let (replicas, isr) = ([0, 1], [0, 1]);
+        {
+            let p = open(dir.path());
+            p.set_role(Some(0), LeaderEpoch(4), &replicas, &isr);
+            p.append(&mut batch(0), 1).unwrap();
+            p.record_follower_fetch(1, Offset(1), Instant::now());
+            assert_eq!(p.high_watermark(), Offset(1));
+            // The follower never gets this one; the broker is killed.
+            p.append(&mut batch(1), 1).unwrap();
+            assert_eq!(p.high_watermark(), Offset(1));
+            p.close().unwrap();
+        }
+        let p = open(dir.path());
+        p.set_role(Some(0), LeaderEpoch(4), &replicas, &isr);
+        assert_eq!(p.log_end_offset(), Offset(2));
+        assert!(
+            p.high_watermark() <= Offset(1),
+            "the restarted leader counts offset 1 as committed (high watermark {}) though only it holds it",
+            p.high_watermark()
+        );
+        // The producer retries the batch: a duplicate at offset 1, which
+        // acks=all may acknowledge only once the high watermark passed it.
+        let info = p.append(&mut batch(1), 1).unwrap();
+        assert!(info.duplicate);
+        assert!(p.high_watermark() <= info.last_offset);
+        // Alone in the ISR, the log end is committed at once.
+        p.set_role(Some(0), LeaderEpoch(4), &replicas, &[0]);
+        assert_eq!(p.high_watermark(), Offset(2));
     }
 }

@@ -59,6 +59,15 @@ impl ReplicaState {
         }
     }
 
+    /// A partition just opened from disk, before the quorum's role arrives:
+    /// as [`Self::sole_leader`], but with the high watermark at `log_start_offset`
+    /// (nothing in the local log is known to be replicated; the high watermark
+    /// reaches the log end at the first `set_role` only if this broker is the
+    /// whole ISR).
+    pub fn opened(broker_id: i32, leader_epoch: LeaderEpoch, log_start_offset: Offset) -> Self {
+        ReplicaState::sole_leader(broker_id, leader_epoch, log_start_offset)
+    }
+
     pub fn broker_id(&self) -> i32 {
         self.broker_id
     }
@@ -580,6 +589,29 @@ mod tests {
                     "the high watermark {hw} passed this broker's log end {}",
                     leo[0]
                 ));
+            }
+            if s.is_leader() {
+                // Were the broker restarted now (SIGKILL: its log stays, nothing
+                // in memory does), its watermark must not pass what the ISR
+                // holds either (a restarted leader once counted its whole log,
+                // unreplicated tail included, as committed).
+                let mut restarted = ReplicaState::opened(0, LeaderEpoch(epoch), Offset(0));
+                restarted.set_role(
+                    Some(0),
+                    LeaderEpoch(epoch),
+                    s.replicas(),
+                    s.isr(),
+                    Offset(leo[0]),
+                );
+                let lowest = s.isr().iter().map(|b| leo[*b as usize]).min().unwrap();
+                if restarted.high_watermark().0 > lowest {
+                    fail(&format!(
+                        "restarted now, the high watermark would be {} past the lowest log end \
+                         {lowest} in the ISR {:?}",
+                        restarted.high_watermark(),
+                        s.isr()
+                    ));
+                }
             }
             if s.is_leader() && hw > before {
                 let lowest = s.isr().iter().map(|b| leo[*b as usize]).min().unwrap();

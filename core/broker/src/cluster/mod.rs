@@ -194,6 +194,16 @@ impl Cluster {
             .is_initialized()
             .await
             .map_err(|e| BrokerError::Task(e.to_string()))?;
+        // A restart into a cluster of three or more brokers: the image is the
+        // one this broker had when it stopped; it may still name this broker
+        // the leader of partitions the quorum moved meanwhile. Lead nothing
+        // until the controller answers a heartbeat and the image caught up
+        // (found by tests/net_faults.rs: a restarted broker acknowledged, as the
+        // leader of an epoch already replaced, a record the new leader lacked).
+        // (With one or two voters the first heartbeat is contact, see `heartbeat`.)
+        if initialized {
+            cluster.fence.await_first_contact();
+        }
         let mut fresh = false;
         if !initialized {
             let peers: Vec<(i32, String)> = config
@@ -784,6 +794,12 @@ impl Cluster {
             });
             let now = Instant::now();
             match self.fence.check(now) {
+                Some(true) if self.fence.awaits_first_contact() => tracing::info!(
+                    broker = self.broker_id,
+                    "restarted into the cluster: this broker leads nothing until the controller \
+                     answers its heartbeat and its metadata caught up (the quorum may have moved \
+                     its leaderships while it was down)"
+                ),
                 Some(true) => tracing::warn!(
                     broker = self.broker_id,
                     silent_ms = self.fence.silent_for(now).as_millis() as u64,
@@ -807,8 +823,14 @@ impl Cluster {
     async fn heartbeat(&self) -> Option<Instant> {
         let sent = Instant::now();
         let voters = self.voters();
-        // One or two voters: no leadership can move without this broker.
-        let unfenceable = voters.len() <= 2;
+        // One or two voters: no leadership can move without this broker. (A
+        // restarted broker whose membership is not loaded yet knows no voters:
+        // not a reason to lift its first fence.)
+        let unfenceable = if self.fence.awaits_first_contact() {
+            (1..=2).contains(&voters.len())
+        } else {
+            voters.len() <= 2
+        };
         let leader = self.controller();
         let req = BrokerHeartbeatRequest {
             broker_id: self.broker_id,
