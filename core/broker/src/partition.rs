@@ -101,6 +101,11 @@ pub struct Partition {
     syncs_on_append: AtomicBool,
     data_arrived: Notify,
     gauges: PartitionGauges,
+    /// The log end when this process opened the log. What lies below it may
+    /// have been acknowledged before a restart, while the high watermark
+    /// restarts from the log start: a replica joins the ISR only once it holds
+    /// this much (Kafka's leader-epoch start offset plays that part).
+    opened_end: Offset,
 }
 
 impl Partition {
@@ -158,7 +163,17 @@ impl Partition {
             syncs_on_append: AtomicBool::new(syncs_on_append),
             data_arrived: Notify::new(),
             gauges,
+            opened_end: end,
         })
+    }
+
+    /// The least log end a replica must hold to join the ISR beside what the
+    /// high watermark asks: the log end at open (capped at the log end now,
+    /// after a truncation), so a restarted leader, whose high watermark starts
+    /// low, does not take back a follower that lacks records acknowledged
+    /// before the restart.
+    pub fn isr_join_floor(&self) -> Offset {
+        self.opened_end.min(self.log_end_offset())
     }
 
     pub fn topic(&self) -> &str {
@@ -834,5 +849,45 @@ mod restart_tests {
         // Alone in the ISR, the log end is committed at once.
         p.set_role(Some(0), LeaderEpoch(4), &replicas, &[0]);
         assert_eq!(p.high_watermark(), Offset(2));
+    }
+
+    /// A restarted leader's high watermark starts low, but a replica out of
+    /// the ISR joins only once it holds what the leader had at the restart
+    /// (some of which may have been acknowledged before it).
+    #[test]
+    fn a_restarted_leader_takes_no_follower_back_that_lacks_its_old_log() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let p = open(dir.path());
+            p.set_role(Some(0), LeaderEpoch(4), &[0, 1, 2], &[0, 1]);
+            for seq in 0..3 {
+                p.append(&mut batch(seq), 1).unwrap();
+            }
+            p.record_follower_fetch(1, Offset(3), Instant::now());
+            assert_eq!(p.high_watermark(), Offset(3), "acknowledged up to 3");
+            p.close().unwrap();
+        }
+        let p = open(dir.path());
+        p.set_role(Some(0), LeaderEpoch(4), &[0, 1, 2], &[0, 1]);
+        assert_eq!(p.isr_join_floor(), Offset(3));
+        let t0 = Instant::now();
+        let lag = Duration::from_secs(10);
+        // Broker 2, out of the ISR, at offset 1: not taken back, though the
+        // high watermark (broker 1 not heard from yet) is below it.
+        p.record_follower_fetch(2, Offset(1), t0);
+        assert!(p.high_watermark() <= Offset(1));
+        let isr = p
+            .replica_state()
+            .isr_change(p.isr_join_floor(), t0, lag, t0);
+        assert!(
+            isr.as_ref().is_none_or(|isr| !isr.contains(&2)),
+            "broker 2 taken back lacking offsets 1..3: {isr:?}"
+        );
+        // Once it holds the old log it joins.
+        p.record_follower_fetch(2, Offset(3), t0);
+        let isr = p
+            .replica_state()
+            .isr_change(p.isr_join_floor(), t0, lag, t0);
+        assert_eq!(isr, Some(vec![0, 1, 2]));
     }
 }

@@ -94,7 +94,8 @@ pub async fn isr_loop(state: Arc<BrokerState>) {
                 .end_offset_for_epoch(LeaderEpoch(replica.leader_epoch().0 - 1))
                 .ok()
                 .flatten()
-                .map_or(Offset(0), |(_, end)| end);
+                .map_or(Offset(0), |(_, end)| end)
+                .max(p.isr_join_floor());
             let Some(new_isr) = replica.isr_change(epoch_start, since, lag_max, now) else {
                 continue;
             };

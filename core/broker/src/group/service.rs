@@ -884,7 +884,12 @@ pub(crate) async fn describe_groups(
     // answers them (a commit lost with the leader would otherwise have been
     // shown).
     for g in resp.groups.iter_mut().filter(|g| g.error.is_none()) {
-        if let Err(e) = wait_durable(state, &g.group_id).await {
+        if let Err(mut e) = wait_durable(state, &g.group_id).await {
+            // Retriable as COORDINATOR_NOT_AVAILABLE (Kafka's admin client
+            // takes REQUEST_TIMED_OUT on a described group as final).
+            if e.code != ErrorCode::NotCoordinator {
+                e.code = ErrorCode::CoordinatorNotAvailable;
+            }
             g.error = Some(e);
             g.offsets.clear();
         }
