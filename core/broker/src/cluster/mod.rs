@@ -780,10 +780,30 @@ impl Cluster {
         let mut timer = tokio::time::interval(self.heartbeat_interval);
         timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut beats = tokio::task::JoinSet::new();
+        let mut metrics = self.raft.metrics();
+        let mut known = self.controller();
         loop {
             tokio::select! {
                 _ = stop.cancelled() => return,
                 _ = timer.tick() => {}
+                // A new controller: heartbeat to it at once, not up to an
+                // interval later. It fences the previous controller unless that
+                // one heartbeats within its grace (see `Sessions::decide`), and
+                // the sooner every live broker is heard from, the shorter that
+                // grace can be (it is the whole of a controller failover's wait
+                // after the election).
+                changed = metrics.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    let now = metrics.borrow_and_update().current_leader.map(|l| l as i32);
+                    if now == known || now.is_none() {
+                        known = now.or(known);
+                        continue;
+                    }
+                    known = now;
+                    timer.reset();
+                }
             }
             while beats.try_join_next().is_some() {}
             let me = self.clone();

@@ -11,7 +11,8 @@
 //! - A new controller counts every session from the moment it took over (the
 //!   heartbeats went to the old one), except the old controller itself: it lost
 //!   the quorum after an election timeout of silence, so it is fenced after a
-//!   short grace (two heartbeat intervals) unless it heartbeats first.
+//!   short grace (one heartbeat interval; every broker heartbeats to a new
+//!   controller as soon as it learns of it) unless it heartbeats first.
 //! - Only a broker heard from since this controller took over is unfenced.
 //! - The controller never fences itself.
 //! - A heartbeat is contact only if this process was running when it came:
@@ -129,7 +130,10 @@ impl Sessions {
         if self.since.is_none() {
             self.since = Some(now);
             self.last_seen.clear();
-            let grace = times.heartbeat_interval * 2;
+            // Brokers heartbeat to a new controller as soon as they learn of it
+            // (a Raft heartbeat, every 100 ms), so a live old controller is
+            // heard from well within one interval.
+            let grace = times.heartbeat_interval;
             self.suspect = self
                 .previous_controller
                 .filter(|p| *p != me)
@@ -233,9 +237,9 @@ mod tests {
         assert!(s.is_new());
         assert!(s.decide(0, t0, &live, TIMES).is_empty());
         // Broker 2 gets a whole session; the old controller 1 only the grace.
-        assert!(s.decide(0, t0 + ms(199), &live, TIMES).is_empty());
+        assert!(s.decide(0, t0 + ms(99), &live, TIMES).is_empty());
         assert_eq!(
-            s.decide(0, t0 + ms(200), &live, TIMES),
+            s.decide(0, t0 + ms(100), &live, TIMES),
             vec![Command::FenceBroker { id: 1 }]
         );
 
@@ -243,15 +247,15 @@ mod tests {
         let mut s = Sessions::default();
         s.not_controller(Some(1));
         assert!(s.decide(0, t0, &live, TIMES).is_empty());
-        s.heartbeat(1, t0 + ms(100));
-        assert!(s.decide(0, t0 + ms(200), &live, TIMES).is_empty());
+        s.heartbeat(1, t0 + ms(60));
+        assert!(s.decide(0, t0 + ms(100), &live, TIMES).is_empty());
         // From then on it has a whole session, counted from its heartbeat.
         assert_eq!(
-            s.decide(0, t0 + ms(1600), &live, TIMES),
+            s.decide(0, t0 + ms(1560), &live, TIMES),
             vec![Command::FenceBroker { id: 2 }]
         );
         assert_eq!(
-            s.decide(0, t0 + ms(1601), &live, TIMES),
+            s.decide(0, t0 + ms(1561), &live, TIMES),
             vec![
                 Command::FenceBroker { id: 1 },
                 Command::FenceBroker { id: 2 }
@@ -312,7 +316,7 @@ mod tests {
         let back = t0 + ms(10_000);
         assert!(s.decide(0, back, &live, TIMES).is_empty());
         assert_eq!(
-            s.decide(0, back + ms(200), &live, TIMES),
+            s.decide(0, back + ms(100), &live, TIMES),
             vec![Command::FenceBroker { id: 1 }]
         );
         // A fenced broker not heard from since the takeover is not unfenced.
