@@ -77,6 +77,19 @@ pub fn replay(
     Ok(count)
 }
 
+/// NOT_COORDINATOR from a broker that holds no replica of `topic`'s
+/// partition `index`, so coordinates nothing kept there (`what`: "its groups",
+/// "transactional id \"t\"").
+pub fn not_coordinator_here(broker: i32, topic: &str, index: u32, what: &str) -> ErrorInfo {
+    ErrorInfo::new(
+        ErrorCode::NotCoordinator,
+        format!(
+            "broker {broker} is not a replica of {topic}-{index}, so not the coordinator of \
+             {what}: ask FindCoordinator again"
+        ),
+    )
+}
+
 /// The partition of an internal topic of `partitions` that coordinates `key`
 /// (a group id, a transactional id): FNV-1a, stable across releases.
 pub fn coordinator_partition(key: &str, partitions: u32) -> u32 {

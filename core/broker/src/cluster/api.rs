@@ -3,6 +3,7 @@
 //! broker-to-broker apis, and the cluster's view in Metadata.
 
 use super::image::{Command, Outcome};
+use super::topic_changes;
 use crate::state::BrokerState;
 use crate::topics::TopicSpec;
 use rill_proto::Offset;
@@ -49,28 +50,26 @@ pub async fn create_topic(
     ready(state).await?;
     let id = crate::metadata::new_topic_id();
     let image = state.cluster.image();
-    let validate = |image: &super::image::MetadataImage| {
-        super::topic_changes::validate_create(
-            &spec,
-            id.clone(),
-            image,
-            state.registry.defaults(),
-            state.open_files.partitions_max(),
-        )
-    };
-    let command = match validate(&image) {
-        // This broker's image may be behind a delete the quorum committed:
-        // the quorum decides (applying a create of a topic that exists is
-        // refused there, with the same error).
-        Err(e) if e.code == ErrorCode::TopicAlreadyExists && !validate_only => {
-            let mut without = (*image).clone();
-            without.topics.remove(&spec.name);
-            // (Should the create fail for another reason too, "already
-            // exists" is the answer: tools treat it as success.)
-            validate(&without).map_err(|_| e)?
-        }
-        other => other?,
-    };
+    let (defaults, partitions_max) = (state.registry.defaults(), state.open_files.partitions_max());
+    let command =
+        match topic_changes::validate_create(&spec, id.clone(), &image, defaults, partitions_max) {
+            // This broker's image may be behind a delete the quorum committed:
+            // the quorum decides (applying a create of a topic that exists is
+            // refused there, with the same error).
+            Err(e) if e.code == ErrorCode::TopicAlreadyExists && !validate_only => {
+                // (Should the create fail for another reason too, "already
+                // exists" is the answer: tools treat it as success.)
+                topic_changes::validate_create_if_deleted(
+                    &spec,
+                    id.clone(),
+                    &image,
+                    defaults,
+                    partitions_max,
+                )
+                .map_err(|_| e)?
+            }
+            other => other?,
+        };
     if validate_only {
         return Ok(());
     }

@@ -100,6 +100,38 @@ pub fn validate_create(
             format!("topic {:?} already exists", spec.name),
         ));
     }
+    place_new_topic(spec, id, configs, image, partitions_max)
+}
+
+/// [`validate_create`] but for the name being free in `image`: for a broker
+/// whose image may be behind a delete the quorum committed (the quorum
+/// refuses a real duplicate when it applies the command). The other checks
+/// count the stale topic's partitions too, which errs on the safe side.
+pub fn validate_create_if_deleted(
+    spec: &TopicSpec,
+    id: String,
+    image: &MetadataImage,
+    defaults: &TopicDefaults,
+    partitions_max: Option<u64>,
+) -> Result<Command, ErrorInfo> {
+    // "Already exists" comes after every check of the request itself, so
+    // it means they passed: go on to the placement.
+    match validate_create(spec, id.clone(), image, defaults, partitions_max) {
+        Err(e) if e.code == ErrorCode::TopicAlreadyExists => {
+            let configs = spec.configs.iter().cloned().collect();
+            place_new_topic(spec, id, configs, image, partitions_max)
+        }
+        other => other,
+    }
+}
+
+fn place_new_topic(
+    spec: &TopicSpec,
+    id: String,
+    configs: BTreeMap<String, String>,
+    image: &MetadataImage,
+    partitions_max: Option<u64>,
+) -> Result<Command, ErrorInfo> {
     let assignment = assign_replicas(
         &image.live_brokers(),
         spec.partitions,
@@ -421,6 +453,26 @@ mod tests {
         let mut internal = spec("__consumer_offsets", 1, 2, &[]);
         internal.internal = true;
         validate_create(&internal, "i".into(), &image, &defaults(), None).unwrap();
+    }
+
+    #[test]
+    fn a_create_past_a_stale_image_skips_only_the_name_check() {
+        // Topic "t" exists in this (possibly stale) image; two brokers live.
+        let image = image(3, Some(2));
+        let again = |s: TopicSpec| {
+            validate_create_if_deleted(&s, "id-t2".into(), &image, &defaults(), None)
+        };
+        let Command::CreateTopic { name, id, .. } = again(spec("t", 2, 2, &[])).unwrap() else {
+            panic!("not a create");
+        };
+        assert_eq!((name.as_str(), id.as_str()), ("t", "id-t2"));
+        // Every other check still holds.
+        let e = again(spec("t", 1, 3, &[])).unwrap_err();
+        assert_eq!(e.code, ErrorCode::InvalidReplicationFactor, "{}", e.message);
+        let e = again(spec("t", 1, 1, &[("retention.ms", "soon")])).unwrap_err();
+        assert_eq!(e.code, ErrorCode::InvalidConfig, "{}", e.message);
+        let e = again(spec("t", 0, 1, &[])).unwrap_err();
+        assert_eq!(e.code, ErrorCode::InvalidPartitions, "{}", e.message);
     }
 
     #[test]

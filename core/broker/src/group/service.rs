@@ -620,13 +620,11 @@ fn not_coordinator(state: &BrokerState, p: &Partition) -> ErrorInfo {
 /// NOT_COORDINATOR from a broker that is not even a replica of the groups'
 /// partition of `__consumer_offsets`.
 fn not_hosted(state: &BrokerState, index: u32) -> ErrorInfo {
-    ErrorInfo::new(
-        ErrorCode::NotCoordinator,
-        format!(
-            "broker {} is not a replica of {OFFSETS_TOPIC}-{index}, so not the coordinator of its \
-             groups: ask FindCoordinator again",
-            state.config.id
-        ),
+    crate::internal_topics::not_coordinator_here(
+        state.config.id,
+        OFFSETS_TOPIC,
+        index,
+        "its groups",
     )
 }
 
@@ -802,7 +800,7 @@ pub(crate) async fn offset_fetch(
     if resp.error.is_some() {
         return resp;
     }
-    match wait_durable(state, &group_id).await {
+    match wait_durable(state, &group_id, &mut BTreeMap::new()).await {
         Ok(()) => resp,
         Err(e) => OffsetFetchResponse {
             error: Some(e),
@@ -815,24 +813,38 @@ pub(crate) async fn offset_fetch(
 /// partition of `__consumer_offsets` appended so far is replicated, so an
 /// answer made from the coordinator's memory just before holds only commits
 /// that survive the leader; a retriable error naming the group otherwise.
-async fn wait_durable(state: &Arc<BrokerState>, group_id: &str) -> Result<(), ErrorInfo> {
-    // The log end now is at or past every record the answer was made from.
+/// `waited` holds the partitions already waited for by this request (groups
+/// that share a partition wait once).
+async fn wait_durable(
+    state: &Arc<BrokerState>,
+    group_id: &str,
+    waited: &mut BTreeMap<u32, Result<(), ErrorInfo>>,
+) -> Result<(), ErrorInfo> {
     let durable = match offsets_topic(state).await {
         Ok(topic) => {
             let index = offsets_partition_for(group_id, topic.partitions.len() as u32);
-            match topic.partition(index).cloned() {
-                Some(p) => {
-                    let end = p.log_end_offset();
-                    cluster_api::wait_replicated(
-                        state,
-                        &p,
-                        end,
-                        tokio::time::Instant::now() + REPLICATION_WAIT,
-                    )
-                    .await
-                    .map_err(not_coordinator_if_moved)
+            match waited.get(&index) {
+                Some(done) => done.clone(),
+                None => {
+                    // The log end now is at or past every record the answer
+                    // was made from.
+                    let done = match topic.partition(index).cloned() {
+                        Some(p) => {
+                            let end = p.log_end_offset();
+                            cluster_api::wait_replicated(
+                                state,
+                                &p,
+                                end,
+                                tokio::time::Instant::now() + REPLICATION_WAIT,
+                            )
+                            .await
+                            .map_err(not_coordinator_if_moved)
+                        }
+                        None => Err(not_hosted(state, index)),
+                    };
+                    waited.insert(index, done.clone());
+                    done
                 }
-                None => Err(not_hosted(state, index)),
             }
         }
         Err(e) => Err(e),
@@ -883,8 +895,9 @@ pub(crate) async fn describe_groups(
     // Committed offsets are shown only once replicated, as OffsetFetch
     // answers them (a commit lost with the leader would otherwise have been
     // shown).
+    let mut waited = BTreeMap::new();
     for g in resp.groups.iter_mut().filter(|g| g.error.is_none()) {
-        if let Err(mut e) = wait_durable(state, &g.group_id).await {
+        if let Err(mut e) = wait_durable(state, &g.group_id, &mut waited).await {
             // Retriable as COORDINATOR_NOT_AVAILABLE (Kafka's admin client
             // takes REQUEST_TIMED_OUT on a described group as final).
             if e.code != ErrorCode::NotCoordinator {

@@ -133,13 +133,11 @@ fn partition_of(
 ) -> Result<(u32, Arc<Partition>), ErrorInfo> {
     let index = partition_index(topic, transactional_id);
     let p = topic.partition(index).cloned().ok_or_else(|| {
-        ErrorInfo::new(
-            ErrorCode::NotCoordinator,
-            format!(
-                "broker {} is not a replica of {TRANSACTION_STATE_TOPIC}-{index}, so not the \
-                 coordinator of transactional id {transactional_id:?}: ask FindCoordinator again",
-                state.config.id
-            ),
+        internal_topics::not_coordinator_here(
+            state.config.id,
+            TRANSACTION_STATE_TOPIC,
+            index,
+            &format!("transactional id {transactional_id:?}"),
         )
     })?;
     Ok((index, p))
