@@ -738,15 +738,42 @@ def transactions(bootstrap, topic, n):
     p.flush(30)
     p.send_offsets_to_transaction([TopicPartition(topic, 0, 5)], meta, 30)
     p.abort_transaction(30)
+    # librdkafka's consumers are read_committed by default: their OffsetFetch
+    # asks require_stable (KIP-447), so a partition whose offsets an open
+    # transaction holds answers UNSTABLE_OFFSET_COMMIT, retried until it ends.
+    # The aborted transaction's pending offsets are gone: answered at once.
+    started = time.monotonic()
+    got = group.committed([TopicPartition(topic, 0)], 10)[0]
+    if got.error is not None or got.offset >= 0:
+        fail("after the abort, committed() answered %s / offset %d, expected no offset" % (got.error, got.offset))
+    if time.monotonic() - started > 5:
+        fail("after the abort, committed() took %.1f s: the aborted offsets stayed pending" % (time.monotonic() - started))
     p.begin_transaction()
     for i in range(n):
         p.produce(topic, key=b"k%d" % i, value=b"committed-%d" % i)
     p.send_offsets_to_transaction([TopicPartition(topic, 0, 7)], meta, 30)
+    # Open: a read_committed consumer gets no offset for the partition (it
+    # retries UNSTABLE_OFFSET_COMMIT until its timeout); a read_uncommitted
+    # one gets the committed offset, none yet.
+    unstable = None
+    try:
+        got = group.committed([TopicPartition(topic, 0)], 3)[0]
+        if got.error is None:
+            fail("committed() answered offset %d while an open transaction held the partition's offset" % got.offset)
+        unstable = got.error
+    except KafkaException as e:
+        unstable = e.args[0]
+    loose = Consumer({"bootstrap.servers": bootstrap, "group.id": "eos-" + topic, "isolation.level": "read_uncommitted"})
+    got = loose.committed([TopicPartition(topic, 0)], 10)[0]
+    loose.close()
+    if got.error is not None or got.offset >= 0:
+        fail("read_uncommitted committed() answered %s / offset %d during the transaction, expected no offset" % (got.error, got.offset))
     p.commit_transaction(30)
     committed = group.committed([TopicPartition(topic, 0)], 30)[0].offset
     if committed != 7:
         fail("the committed transaction's group offset is %d, expected 7" % committed)
     group.close()
+    print("during the transaction, read_committed committed(): %s" % unstable)
 
     # A second instance with the same transactional id fences the first.
     second = producer()

@@ -210,6 +210,9 @@ fn kafka_transactions_commit_abort_and_fence_zombies() {
     run_script(&broker, &["create", &kafka, topic]);
     let out = run_script(&broker, &["transactions", &kafka, topic, "200"]);
     assert!(out.contains("transactions ok"), "{out}");
+    // (The script checks that a read_committed consumer gets no offset for
+    // a partition while an open transaction holds its offset.)
+    eprintln!("{out}");
     // The same transactions through the QUIC path: a read-committed
     // `rill consume` sees the 201 committed records, not the 200 aborted.
     let committed = broker.rill_ok(&[

@@ -611,6 +611,7 @@ mod tests {
                 topic: "t".into(),
                 partitions: vec![0; PARTITIONS_PER_REQUEST_MAX + 1],
             }]),
+            require_stable: false,
         };
         let e = check_counts(ApiKey::OffsetFetch, &fetch_offsets).unwrap_err();
         assert!(e.message.contains("partitions[].partitions"), "{e}");

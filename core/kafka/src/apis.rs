@@ -1248,6 +1248,9 @@ async fn offset_fetch(
     let request = rw::OffsetFetchRequest {
         group_id: r.group_id.0.to_string(),
         partitions,
+        // v7+: a read-committed consumer asks for offsets no open
+        // transaction is about to move.
+        require_stable: r.require_stable,
     };
     let out = km::OffsetFetchResponse::default();
     let (whole, offsets) = match shared
@@ -1259,15 +1262,20 @@ async fn offset_fetch(
         Ok((a, _)) => (a.error, a.offsets),
         Err(e) => (Some(e), Vec::new()),
     };
-    if let Some(e) = whole {
-        return out.with_error_code(to_kafka(e.code));
-    }
+    // Kafka answers UNSTABLE_OFFSET_COMMIT per partition (clients retry
+    // the whole fetch); Rill names the unstable partitions with the error.
+    let unstable = match whole {
+        Some(e) if e.code == ErrorCode::UnstableOffsetCommit => Some(to_kafka(e.code)),
+        Some(e) => return out.with_error_code(to_kafka(e.code)),
+        None => None,
+    };
     let mut by_topic: Vec<km::offset_fetch_response::OffsetFetchResponseTopic> = Vec::new();
     for o in offsets {
         let partition = km::offset_fetch_response::OffsetFetchResponsePartition::default()
             .with_partition_index(o.partition as i32)
             .with_committed_offset(o.offset.map_or(-1, |o| o.0))
-            .with_metadata(Some(sb(o.metadata)));
+            .with_metadata(Some(sb(o.metadata)))
+            .with_error_code(unstable.unwrap_or(0));
         match by_topic.iter_mut().find(|t| t.name.0.as_str() == o.topic) {
             Some(t) => t.partitions.push(partition),
             None => by_topic.push(

@@ -62,6 +62,7 @@ pub mod kafka {
     pub const CONCURRENT_TRANSACTIONS: i16 = 51;
     pub const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: i16 = 53;
     pub const PRODUCER_FENCED: i16 = 90;
+    pub const UNSTABLE_OFFSET_COMMIT: i16 = 88;
 }
 
 /// The Kafka error code for a Rill error code.
@@ -127,6 +128,7 @@ pub fn to_kafka(code: ErrorCode) -> i16 {
         ErrorCode::InvalidProducerIdMapping => INVALID_PRODUCER_ID_MAPPING,
         ErrorCode::InvalidTransactionTimeout => INVALID_TRANSACTION_TIMEOUT,
         ErrorCode::TransactionalIdAuthorizationFailed => TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+        ErrorCode::UnstableOffsetCommit => UNSTABLE_OFFSET_COMMIT,
         ErrorCode::Unknown(_) => UNKNOWN_SERVER_ERROR,
     }
 }

@@ -52,7 +52,7 @@ use rill_proto::TimestampMs;
 use rill_proto::wire::*;
 
 use super::assignor::{self, ASSIGNORS, MemberSpec, Tp};
-use super::records::{GroupRecord, GroupValue, MembersValue, OffsetValue};
+use super::records::{GroupRecord, GroupValue, MembersValue, OffsetValue, PendingValue};
 
 mod classic;
 pub use classic::{Pending, consumer_protocol};
@@ -127,18 +127,35 @@ pub mod input {
         pub partition_counts: BTreeMap<String, u32>,
     }
 
-    /// A commit; `wall_ms` is stored as the commit time. `transactional`: a
-    /// committed transaction's offsets (its producer was fenced by epoch, not
-    /// by group membership), stored whatever the group's members.
+    /// A commit; `wall_ms` is stored as the commit time. `transaction`: the
+    /// transactional id of a transaction that ended; its offsets (none if it
+    /// aborted) are stored whatever the group's members (its producer was
+    /// fenced by epoch, not by group membership), and its pending offsets
+    /// for the group dropped.
     #[derive(Debug, Clone)]
     pub struct CommitOffsets {
         pub request: OffsetCommitRequest,
         pub wall_ms: TimestampMs,
-        pub transactional: bool,
+        pub transaction: Option<String>,
     }
 
+    /// OffsetFetch; `wall_ms` decides which pending transactional offsets
+    /// have expired (`require_stable`).
     #[derive(Debug, Clone)]
-    pub struct FetchOffsets(pub OffsetFetchRequest);
+    pub struct FetchOffsets {
+        pub request: OffsetFetchRequest,
+        pub wall_ms: TimestampMs,
+    }
+
+    /// An open transaction holds offsets for `partitions` of `group` until it
+    /// ends or `expires_ms` (wall clock) passes.
+    #[derive(Debug, Clone)]
+    pub struct PendingOffsets {
+        pub group: String,
+        pub transactional_id: String,
+        pub partitions: Vec<(String, u32)>,
+        pub expires_ms: TimestampMs,
+    }
 
     #[derive(Debug, Clone)]
     pub struct ListGroups;
@@ -200,14 +217,35 @@ impl Input for input::Heartbeat {
 impl Input for input::CommitOffsets {
     type Reply = OffsetCommitResponse;
     fn apply(self, c: &mut GroupCoordinator, now: Millis) -> Output<Self::Reply> {
-        c.commit(now, self.request, self.wall_ms, self.transactional)
+        c.commit(now, self.request, self.wall_ms, self.transaction)
     }
 }
 
 impl Input for input::FetchOffsets {
     type Reply = OffsetFetchResponse;
     fn apply(self, c: &mut GroupCoordinator, _now: Millis) -> Output<Self::Reply> {
-        Output::reply(c.fetch(self.0))
+        Output::reply(c.fetch(self.request, self.wall_ms))
+    }
+}
+
+impl Input for input::PendingOffsets {
+    type Reply = Result<(), ErrorInfo>;
+    fn apply(self, _c: &mut GroupCoordinator, _now: Millis) -> Output<Self::Reply> {
+        if let Err(e) = validate_group_id(&self.group) {
+            return Output::reply(Err(e));
+        }
+        // Visible once durable (replayed), as a commit is.
+        Output {
+            reply: Ok(()),
+            records: vec![GroupRecord::Pending {
+                group: self.group,
+                transactional_id: self.transactional_id,
+                value: Some(PendingValue {
+                    partitions: self.partitions,
+                    expires_ms: self.expires_ms,
+                }),
+            }],
+        }
     }
 }
 
@@ -470,6 +508,10 @@ impl Group {
 pub struct GroupCoordinator {
     config: CoordinatorConfig,
     groups: BTreeMap<String, Group>,
+    /// Open transactions' offsets: group -> transactional id -> what it
+    /// holds (kept apart from the groups: a group with only pending offsets
+    /// has nothing to describe yet).
+    pending: BTreeMap<String, BTreeMap<String, PendingValue>>,
 }
 
 fn err(code: ErrorCode, message: impl Into<String>) -> Option<ErrorInfo> {
@@ -534,6 +576,7 @@ impl GroupCoordinator {
         GroupCoordinator {
             config,
             groups: BTreeMap::new(),
+            pending: BTreeMap::new(),
         }
     }
 
@@ -542,6 +585,7 @@ impl GroupCoordinator {
     /// to load again from the log.
     pub fn retain_groups(&mut self, keep: impl Fn(&str) -> bool) {
         self.groups.retain(|gid, _| keep(gid));
+        self.pending.retain(|gid, _| keep(gid));
     }
 
     /// The groups were loaded from the log at `now`: each whose last members
@@ -1004,8 +1048,9 @@ impl GroupCoordinator {
         now: Millis,
         req: OffsetCommitRequest,
         wall_ms: TimestampMs,
-        transactional: bool,
+        transaction: Option<String>,
     ) -> Output<OffsetCommitResponse> {
+        let transactional = transaction.is_some();
         let whole = |e: ErrorInfo| {
             Output::reply(OffsetCommitResponse {
                 error: Some(e),
@@ -1145,6 +1190,17 @@ impl GroupCoordinator {
                 error,
             });
         }
+        // The transaction ended: its offsets are no longer pending (in the
+        // same batch as the offsets it stored).
+        if let Some(txn) = transaction
+            && self.pending.get(gid).is_some_and(|p| p.contains_key(&txn))
+        {
+            records.push(GroupRecord::Pending {
+                group: gid.clone(),
+                transactional_id: txn,
+                value: None,
+            });
+        }
         Output {
             reply: OffsetCommitResponse {
                 error: None,
@@ -1152,6 +1208,24 @@ impl GroupCoordinator {
             },
             records,
         }
+    }
+
+    /// The partitions of `gid` among `asked` (all if `None`) that an open
+    /// transaction holds offsets for at wall time `wall_ms`.
+    fn unstable(
+        &self,
+        gid: &str,
+        asked: Option<&BTreeSet<Tp>>,
+        wall_ms: TimestampMs,
+    ) -> BTreeSet<Tp> {
+        self.pending
+            .get(gid)
+            .into_iter()
+            .flat_map(|txns| txns.values())
+            .filter(|p| wall_ms < p.expires_ms)
+            .flat_map(|p| p.partitions.iter().cloned())
+            .filter(|tp| asked.is_none_or(|a| a.contains(tp)))
+            .collect()
     }
 
     fn committed(gid: &str, g: Option<&Group>, tp: &Tp) -> CommittedOffset {
@@ -1166,12 +1240,50 @@ impl GroupCoordinator {
         }
     }
 
-    fn fetch(&self, req: OffsetFetchRequest) -> OffsetFetchResponse {
+    fn fetch(&self, req: OffsetFetchRequest, wall_ms: TimestampMs) -> OffsetFetchResponse {
         if let Err(e) = validate_group_id(&req.group_id) {
             return OffsetFetchResponse {
                 error: Some(e),
                 offsets: Vec::new(),
             };
+        }
+        if req.require_stable {
+            let asked = req.partitions.as_deref().map(from_topic_partitions);
+            let unstable = self.unstable(&req.group_id, asked.as_ref(), wall_ms);
+            if !unstable.is_empty() {
+                let names: Vec<String> = unstable
+                    .iter()
+                    .take(5)
+                    .map(|(t, p)| format!("{t}-{p}"))
+                    .collect();
+                return OffsetFetchResponse {
+                    error: Some(ErrorInfo::new(
+                        ErrorCode::UnstableOffsetCommit,
+                        format!(
+                            "group {}: an open transaction holds offsets for {} partition(s) ({}{}): \
+                             retry once it commits or aborts",
+                            req.group_id,
+                            unstable.len(),
+                            names.join(", "),
+                            if unstable.len() > names.len() {
+                                ", ..."
+                            } else {
+                                ""
+                            }
+                        ),
+                    )),
+                    offsets: unstable
+                        .into_iter()
+                        .map(|(topic, partition)| CommittedOffset {
+                            topic,
+                            partition,
+                            offset: None,
+                            metadata: String::new(),
+                            commit_timestamp_ms: -1,
+                        })
+                        .collect(),
+                };
+            }
         }
         let g = self.groups.get(&req.group_id);
         let offsets = match req.partitions {
@@ -1394,6 +1506,26 @@ impl GroupCoordinator {
                     g.recorded_members = value;
                 }
             }
+            GroupRecord::Pending {
+                group,
+                transactional_id,
+                value,
+            } => match value {
+                Some(v) => {
+                    self.pending
+                        .entry(group)
+                        .or_default()
+                        .insert(transactional_id, v);
+                }
+                None => {
+                    if let Some(p) = self.pending.get_mut(&group) {
+                        p.remove(&transactional_id);
+                        if p.is_empty() {
+                            self.pending.remove(&group);
+                        }
+                    }
+                }
+            },
         }
     }
 }

@@ -134,19 +134,23 @@ impl World {
                 }],
             },
             wall_ms: 1,
-            transactional: false,
+            transaction: None,
         };
         self.step(0, input)
     }
 
     fn committed(&mut self, partition: u32) -> Option<Offset> {
-        let input = input::FetchOffsets(OffsetFetchRequest {
-            group_id: "g".into(),
-            partitions: Some(vec![TopicPartitions {
-                topic: "t".into(),
-                partitions: vec![partition],
-            }]),
-        });
+        let input = input::FetchOffsets {
+            request: OffsetFetchRequest {
+                group_id: "g".into(),
+                partitions: Some(vec![TopicPartitions {
+                    topic: "t".into(),
+                    partitions: vec![partition],
+                }]),
+                require_stable: false,
+            },
+            wall_ms: 1,
+        };
         self.step(0, input).offsets[0].offset
     }
 }
@@ -402,7 +406,7 @@ fn durable_state_survives_a_replay_into_a_new_coordinator() {
                 }],
             },
             wall_ms: 5,
-            transactional: false,
+            transaction: None,
         },
     );
     // Not replayed yet: not visible.
@@ -677,4 +681,99 @@ fn a_moved_coordinator_adds_no_partition_until_the_old_members_are_back() {
     w.heartbeat(40, &mut d);
     w.heartbeat(50, &mut d);
     assert_eq!(d.owned.len(), 2, "{d:?}");
+}
+
+/// OffsetFetch with `require_stable` (KIP-447): while an open transaction
+/// holds offsets for a partition, UNSTABLE_OFFSET_COMMIT naming it; the
+/// committed offsets again once the transaction ends (commit or abort), or
+/// once its record expired; a coordinator that took the group over knows the
+/// pending offsets from the log.
+#[test]
+fn require_stable_waits_for_open_transactions_offsets() {
+    let mut w = World::new(4);
+    w.commit(None, 0, 5);
+    let fetch = |w: &mut World, wall_ms, stable: bool, partitions: Option<Vec<u32>>| {
+        w.step(
+            0,
+            input::FetchOffsets {
+                request: OffsetFetchRequest {
+                    group_id: "g".into(),
+                    partitions: partitions.map(|partitions| {
+                        vec![TopicPartitions {
+                            topic: "t".into(),
+                            partitions,
+                        }]
+                    }),
+                    require_stable: stable,
+                },
+                wall_ms,
+            },
+        )
+    };
+    let pending = |txn: &str, partitions: &[u32], expires_ms| input::PendingOffsets {
+        group: "g".into(),
+        transactional_id: txn.into(),
+        partitions: partitions.iter().map(|p| ("t".to_string(), *p)).collect(),
+        expires_ms,
+    };
+    assert_eq!(w.step(0, pending("tx", &[0, 2], 10_000)), Ok(()));
+    // Unstable: the asked partitions the transaction holds, and only those.
+    let r = fetch(&mut w, 100, true, Some(vec![0, 1]));
+    let e = r.error.clone().expect("unstable");
+    assert_eq!(e.code, ErrorCode::UnstableOffsetCommit);
+    assert!(e.message.contains("t-0"), "{}", e.message);
+    assert_eq!(r.offsets.len(), 1, "{r:?}");
+    assert_eq!((r.offsets[0].partition, r.offsets[0].offset), (0, None));
+    assert_eq!(fetch(&mut w, 100, true, None).offsets.len(), 2);
+    // Stable partitions, or without require_stable: the committed offsets.
+    let r = fetch(&mut w, 100, true, Some(vec![1]));
+    assert!(r.error.is_none(), "{r:?}");
+    let r = fetch(&mut w, 100, false, Some(vec![0]));
+    assert_eq!(r.offsets[0].offset, Some(Offset(5)));
+    // Another coordinator loading the log knows them too.
+    let mut other = moved(&w, 0, 0);
+    assert!(fetch(&mut other, 100, true, Some(vec![2])).error.is_some());
+    // The transaction commits: its offset stored, nothing pending.
+    let commit = input::CommitOffsets {
+        request: OffsetCommitRequest {
+            group_id: "g".into(),
+            member: None,
+            partitions: vec![OffsetCommitPartition {
+                topic: "t".into(),
+                partition: 0,
+                offset: Offset(9),
+                metadata: String::new(),
+            }],
+        },
+        wall_ms: 200,
+        transaction: Some("tx".into()),
+    };
+    assert!(w.step(0, commit).error.is_none());
+    let r = fetch(&mut w, 300, true, None);
+    assert!(r.error.is_none(), "{r:?}");
+    assert_eq!(r.offsets[0].offset, Some(Offset(9)));
+    // An abort (no offsets) drops them as well; an expired record no longer counts.
+    assert_eq!(w.step(0, pending("tx2", &[1], 10_000)), Ok(()));
+    assert!(fetch(&mut w, 300, true, None).error.is_some());
+    let abort = input::CommitOffsets {
+        request: OffsetCommitRequest {
+            group_id: "g".into(),
+            member: None,
+            partitions: Vec::new(),
+        },
+        wall_ms: 400,
+        transaction: Some("tx2".into()),
+    };
+    w.step(0, abort);
+    assert!(fetch(&mut w, 500, true, None).error.is_none());
+    assert_eq!(w.step(0, pending("tx3", &[3], 1_000)), Ok(()));
+    assert!(fetch(&mut w, 999, true, None).error.is_some());
+    assert!(fetch(&mut w, 1_000, true, None).error.is_none());
+    // Each end wrote one tombstone of its pending record (none for tx3).
+    let tombstones = w
+        .log
+        .iter()
+        .filter(|r| matches!(r, GroupRecord::Pending { value: None, .. }))
+        .count();
+    assert_eq!(tombstones, 2);
 }

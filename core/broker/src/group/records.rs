@@ -10,6 +10,7 @@
 //! | 0 offset    | (group, topic, partition)   | v0: (offset, metadata, commit ts)  |
 //! | 1 group     | (group)                     | v0: (group epoch, assignor)        |
 //! | 2 members   | (group)                     | v0: (member ids, longest session)  |
+//! | 3 pending   | (group, transactional id)   | v0: (partitions, expiry wall ms)   |
 //!
 //! Compaction keeps the newest record per key, so the topic holds the latest
 //! committed offset of every (group, partition) and the latest epoch of every
@@ -17,7 +18,11 @@
 //! the same batch): who the members were at that group epoch and their
 //! longest session timeout, so a coordinator that takes the group over knows
 //! whom to wait for (see "Hold after a load" in coordinator.rs); it is
-//! applied only to a group a group record made. A key version this build does not know is skipped on load (a newer
+//! applied only to a group a group record made. A pending record names the
+//! partitions an open transaction holds offsets for (its TxnOffsetCommit),
+//! tombstoned when the transaction commits or aborts; it counts only until
+//! its expiry (the transaction's timeout), in case the tombstone never
+//! comes. A key version this build does not know is skipped on load (a newer
 //! broker wrote it), never an error; a known version that does not decode is.
 
 use bytes::Bytes;
@@ -30,6 +35,8 @@ pub const OFFSET_KEY_VERSION: u16 = 0;
 pub const GROUP_KEY_VERSION: u16 = 1;
 /// Key version of a group's members.
 pub const MEMBERS_KEY_VERSION: u16 = 2;
+/// Key version of an open transaction's pending offsets.
+pub const PENDING_KEY_VERSION: u16 = 3;
 /// Value version written by this build.
 pub const VALUE_VERSION: u16 = 0;
 
@@ -56,6 +63,14 @@ pub struct MembersValue {
     pub session_timeout_ms_max: u32,
 }
 
+/// The partitions an open transaction holds offsets for, as stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingValue {
+    pub partitions: Vec<(String, u32)>,
+    /// Wall-clock milliseconds after which the record no longer counts.
+    pub expires_ms: TimestampMs,
+}
+
 /// One record of `__consumer_offsets`, decoded. `None` values are tombstones.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum GroupRecord {
@@ -73,6 +88,11 @@ pub enum GroupRecord {
         group: String,
         value: Option<MembersValue>,
     },
+    Pending {
+        group: String,
+        transactional_id: String,
+        value: Option<PendingValue>,
+    },
 }
 
 impl GroupRecord {
@@ -81,7 +101,8 @@ impl GroupRecord {
         match self {
             GroupRecord::Offset { group, .. }
             | GroupRecord::Group { group, .. }
-            | GroupRecord::Members { group, .. } => group,
+            | GroupRecord::Members { group, .. }
+            | GroupRecord::Pending { group, .. } => group,
         }
     }
 
@@ -103,6 +124,14 @@ impl GroupRecord {
             ),
             GroupRecord::Members { group, value } => (
                 versioned(MEMBERS_KEY_VERSION, &(group,)),
+                value.as_ref().map(|v| versioned(VALUE_VERSION, v)),
+            ),
+            GroupRecord::Pending {
+                group,
+                transactional_id,
+                value,
+            } => (
+                versioned(PENDING_KEY_VERSION, &(group, transactional_id)),
                 value.as_ref().map(|v| versioned(VALUE_VERSION, v)),
             ),
         }
@@ -151,6 +180,18 @@ impl GroupRecord {
                     .map(|v| postcard::from_bytes(v).map_err(|e| bad("members value", e)))
                     .transpose()?;
                 GroupRecord::Members { group, value }
+            }
+            PENDING_KEY_VERSION => {
+                let (group, transactional_id): (String, String) =
+                    postcard::from_bytes(key_body).map_err(|e| bad("pending key", e))?;
+                let value = value
+                    .map(|v| postcard::from_bytes(v).map_err(|e| bad("pending value", e)))
+                    .transpose()?;
+                GroupRecord::Pending {
+                    group,
+                    transactional_id,
+                    value,
+                }
             }
             _ => return Ok(None),
         }))
@@ -212,6 +253,19 @@ mod tests {
             },
             GroupRecord::Members {
                 group: "g".into(),
+                value: None,
+            },
+            GroupRecord::Pending {
+                group: "g".into(),
+                transactional_id: "tx".into(),
+                value: Some(PendingValue {
+                    partitions: vec![("t".into(), 0), ("u".into(), 5)],
+                    expires_ms: 60_000,
+                }),
+            },
+            GroupRecord::Pending {
+                group: "g".into(),
+                transactional_id: "tx".into(),
                 value: None,
             },
         ];

@@ -725,27 +725,55 @@ pub(crate) async fn offset_commit(
     state: &Arc<BrokerState>,
     req: OffsetCommitRequest,
 ) -> OffsetCommitResponse {
-    commit(state, req, false).await
+    commit(state, req, None).await
 }
 
-/// CommitTxnOffsets (from a transaction coordinator): a committed
-/// transaction's offsets, stored whatever the group's members.
+/// CommitTxnOffsets (from a transaction coordinator): an ended
+/// transaction's offsets, stored whatever the group's members (none if it
+/// aborted), its pending offsets dropped; or, with `pending_until_ms`, an
+/// open transaction's offsets recorded as pending (see OffsetFetch's
+/// `require_stable`).
 pub(crate) async fn commit_txn_offsets(
     state: &Arc<BrokerState>,
     req: CommitTxnOffsetsRequest,
 ) -> OffsetCommitResponse {
+    if let Some(expires_ms) = req.pending_until_ms {
+        let error = match check_coordinator(state, &req.group_id).await {
+            Err(e) => Some(e),
+            Ok(()) => {
+                let input = input::PendingOffsets {
+                    group: req.group_id.clone(),
+                    transactional_id: req.transactional_id,
+                    partitions: req
+                        .partitions
+                        .iter()
+                        .map(|p| (p.topic.clone(), p.partition))
+                        .collect(),
+                    expires_ms,
+                };
+                match state.groups.step(state, input).await {
+                    (Err(e), _) | (Ok(()), Err(e)) => Some(e),
+                    (Ok(()), Ok(_)) => None,
+                }
+            }
+        };
+        return OffsetCommitResponse {
+            error,
+            partitions: Vec::new(),
+        };
+    }
     let request = OffsetCommitRequest {
         group_id: req.group_id,
         member: None,
         partitions: req.partitions,
     };
-    commit(state, request, true).await
+    commit(state, request, Some(req.transactional_id)).await
 }
 
 async fn commit(
     state: &Arc<BrokerState>,
     req: OffsetCommitRequest,
-    transactional: bool,
+    transaction: Option<String>,
 ) -> OffsetCommitResponse {
     if let Err(e) = check_coordinator(state, &req.group_id).await {
         return OffsetCommitResponse {
@@ -757,7 +785,7 @@ async fn commit(
     let input = input::CommitOffsets {
         request: req,
         wall_ms: now_ms(),
-        transactional,
+        transaction,
     };
     let (mut resp, written) = state.groups.step(state, input).await;
     if let Err(e) = written {
@@ -796,7 +824,11 @@ pub(crate) async fn offset_fetch(
         };
     }
     let group_id = req.group_id.clone();
-    let resp = state.groups.step(state, input::FetchOffsets(req)).await.0;
+    let input = input::FetchOffsets {
+        request: req,
+        wall_ms: now_ms(),
+    };
+    let resp = state.groups.step(state, input).await.0;
     if resp.error.is_some() {
         return resp;
     }
@@ -1254,6 +1286,7 @@ mod tests {
         let fetch = || OffsetFetchRequest {
             group_id: "g".into(),
             partitions: None,
+            require_stable: false,
         };
         // A commit of 5, replicated (the leader is the whole ISR).
         let mut done = None;
@@ -1431,6 +1464,7 @@ mod tests {
         let fetch = OffsetFetchRequest {
             group_id: c.clone(),
             partitions: None,
+            require_stable: false,
         };
         let fetched = tokio::time::timeout(STEP, offset_fetch(&state, fetch))
             .await

@@ -92,7 +92,8 @@ pub struct MarkerJob {
     pub epoch: i16,
     pub kind: MarkerKind,
     pub partitions: BTreeSet<TxnPartition>,
-    /// Commit only: the offsets to store per group (after the markers).
+    /// The offsets to store per group (after the markers): on abort, every
+    /// group of the transaction with none (its pending offsets are dropped).
     pub offsets: BTreeMap<String, Vec<OffsetCommitPartition>>,
 }
 
@@ -521,7 +522,12 @@ fn bump(m: &mut TxnMeta, fresh: i64) {
 }
 
 fn job(m: &TxnMeta, kind: MarkerKind) -> MarkerJob {
-    let mut offsets: BTreeMap<String, Vec<OffsetCommitPartition>> = BTreeMap::new();
+    let mut offsets: BTreeMap<String, Vec<OffsetCommitPartition>> = m
+        .groups
+        .iter()
+        .chain(m.offsets.keys().map(|(g, _, _)| g))
+        .map(|g| (g.clone(), Vec::new()))
+        .collect();
     if kind == MarkerKind::Commit {
         for ((group, topic, partition), (offset, metadata)) in &m.offsets {
             offsets
@@ -690,13 +696,15 @@ mod tests {
                 transactional_id: "tx".into(),
             },
         );
-        // An aborted transaction's offsets are never stored.
+        // An aborted transaction's offsets are never stored; its groups are
+        // named with none (so their pending offsets are dropped).
         c.step(4, offsets(30));
         let s = end(&mut c, "tx", 7, 0, false);
         let Effect::WriteMarkers(job) = &s.effects[1] else {
             panic!("{:?}", s.effects)
         };
-        assert!(job.offsets.is_empty());
+        assert_eq!(job.offsets.keys().collect::<Vec<_>>(), ["g"]);
+        assert!(job.offsets["g"].is_empty());
         // A fenced instance cannot add offsets.
         let fenced = c.step(
             5,

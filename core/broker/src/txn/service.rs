@@ -38,7 +38,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use rill_proto::control::Marker;
+use rill_proto::control::{Marker, MarkerKind};
 use rill_proto::types::now_ms;
 use rill_proto::wire::*;
 use rill_proto::{BatchBuilder, Compression, LeaderEpoch, ProducerId, Record};
@@ -500,44 +500,63 @@ async fn write_markers(
     Ok(())
 }
 
-/// Stores a committed transaction's group offsets at each group's coordinator.
+/// Stores a committed transaction's group offsets at each group's
+/// coordinator and drops its pending offsets there; for an aborted one, only
+/// the latter, and best effort (they expire with the transaction's timeout
+/// anyway, and an abort must not wait for a group coordinator).
 async fn commit_offsets(state: &Arc<BrokerState>, job: &MarkerJob) -> Result<(), ErrorInfo> {
     for (group, partitions) in &job.offsets {
         let req = CommitTxnOffsetsRequest {
             transactional_id: job.transactional_id.clone(),
             group_id: group.clone(),
             partitions: partitions.clone(),
+            pending_until_ms: None,
         };
-        let found = crate::group::service::find_coordinator_api(
-            state,
-            FindCoordinatorRequest {
-                group_id: group.clone(),
-                kind: CoordinatorKind::Group,
-            },
-        )
-        .await;
-        if let Some(e) = found.error {
-            return Err(e);
-        }
-        let resp = if found.coordinator_id == state.config.id {
-            crate::group::service::commit_txn_offsets(state, req).await
-        } else {
-            state
-                .cluster
-                .links
-                .call(&found.coordinator_addr, &req, MARKER_CALL_TIMEOUT)
-                .await
-                .map_err(|e| ErrorInfo::new(ErrorCode::BrokerNotAvailable, e.to_string()))?
-                .0
-        };
-        if let Some(e) = resp
-            .error
-            .or_else(|| resp.partitions.into_iter().find_map(|p| p.error))
-        {
-            return Err(e);
+        match to_group_coordinator(state, req).await {
+            Err(e) if job.kind == MarkerKind::Abort => tracing::debug!(
+                transactional_id = %job.transactional_id, group = %group, error = %e,
+                "aborted transaction: its pending offsets were not dropped (they expire)"
+            ),
+            other => other?,
         }
     }
     Ok(())
+}
+
+/// Sends `req` to the coordinator of its group (this broker or another).
+async fn to_group_coordinator(
+    state: &Arc<BrokerState>,
+    req: CommitTxnOffsetsRequest,
+) -> Result<(), ErrorInfo> {
+    let found = crate::group::service::find_coordinator_api(
+        state,
+        FindCoordinatorRequest {
+            group_id: req.group_id.clone(),
+            kind: CoordinatorKind::Group,
+        },
+    )
+    .await;
+    if let Some(e) = found.error {
+        return Err(e);
+    }
+    let resp = if found.coordinator_id == state.config.id {
+        crate::group::service::commit_txn_offsets(state, req).await
+    } else {
+        state
+            .cluster
+            .links
+            .call(&found.coordinator_addr, &req, MARKER_CALL_TIMEOUT)
+            .await
+            .map_err(|e| ErrorInfo::new(ErrorCode::BrokerNotAvailable, e.to_string()))?
+            .0
+    };
+    match resp
+        .error
+        .or_else(|| resp.partitions.into_iter().find_map(|p| p.error))
+    {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
 }
 
 /// Appends a marker to `p` (led here) and waits until it is replicated.
@@ -753,7 +772,39 @@ pub(crate) async fn txn_offset_commit(
             },
         );
         apply(state, &topic, &mut inner, stepped.effects).await?;
-        stepped.reply.map(|_| ())
+        stepped.reply?;
+        // The group's coordinator learns that these partitions' offsets are
+        // pending in an open transaction (OffsetFetch with require_stable
+        // answers UNSTABLE_OFFSET_COMMIT for them until it ends), before the
+        // producer hears its offsets are in: so it cannot commit first.
+        let timeout_ms = inner
+            .coordinator
+            .get(&req.transactional_id)
+            .map_or(0, |m| i64::from(m.timeout_ms.max(0)));
+        drop(inner);
+        if req.partitions.is_empty() {
+            return Ok(());
+        }
+        let pending = CommitTxnOffsetsRequest {
+            transactional_id: req.transactional_id.clone(),
+            group_id: req.group_id.clone(),
+            partitions: req.partitions.clone(),
+            pending_until_ms: Some(now_ms() + timeout_ms),
+        };
+        to_group_coordinator(state, pending).await.map_err(|e| {
+            ErrorInfo::new(
+                if e.code.is_retriable() {
+                    e.code
+                } else {
+                    ErrorCode::CoordinatorNotAvailable
+                },
+                format!(
+                    "group {}: the offsets are in the transaction, but its coordinator has not \
+                     recorded them as pending yet: retry ({})",
+                    req.group_id, e.message
+                ),
+            )
+        })
     }
     .await;
     TxnOffsetCommitResponse {

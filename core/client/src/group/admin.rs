@@ -262,6 +262,7 @@ impl Admin {
         let req = OffsetFetchRequest {
             group_id: group_id.to_string(),
             partitions: None,
+            require_stable: false,
         };
         let resp = self
             .client

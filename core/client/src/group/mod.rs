@@ -438,6 +438,7 @@ impl GroupConsumer {
         let req = OffsetFetchRequest {
             group_id: self.config.group_id.clone(),
             partitions: Some(to_wire(wanted.iter().cloned())),
+            require_stable: false,
         };
         let session_deadline = self.session_deadline();
         let call = async {

@@ -156,11 +156,20 @@ impl ApiRequest for OffsetCommitRequest {
     type Response = OffsetCommitResponse;
 }
 
+/// Version 1: `require_stable`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OffsetFetchRequest {
     pub group_id: String,
     /// `None`: every partition the group has committed.
     pub partitions: Option<Vec<TopicPartitions>>,
+    /// Kafka's `require_stable` (KIP-447): while an open transaction holds
+    /// offsets for any of the partitions asked (a transactional producer's
+    /// TxnOffsetCommit, not yet committed or aborted), answer
+    /// UNSTABLE_OFFSET_COMMIT (retriable) instead of the offsets committed
+    /// before it, naming those partitions in `offsets` (no offset). A
+    /// read-committed consumer that takes partitions over asks so, or it would
+    /// start from offsets the transaction is about to move past.
+    pub require_stable: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -181,6 +190,7 @@ pub struct OffsetFetchResponse {
 
 impl ApiRequest for OffsetFetchRequest {
     const KEY: ApiKey = ApiKey::OffsetFetch;
+    const VERSION: u16 = 1;
     type Response = OffsetFetchResponse;
 }
 

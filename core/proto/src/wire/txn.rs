@@ -116,15 +116,26 @@ impl ApiRequest for TxnOffsetCommitRequest {
 
 /// Between brokers: a transaction coordinator has a group coordinator store a
 /// committed transaction's offsets (whatever the group's members: the
-/// transaction's producer was checked by its epoch).
+/// transaction's producer was checked by its epoch), or drop an aborted
+/// one's (`partitions` empty).
+///
+/// Version 1: `pending_until_ms`. With it, the offsets are not stored but
+/// recorded as pending in the transaction (durably, in `__consumer_offsets`)
+/// until it commits or aborts, or until that wall-clock time (the
+/// transaction's timeout) passes: OffsetFetch with `require_stable` answers
+/// UNSTABLE_OFFSET_COMMIT for them meanwhile. Without it, the transaction
+/// ended: its pending offsets for the group are dropped, and `partitions`
+/// stored as committed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CommitTxnOffsetsRequest {
     pub transactional_id: String,
     pub group_id: String,
     pub partitions: Vec<super::OffsetCommitPartition>,
+    pub pending_until_ms: Option<i64>,
 }
 
 impl ApiRequest for CommitTxnOffsetsRequest {
     const KEY: ApiKey = ApiKey::CommitTxnOffsets;
+    const VERSION: u16 = 1;
     type Response = super::OffsetCommitResponse;
 }

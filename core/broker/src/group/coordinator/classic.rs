@@ -1153,7 +1153,7 @@ mod tests {
                         }],
                     },
                     wall_ms: 0,
-                    transactional: false,
+                    transaction: None,
                 },
             )
             .reply
