@@ -1054,8 +1054,12 @@ pub(crate) async fn list_offsets(
                 OffsetSpec::Earliest => p
                     .check_remote_known()
                     .map(|()| (p.log_start_offset(), None)),
-                OffsetSpec::Latest => Ok((p.high_watermark(), None)),
-                OffsetSpec::LastStable => Ok((p.last_stable_offset(), None)),
+                OffsetSpec::Latest => p
+                    .check_high_watermark_known()
+                    .map(|()| (p.high_watermark(), None)),
+                OffsetSpec::LastStable => p
+                    .check_high_watermark_known()
+                    .map(|()| (p.last_stable_offset(), None)),
                 OffsetSpec::Timestamp(ts) => offset_for_timestamp(state, &p, ts).await,
             },
         };

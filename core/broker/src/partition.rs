@@ -558,6 +558,27 @@ impl Partition {
         self.remote_pending.store(true, Ordering::Release);
     }
 
+    /// An error while this leader's high watermark is below the log end it
+    /// had when it opened (a restart: it starts low and rises as the in-sync
+    /// followers fetch), so records it acknowledged before may lie above it:
+    /// the "latest" offset is not known yet (Kafka's OFFSET_NOT_AVAILABLE
+    /// while a new leader's high watermark is below its epoch's start).
+    pub fn check_high_watermark_known(&self) -> Result<(), ErrorInfo> {
+        let (hw, floor) = (self.high_watermark(), self.isr_join_floor());
+        if hw < floor {
+            return Err(ErrorInfo::new(
+                ErrorCode::OffsetNotAvailable,
+                format!(
+                    "partition {}-{}: the leader restarted and its high watermark ({hw}) is below \
+                     the log end it reopened with ({floor}) until its in-sync followers fetch; \
+                     retry shortly",
+                    self.topic, self.index
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// An error while the remote copy is unknown (its manifest not loaded yet).
     pub fn check_remote_known(&self) -> Result<(), ErrorInfo> {
         if self.remote_pending.load(Ordering::Acquire) {
@@ -876,6 +897,10 @@ mod restart_tests {
         // high watermark (broker 1 not heard from yet) is below it.
         p.record_follower_fetch(2, Offset(1), t0);
         assert!(p.high_watermark() <= Offset(1));
+        // Meanwhile "latest" is not known (3 was acknowledged): ListOffsets
+        // answers OFFSET_NOT_AVAILABLE, not a low offset.
+        let e = p.check_high_watermark_known().unwrap_err();
+        assert_eq!(e.code, ErrorCode::OffsetNotAvailable, "{}", e.message);
         let isr = p
             .replica_state()
             .isr_change(p.isr_join_floor(), t0, lag, t0);
@@ -885,6 +910,9 @@ mod restart_tests {
         );
         // Once it holds the old log it joins.
         p.record_follower_fetch(2, Offset(3), t0);
+        p.record_follower_fetch(1, Offset(3), t0);
+        assert_eq!(p.high_watermark(), Offset(3));
+        p.check_high_watermark_known().unwrap();
         let isr = p
             .replica_state()
             .isr_change(p.isr_join_floor(), t0, lag, t0);

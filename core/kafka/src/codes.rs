@@ -63,6 +63,7 @@ pub mod kafka {
     pub const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: i16 = 53;
     pub const PRODUCER_FENCED: i16 = 90;
     pub const UNSTABLE_OFFSET_COMMIT: i16 = 88;
+    pub const OFFSET_NOT_AVAILABLE: i16 = 78;
 }
 
 /// The Kafka error code for a Rill error code.
@@ -129,6 +130,7 @@ pub fn to_kafka(code: ErrorCode) -> i16 {
         ErrorCode::InvalidTransactionTimeout => INVALID_TRANSACTION_TIMEOUT,
         ErrorCode::TransactionalIdAuthorizationFailed => TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
         ErrorCode::UnstableOffsetCommit => UNSTABLE_OFFSET_COMMIT,
+        ErrorCode::OffsetNotAvailable => OFFSET_NOT_AVAILABLE,
         ErrorCode::Unknown(_) => UNKNOWN_SERVER_ERROR,
     }
 }

@@ -611,7 +611,13 @@ impl Client {
                     match found {
                         Some(r) => match &r.error {
                             None => out.push((tp, r.offset)),
-                            Some(e) if needs_metadata_refresh(e.code) && waiting => retry.push(tp),
+                            Some(e)
+                                if (needs_metadata_refresh(e.code)
+                                    || e.code == ErrorCode::OffsetNotAvailable)
+                                    && waiting =>
+                            {
+                                retry.push(tp)
+                            }
                             Some(e) => {
                                 return Err(ClientError::broker(
                                     format!("list offsets of {tp}"),
