@@ -58,3 +58,27 @@ for run in 1 2 3; do
   c1=$(ticks)
   echo "run $run QUIC consume: $(cpu $c0 $c1)"
 done
+
+# The same kcat produce and consume over TLS (`--kafka-tls`, the broker's
+# certificate from the development CA; no client certificate), since the
+# QUIC path is always encrypted and the runs above are plaintext.
+$R broker --listen 127.0.0.1:19702 --data "$W/data-tls" --kafka-listen 127.0.0.1:19703 --kafka-tls \
+  > "$W/broker-tls.log" 2>&1 &
+B2=$!
+trap 'kill $B $B2 2>/dev/null; wait 2>/dev/null; rm -rf "$W"' EXIT
+sleep 2
+B=$B2
+TLS="-X security.protocol=SSL -X ssl.ca.location=$RILL_HOME/ca.pem"
+for run in 1 2 3; do
+  RILL_BOOTSTRAP=127.0.0.1:19702 $R topic create tls-$run --partitions 2 > /dev/null
+  c0=$(ticks); start=$(date +%s.%N)
+  kcat -b 127.0.0.1:19703 $TLS -P -t tls-$run -X linger.ms=5 -X batch.size=65536 -X acks=1 -l "$W/lines"
+  end=$(date +%s.%N); c1=$(ticks)
+  python3 -c "s=$end-$start; print(f'run $run kcat TLS produce: {s:.2f} s, {$N/s/1e6:.2f} M rec/s')"
+  echo "run $run kcat TLS produce: $(cpu $c0 $c1)"
+  c0=$(ticks); start=$(date +%s.%N)
+  got=$(kcat -b 127.0.0.1:19703 $TLS -C -t tls-$run -o beginning -e -q | wc -l)
+  end=$(date +%s.%N); c1=$(ticks)
+  python3 -c "s=$end-$start; print(f'run $run kcat TLS consume: {$got} records, {s:.2f} s, {$got/s/1e6:.2f} M rec/s')"
+  echo "run $run kcat TLS consume: $(cpu $c0 $c1)"
+done
