@@ -447,6 +447,15 @@ fn counts(api: ApiKey, request: &dyn Any) -> Vec<Count> {
             of::<CheckAccessRequest>(request, |r| vec![("checks", r.checks.len(), Topics)])
         }
         ApiKey::EndTxn => Vec::new(),
+        ApiKey::DescribeTransactions => of::<DescribeTransactionsRequest>(request, |r| {
+            vec![("transactional_ids", r.transactional_ids.len(), GroupIds)]
+        }),
+        ApiKey::ListTransactions => of::<ListTransactionsRequest>(request, |r| {
+            vec![
+                ("states", r.states.len(), Configs),
+                ("producer_ids", r.producer_ids.len(), GroupIds),
+            ]
+        }),
         ApiKey::TxnOffsetCommit => of::<TxnOffsetCommitRequest>(request, |r| {
             vec![("partitions", r.partitions.len(), Partitions)]
         }),

@@ -343,6 +343,16 @@ fn table() -> Table {
     t.add::<CommitTxnOffsetsRequest, _, _, _>(Meta, none, |s, _, r, _| async move {
         Ok(crate::group::service::commit_txn_offsets(&s, r).await)
     });
+    // Admin views of transactions: Kafka asks Describe on each transactional
+    // id; Rill has no ACLs on transactional ids, so Describe on the cluster.
+    t.add::<DescribeTransactionsRequest, _, _, _>(
+        Meta,
+        cluster_describe,
+        |s, _, r, _| async move { Ok(crate::txn::service::describe_transactions(&s, r).await) },
+    );
+    t.add::<ListTransactionsRequest, _, _, _>(Meta, cluster_describe, |s, _, r, _| async move {
+        Ok(crate::txn::service::list_transactions(&s, r).await)
+    });
 
     // Consumer groups.
     t.add::<FindCoordinatorRequest, _, _, _>(

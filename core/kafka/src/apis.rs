@@ -64,6 +64,9 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::AddOffsetsToTxn, 0, 3),
     (ApiKey::TxnOffsetCommit, 0, 3),
     (ApiKey::EndTxn, 0, 3),
+    (ApiKey::DescribeTransactions, 0, 0),
+    // (Version 2 adds a transactional id pattern, not served.)
+    (ApiKey::ListTransactions, 0, 1),
 ];
 
 /// The versions of `key` this listener speaks, if any.
@@ -292,6 +295,14 @@ pub(crate) async fn serve(
         ApiKey::EndTxn => {
             let r = decode(key, version, &mut body)?;
             answer!(crate::txn::end_txn(shared, caller, r).await)
+        }
+        ApiKey::DescribeTransactions => {
+            let r = decode(key, version, &mut body)?;
+            answer!(crate::txn::describe_transactions(shared, caller, r).await)
+        }
+        ApiKey::ListTransactions => {
+            let r = decode(key, version, &mut body)?;
+            answer!(crate::txn::list_transactions(shared, caller, r).await)
         }
         ApiKey::AddOffsetsToTxn => {
             let r = decode(key, version, &mut body)?;

@@ -64,6 +64,7 @@ pub mod kafka {
     pub const PRODUCER_FENCED: i16 = 90;
     pub const UNSTABLE_OFFSET_COMMIT: i16 = 88;
     pub const OFFSET_NOT_AVAILABLE: i16 = 78;
+    pub const TRANSACTIONAL_ID_NOT_FOUND: i16 = 105;
 }
 
 /// The Kafka error code for a Rill error code.
@@ -131,6 +132,7 @@ pub fn to_kafka(code: ErrorCode) -> i16 {
         ErrorCode::TransactionalIdAuthorizationFailed => TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
         ErrorCode::UnstableOffsetCommit => UNSTABLE_OFFSET_COMMIT,
         ErrorCode::OffsetNotAvailable => OFFSET_NOT_AVAILABLE,
+        ErrorCode::TransactionalIdNotFound => TRANSACTIONAL_ID_NOT_FOUND,
         ErrorCode::Unknown(_) => UNKNOWN_SERVER_ERROR,
     }
 }

@@ -10,6 +10,10 @@
 //! them until the transaction ends; a broker that is not it forwards). The
 //! member id and generation a v3 TxnOffsetCommit carries (KIP-447) are not
 //! checked: the producer's epoch fences a zombie, as before KIP-447.
+//!
+//! Admin views (`kafka-transactions.sh list / describe`): DescribeTransactions
+//! v0, answered by each id's coordinator, and ListTransactions v0-1, answered
+//! by each broker for the ids it coordinates (v2's id pattern is not served).
 
 use std::sync::Arc;
 
@@ -20,7 +24,7 @@ use rill_proto::wire as rw;
 use rill_proto::wire::ErrorInfo;
 
 use crate::Shared;
-use crate::apis::{code, failed};
+use crate::apis::{code, failed, sb};
 use crate::codes::{kafka, to_kafka};
 
 /// InitProducerId with a transactional id: the coordinator's producer id and
@@ -261,4 +265,104 @@ pub(crate) async fn txn_offset_commit(
         })
         .collect();
     km::TxnOffsetCommitResponse::default().with_topics(topics)
+}
+
+/// DescribeTransactions v0: each transactional id's state at its coordinator.
+pub(crate) async fn describe_transactions(
+    shared: &Shared,
+    caller: &Arc<Caller>,
+    r: km::DescribeTransactionsRequest,
+) -> km::DescribeTransactionsResponse {
+    use km::describe_transactions_response::{TopicData, TransactionState};
+    let ids: Vec<String> = r
+        .transactional_ids
+        .iter()
+        .map(|t| t.0.to_string())
+        .collect();
+    let request = rw::DescribeTransactionsRequest {
+        transactional_ids: ids.clone(),
+    };
+    let answered = shared
+        .front
+        .call(caller, &request, Bytes::new())
+        .await
+        .and_then(|a| a.ok_or_else(|| failed("DescribeTransactions")));
+    let states = match answered {
+        Ok((a, _)) => a
+            .transactions
+            .into_iter()
+            .map(|t| {
+                TransactionState::default()
+                    .with_error_code(code(&t.error))
+                    .with_transactional_id(km::TransactionalId(sb(t.transactional_id)))
+                    .with_transaction_state(sb(t.state))
+                    .with_transaction_timeout_ms(t.timeout_ms)
+                    .with_transaction_start_time_ms(t.start_ms)
+                    .with_producer_id(km::ProducerId(t.producer_id))
+                    .with_producer_epoch(t.producer_epoch)
+                    .with_topics(
+                        t.topics
+                            .into_iter()
+                            .map(|tp| {
+                                TopicData::default()
+                                    .with_topic(km::TopicName(sb(tp.topic)))
+                                    .with_partitions(
+                                        tp.partitions.into_iter().map(|p| p as i32).collect(),
+                                    )
+                            })
+                            .collect(),
+                    )
+            })
+            .collect(),
+        Err(e) => ids
+            .into_iter()
+            .map(|id| {
+                TransactionState::default()
+                    .with_error_code(to_kafka(e.code))
+                    .with_transactional_id(km::TransactionalId(sb(id)))
+                    .with_transaction_state(sb(""))
+                    .with_producer_id(km::ProducerId(-1))
+                    .with_producer_epoch(-1)
+                    .with_transaction_start_time_ms(-1)
+            })
+            .collect(),
+    };
+    km::DescribeTransactionsResponse::default().with_transaction_states(states)
+}
+
+/// ListTransactions v0-1: the transactional ids this broker coordinates.
+pub(crate) async fn list_transactions(
+    shared: &Shared,
+    caller: &Arc<Caller>,
+    r: km::ListTransactionsRequest,
+) -> km::ListTransactionsResponse {
+    use km::list_transactions_response::TransactionState;
+    let request = rw::ListTransactionsRequest {
+        states: r.state_filters.iter().map(|s| s.to_string()).collect(),
+        producer_ids: r.producer_id_filters.iter().map(|p| p.0).collect(),
+        // v1's duration filter (v0 sends none: -1).
+        min_duration_ms: r.duration_filter,
+    };
+    let answered = shared
+        .front
+        .call(caller, &request, Bytes::new())
+        .await
+        .and_then(|a| a.ok_or_else(|| failed("ListTransactions")));
+    match answered {
+        Ok((a, _)) => km::ListTransactionsResponse::default()
+            .with_error_code(code(&a.error))
+            .with_unknown_state_filters(a.unknown_states.into_iter().map(sb).collect())
+            .with_transaction_states(
+                a.transactions
+                    .into_iter()
+                    .map(|t| {
+                        TransactionState::default()
+                            .with_transactional_id(km::TransactionalId(sb(t.transactional_id)))
+                            .with_producer_id(km::ProducerId(t.producer_id))
+                            .with_transaction_state(sb(t.state))
+                    })
+                    .collect(),
+            ),
+        Err(e) => km::ListTransactionsResponse::default().with_error_code(to_kafka(e.code)),
+    }
 }

@@ -623,3 +623,114 @@ async fn old_versions_get_their_errors_and_topics_are_deleted_by_id() {
     );
     env.stop().await;
 }
+
+/// DescribeTransactions and ListTransactions (what `kafka-transactions.sh`
+/// uses) show a transaction open, then committed; unknown ids and states
+/// are named as Kafka names them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_apis_describe_and_list_transactions() {
+    let env = Env::start().await;
+    good_client_round(&env, "txn-admin").await;
+    let mut c = env.connect().await;
+    let id = || TransactionalId(StrBytes::from_static_str("tx-admin"));
+    let init = c
+        .call(
+            4,
+            &InitProducerIdRequest::default()
+                .with_transactional_id(Some(id()))
+                .with_transaction_timeout_ms(60_000),
+        )
+        .await;
+    assert_eq!(init.error_code, 0, "{init:?}");
+    let added = c
+        .call(
+            3,
+            &AddPartitionsToTxnRequest::default()
+                .with_v3_and_below_transactional_id(id())
+                .with_v3_and_below_producer_id(init.producer_id)
+                .with_v3_and_below_producer_epoch(init.producer_epoch)
+                .with_v3_and_below_topics(vec![
+                    add_partitions_to_txn_request::AddPartitionsToTxnTopic::default()
+                        .with_name(topic("txn-admin"))
+                        .with_partitions(vec![0]),
+                ]),
+        )
+        .await;
+    let code = added.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code;
+    assert_eq!(code, 0, "{added:?}");
+    let describe = |ids: Vec<TransactionalId>| {
+        DescribeTransactionsRequest::default().with_transactional_ids(ids)
+    };
+    let unknown = TransactionalId(StrBytes::from_static_str("tx-nobody"));
+    let described = c.call(0, &describe(vec![id(), unknown.clone()])).await;
+    let open = &described.transaction_states[0];
+    assert_eq!(open.error_code, 0, "{open:?}");
+    assert_eq!(open.transaction_state.as_str(), "Ongoing");
+    assert_eq!(open.producer_id, init.producer_id);
+    assert_eq!(open.transaction_timeout_ms, 60_000);
+    assert!(open.transaction_start_time_ms > 0, "{open:?}");
+    assert_eq!(open.topics.len(), 1, "{open:?}");
+    assert_eq!(open.topics[0].topic.0.as_str(), "txn-admin");
+    assert_eq!(open.topics[0].partitions, vec![0]);
+    assert_eq!(
+        described.transaction_states[1].error_code, 105,
+        "TRANSACTIONAL_ID_NOT_FOUND: {:?}",
+        described.transaction_states[1]
+    );
+    let list = |states: &[&'static str], duration: i64| {
+        ListTransactionsRequest::default()
+            .with_state_filters(
+                states
+                    .iter()
+                    .map(|s| StrBytes::from_static_str(s))
+                    .collect(),
+            )
+            .with_duration_filter(duration)
+    };
+    let ids_of = |r: &ListTransactionsResponse| -> Vec<(String, String)> {
+        r.transaction_states
+            .iter()
+            .map(|t| {
+                (
+                    t.transactional_id.0.to_string(),
+                    t.transaction_state.to_string(),
+                )
+            })
+            .collect()
+    };
+    let listed = c.call(1, &list(&[], -1)).await;
+    assert_eq!(listed.error_code, 0, "{listed:?}");
+    assert_eq!(ids_of(&listed), [("tx-admin".into(), "Ongoing".into())]);
+    let listed = c.call(1, &list(&["CompleteCommit", "Bogus"], -1)).await;
+    assert!(ids_of(&listed).is_empty(), "{listed:?}");
+    assert_eq!(listed.unknown_state_filters.len(), 1, "{listed:?}");
+    assert_eq!(listed.unknown_state_filters[0].as_str(), "Bogus");
+    // Open for less than an hour: not listed by a one-hour duration filter.
+    assert!(ids_of(&c.call(1, &list(&[], 3_600_000)).await).is_empty());
+    let ended = c
+        .call(
+            3,
+            &EndTxnRequest::default()
+                .with_transactional_id(id())
+                .with_producer_id(init.producer_id)
+                .with_producer_epoch(init.producer_epoch)
+                .with_committed(true),
+        )
+        .await;
+    assert_eq!(ended.error_code, 0, "{ended:?}");
+    let done = c.call(0, &describe(vec![id()])).await;
+    let done = &done.transaction_states[0];
+    assert_eq!(
+        done.transaction_state.as_str(),
+        "CompleteCommit",
+        "{done:?}"
+    );
+    assert_eq!(done.transaction_start_time_ms, -1);
+    assert!(done.topics.is_empty(), "{done:?}");
+    let listed = c.call(0, &list(&["CompleteCommit"], -1)).await;
+    assert_eq!(
+        ids_of(&listed),
+        [("tx-admin".into(), "CompleteCommit".into())]
+    );
+    env.stop().await;
+}

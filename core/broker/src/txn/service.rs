@@ -43,7 +43,7 @@ use rill_proto::types::now_ms;
 use rill_proto::wire::*;
 use rill_proto::{BatchBuilder, Compression, LeaderEpoch, ProducerId, Record};
 
-use super::coordinator::{Effect, Input, MarkerJob, Reply, TxnCoordinator, TxnMeta};
+use super::coordinator::{Effect, Input, MarkerJob, Reply, TxnCoordinator, TxnMeta, TxnStatus};
 use crate::cluster::api as cluster_api;
 use crate::group::records::{split_version, versioned};
 use crate::internal_topics;
@@ -810,6 +810,140 @@ pub(crate) async fn txn_offset_commit(
     TxnOffsetCommitResponse {
         error: result.err(),
     }
+}
+
+/// The states DescribeTransactions and ListTransactions name (Kafka's).
+const TXN_STATES: [TxnStatus; 6] = [
+    TxnStatus::Empty,
+    TxnStatus::Ongoing,
+    TxnStatus::PrepareCommit,
+    TxnStatus::PrepareAbort,
+    TxnStatus::CompleteCommit,
+    TxnStatus::CompleteAbort,
+];
+
+/// Whether a transaction is open (or completing) in `status`.
+fn in_transaction(status: TxnStatus) -> bool {
+    matches!(
+        status,
+        TxnStatus::Ongoing | TxnStatus::PrepareCommit | TxnStatus::PrepareAbort
+    )
+}
+
+/// DescribeTransactions: the state of the ids this broker coordinates,
+/// NOT_COORDINATOR for the others (an admin asks each id's coordinator).
+pub(crate) async fn describe_transactions(
+    state: &Arc<BrokerState>,
+    req: DescribeTransactionsRequest,
+) -> DescribeTransactionsResponse {
+    let mut transactions = Vec::with_capacity(req.transactional_ids.len());
+    for id in req.transactional_ids {
+        let not_found = || {
+            ErrorInfo::new(
+                ErrorCode::TransactionalIdNotFound,
+                format!(
+                    "transactional id {id:?} is not known to its coordinator (broker {})",
+                    state.config.id
+                ),
+            )
+        };
+        // (No transaction ever ran: no state topic to create for a describe.)
+        let found = if state.registry.topic(TRANSACTION_STATE_TOPIC).is_none() {
+            validate_id(&id).and_then(|()| Err(not_found()))
+        } else {
+            match state.txns.coordinate(state, &id).await {
+                Ok((inner, _)) => inner.coordinator.get(&id).cloned().ok_or_else(not_found),
+                Err(e) => Err(e),
+            }
+        };
+        transactions.push(match found {
+            Ok(m) => {
+                let mut topics: Vec<TxnTopic> = Vec::new();
+                for (topic, partition) in &m.partitions {
+                    match topics.last_mut() {
+                        Some(t) if t.topic == *topic => t.partitions.push(*partition),
+                        _ => topics.push(TxnTopic {
+                            topic: topic.clone(),
+                            partitions: vec![*partition],
+                        }),
+                    }
+                }
+                TransactionDescription {
+                    transactional_id: id,
+                    error: None,
+                    state: m.status.name().to_string(),
+                    timeout_ms: m.timeout_ms,
+                    start_ms: if in_transaction(m.status) {
+                        m.started_ms
+                    } else {
+                        -1
+                    },
+                    producer_id: m.producer_id,
+                    producer_epoch: m.epoch,
+                    topics,
+                }
+            }
+            Err(e) => TransactionDescription {
+                transactional_id: id,
+                error: Some(e),
+                state: String::new(),
+                timeout_ms: 0,
+                start_ms: -1,
+                producer_id: -1,
+                producer_epoch: -1,
+                topics: Vec::new(),
+            },
+        });
+    }
+    DescribeTransactionsResponse { transactions }
+}
+
+/// ListTransactions: the transactional ids this broker coordinates (those of
+/// the `__transaction_state` partitions it leads), filtered.
+pub(crate) async fn list_transactions(
+    state: &Arc<BrokerState>,
+    req: ListTransactionsRequest,
+) -> ListTransactionsResponse {
+    let unknown_states: Vec<String> = req
+        .states
+        .iter()
+        .filter(|s| !TXN_STATES.iter().any(|t| t.name() == s.as_str()))
+        .cloned()
+        .collect();
+    let mut out = ListTransactionsResponse {
+        error: None,
+        unknown_states,
+        transactions: Vec::new(),
+    };
+    let Some(topic) = state.registry.topic(TRANSACTION_STATE_TOPIC) else {
+        return out;
+    };
+    let n = topic.count();
+    let now = now_ms();
+    let mut inner = state.txns.inner.lock().await;
+    for index in 0..n {
+        let Some(p) = topic.partition(index).filter(|p| p.is_leader()) else {
+            continue;
+        };
+        if let Err(e) = state.txns.load_locked(state, &topic, index, p, &mut inner) {
+            out.error = Some(e);
+            return out;
+        }
+        let listed = inner.coordinator.all().filter(|m| {
+            internal_topics::coordinator_partition(&m.transactional_id, n) == index
+                && (req.states.is_empty() || req.states.iter().any(|s| s == m.status.name()))
+                && (req.producer_ids.is_empty() || req.producer_ids.contains(&m.producer_id))
+                && (req.min_duration_ms < 0
+                    || (in_transaction(m.status)
+                        && now.saturating_sub(m.started_ms) >= req.min_duration_ms))
+        });
+        out.transactions.extend(listed.map(|m| TransactionListing {
+            transactional_id: m.transactional_id.clone(),
+            producer_id: m.producer_id,
+            state: m.status.name().to_string(),
+        }));
+    }
+    out
 }
 
 /// Sends a TxnOffsetCommit to the transactional id's coordinator.

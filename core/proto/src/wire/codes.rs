@@ -109,6 +109,7 @@ error_codes! {
     InvalidProducerIdMapping = 67, false, "The transactional id does not belong to this producer id: initialise the producer again.";
     InvalidTransactionTimeout = 68, false, "The transaction timeout is outside what the broker allows.";
     TransactionalIdAuthorizationFailed = 69, false, "The principal is not allowed this operation on the transactional id.";
+    TransactionalIdNotFound = 72, false, "The transaction coordinator does not know this transactional id.";
     OffsetNotAvailable = 71, true, "The partition's leader restarted and does not know its high watermark again yet (its in-sync followers have not fetched): retry shortly.";
     UnstableOffsetCommit = 70, true, "An open transaction holds offsets for these partitions of the group (asked with require_stable): retry once it ends.";
 }

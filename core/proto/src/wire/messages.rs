@@ -79,10 +79,14 @@ pub enum ApiKey {
     CommitTxnOffsets = 44,
     /// One broker's own traffic and request latencies (the console's charts).
     DescribeBrokerStats = 45,
+    /// Admin: transactional ids' state, from their coordinator (Kafka's DescribeTransactions).
+    DescribeTransactions = 46,
+    /// Admin: the transactional ids one broker coordinates (Kafka's ListTransactions).
+    ListTransactions = 47,
 }
 
 impl ApiKey {
-    pub const ALL: [ApiKey; 46] = [
+    pub const ALL: [ApiKey; 48] = [
         ApiKey::ApiVersions,
         ApiKey::Metadata,
         ApiKey::CreateTopics,
@@ -129,6 +133,8 @@ impl ApiKey {
         ApiKey::TxnOffsetCommit,
         ApiKey::CommitTxnOffsets,
         ApiKey::DescribeBrokerStats,
+        ApiKey::DescribeTransactions,
+        ApiKey::ListTransactions,
     ];
 
     pub fn from_u16(n: u16) -> Option<ApiKey> {
@@ -184,6 +190,8 @@ impl ApiKey {
             ApiKey::TxnOffsetCommit => "txn_offset_commit",
             ApiKey::CommitTxnOffsets => "commit_txn_offsets",
             ApiKey::DescribeBrokerStats => "describe_broker_stats",
+            ApiKey::DescribeTransactions => "describe_transactions",
+            ApiKey::ListTransactions => "list_transactions",
         }
     }
 }

@@ -139,3 +139,70 @@ impl ApiRequest for CommitTxnOffsetsRequest {
     const VERSION: u16 = 1;
     type Response = super::OffsetCommitResponse;
 }
+
+/// Admin: the state of each transactional id (Kafka's DescribeTransactions).
+/// Answered by the id's transaction coordinator (FindCoordinator with
+/// `CoordinatorKind::Transaction`); another broker answers NOT_COORDINATOR
+/// for it, an id the coordinator does not know TRANSACTIONAL_ID_NOT_FOUND.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DescribeTransactionsRequest {
+    pub transactional_ids: Vec<String>,
+}
+
+/// One transactional id's state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TransactionDescription {
+    pub transactional_id: String,
+    pub error: Option<ErrorInfo>,
+    /// Kafka's names: Empty, Ongoing, PrepareCommit, PrepareAbort,
+    /// CompleteCommit, CompleteAbort.
+    pub state: String,
+    pub timeout_ms: i32,
+    /// Wall-clock start of the open transaction; -1 when none is open.
+    pub start_ms: i64,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    /// The partitions of the open (or completing) transaction.
+    pub topics: Vec<TxnTopic>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DescribeTransactionsResponse {
+    pub transactions: Vec<TransactionDescription>,
+}
+
+impl ApiRequest for DescribeTransactionsRequest {
+    const KEY: ApiKey = ApiKey::DescribeTransactions;
+    type Response = DescribeTransactionsResponse;
+}
+
+/// Admin: the transactional ids this broker coordinates (Kafka's
+/// ListTransactions: an admin asks every broker), filtered by state (empty:
+/// any), producer id (empty: any) and how long the transaction has been open
+/// (`min_duration_ms`, -1: any).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListTransactionsRequest {
+    pub states: Vec<String>,
+    pub producer_ids: Vec<i64>,
+    pub min_duration_ms: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TransactionListing {
+    pub transactional_id: String,
+    pub producer_id: i64,
+    pub state: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListTransactionsResponse {
+    pub error: Option<ErrorInfo>,
+    /// The asked states that are no state's name.
+    pub unknown_states: Vec<String>,
+    pub transactions: Vec<TransactionListing>,
+}
+
+impl ApiRequest for ListTransactionsRequest {
+    const KEY: ApiKey = ApiKey::ListTransactions;
+    type Response = ListTransactionsResponse;
+}
