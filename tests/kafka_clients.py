@@ -752,6 +752,9 @@ def transactions(bootstrap, topic, n):
     for i in range(n):
         p.produce(topic, key=b"k%d" % i, value=b"committed-%d" % i)
     p.send_offsets_to_transaction([TopicPartition(topic, 0, 7)], meta, 30)
+    # A second call of the same transaction for another partition: the first
+    # partition's offset stays pending too.
+    p.send_offsets_to_transaction([TopicPartition(topic, 1, 3)], meta, 30)
     # Open: a read_committed consumer gets no offset for the partition (it
     # retries UNSTABLE_OFFSET_COMMIT until its timeout); a read_uncommitted
     # one gets the committed offset, none yet.
@@ -769,9 +772,9 @@ def transactions(bootstrap, topic, n):
     if got.error is not None or got.offset >= 0:
         fail("read_uncommitted committed() answered %s / offset %d during the transaction, expected no offset" % (got.error, got.offset))
     p.commit_transaction(30)
-    committed = group.committed([TopicPartition(topic, 0)], 30)[0].offset
-    if committed != 7:
-        fail("the committed transaction's group offset is %d, expected 7" % committed)
+    committed = [tp.offset for tp in group.committed([TopicPartition(topic, 0), TopicPartition(topic, 1)], 30)]
+    if committed != [7, 3]:
+        fail("the committed transaction's group offsets are %s, expected [7, 3]" % committed)
     group.close()
     print("during the transaction, read_committed committed(): %s" % unstable)
 

@@ -213,6 +213,21 @@ fn kafka_transactions_commit_abort_and_fence_zombies() {
     // (The script checks that a read_committed consumer gets no offset for
     // a partition while an open transaction holds its offset.)
     eprintln!("{out}");
+    // The coordinator's view of the Kafka client's transactional id, through
+    // `rill txn` (Kafka's DescribeTransactions / ListTransactions apis).
+    let listed = broker.rill_ok(&["txn", "list"]);
+    assert!(
+        listed
+            .lines()
+            .any(|l| l.starts_with("txn-kafka-txn ") && l.ends_with(" CompleteCommit")),
+        "{listed}"
+    );
+    let described = broker.rill_ok(&["txn", "describe", "txn-kafka-txn"]);
+    assert!(described.contains("CompleteCommit"), "{described}");
+    let unknown = broker.rill(&["txn", "describe", "no-such-txn"]);
+    assert!(!unknown.status.success());
+    let stderr = String::from_utf8_lossy(&unknown.stderr);
+    assert!(stderr.contains("TRANSACTIONAL_ID_NOT_FOUND"), "{stderr}");
     // The same transactions through the QUIC path: a read-committed
     // `rill consume` sees the 201 committed records, not the 200 aborted.
     let committed = broker.rill_ok(&[

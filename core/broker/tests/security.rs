@@ -321,7 +321,7 @@ fn internal_requests() -> Vec<(ApiKey, Vec<u8>)> {
                 transactional_id: "t".into(),
                 group_id: "g".into(),
                 partitions: Vec::new(),
-                pending_until_ms: None,
+                pending_for_ms: None,
             }),
         ),
         // Whether a principal may do something: brokers' transform runners ask.

@@ -64,6 +64,9 @@ enum Command {
     /// Add, list and remove the SCRAM users of the Kafka listener's SASL.
     #[command(subcommand)]
     User(cmd::user::UserCommand),
+    /// List and describe transactions (transactional producers' state).
+    #[command(subcommand)]
+    Txn(cmd::txn::TxnCommand),
     /// Issue certificates from the development CA.
     #[command(subcommand)]
     Cert(CertCommand),
@@ -125,6 +128,7 @@ fn main() -> ExitCode {
             Command::Acl(c) => cmd::acl::run(c).await,
             Command::Quota(c) => cmd::acl::run_quota(c).await,
             Command::User(c) => cmd::user::run(c).await,
+            Command::Txn(c) => cmd::txn::run(c).await,
             Command::Cert(CertCommand::Issue(args)) => cmd::cert::run(args),
             Command::Token(TokenCommand::Issue(args)) => cmd::token::run(args),
         }

@@ -13,6 +13,7 @@ use rill_proto::wire::{
     DescribeStorageResponse, ErrorCode, NewTopic, PartitionMetadata, Quota, TopicResult,
 };
 use rill_proto::wire::{CheckAccessRequest, TransformWriteRequest, TransformWriteResponse};
+use rill_proto::wire::{CoordinatorKind, FindCoordinatorRequest};
 
 use crate::client::Client;
 use crate::error::ClientError;
@@ -441,6 +442,79 @@ impl Admin {
             *slot = Some(why);
         }
         Ok(out)
+    }
+
+    /// The transactions every broker coordinates (each broker is asked),
+    /// filtered by state names (empty: any), sorted by transactional id.
+    pub async fn list_transactions(
+        &self,
+        states: &[String],
+    ) -> Result<Vec<rill_proto::wire::TransactionListing>, ClientError> {
+        let req = rill_proto::wire::ListTransactionsRequest {
+            states: states.to_vec(),
+            producer_ids: Vec::new(),
+            min_duration_ms: -1,
+        };
+        let mut out = Vec::new();
+        for b in self.cluster().await?.brokers {
+            let (resp, _) = self.client.call(Some(b.id), &req, &[]).await?;
+            if let Some(e) = resp.error {
+                return Err(ClientError::broker(
+                    format!("listing the transactions of broker {}", b.id),
+                    e,
+                ));
+            }
+            if let Some(s) = resp.unknown_states.first() {
+                return Err(ClientError::Config(format!(
+                    "{s:?} is not a transaction state (Empty, Ongoing, PrepareCommit, \
+                     PrepareAbort, CompleteCommit, CompleteAbort)"
+                )));
+            }
+            out.extend(resp.transactions);
+        }
+        out.sort_by(|a, b| a.transactional_id.cmp(&b.transactional_id));
+        Ok(out)
+    }
+
+    /// A transactional id's state, from its transaction coordinator.
+    pub async fn describe_transaction(
+        &self,
+        transactional_id: &str,
+    ) -> Result<rill_proto::wire::TransactionDescription, ClientError> {
+        let find = FindCoordinatorRequest {
+            group_id: transactional_id.to_string(),
+            kind: CoordinatorKind::Transaction,
+        };
+        let (found, _) = self.client.call(None, &find, &[]).await?;
+        if let Some(e) = found.error {
+            return Err(ClientError::broker(
+                format!("finding the transaction coordinator of {transactional_id:?}"),
+                e,
+            ));
+        }
+        if self.client.broker_addr(found.coordinator_id).is_none() {
+            self.client.metadata(Some(Vec::new())).await?;
+        }
+        let req = rill_proto::wire::DescribeTransactionsRequest {
+            transactional_ids: vec![transactional_id.to_string()],
+        };
+        let (resp, _) = self
+            .client
+            .call(Some(found.coordinator_id), &req, &[])
+            .await?;
+        let d = resp.transactions.into_iter().next().ok_or_else(|| {
+            ClientError::Config(format!(
+                "broker {} did not answer for {transactional_id:?}",
+                found.coordinator_id
+            ))
+        })?;
+        match d.error {
+            Some(e) => Err(ClientError::broker(
+                format!("describing transactional id {transactional_id:?}"),
+                e,
+            )),
+            None => Ok(d),
+        }
     }
 
     /// The cluster id, the controller and the brokers (sorted by id).

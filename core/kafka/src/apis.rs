@@ -202,7 +202,7 @@ pub(crate) async fn serve(
         }
         ApiKey::ListOffsets => {
             let r = decode(key, version, &mut body)?;
-            answer!(list_offsets(shared, caller, r).await)
+            answer!(list_offsets(shared, caller, version, r).await)
         }
         ApiKey::InitProducerId => {
             let r = decode(key, version, &mut body)?;
@@ -740,8 +740,17 @@ async fn fetch(
 async fn list_offsets(
     shared: &Shared,
     caller: &Arc<Caller>,
+    version: i16,
     r: km::ListOffsetsRequest,
 ) -> km::ListOffsetsResponse {
+    // OFFSET_NOT_AVAILABLE is known to clients from v5 on; Kafka answers
+    // older ones LEADER_NOT_AVAILABLE, which they retry as well.
+    let partition_code = |e: &Option<ErrorInfo>| match e {
+        Some(e) if e.code == ErrorCode::OffsetNotAvailable && version < 5 => {
+            kafka::LEADER_NOT_AVAILABLE
+        }
+        other => code(other),
+    };
     let mut local: HashMap<(String, i32), ErrorInfo> = HashMap::new();
     let mut partitions = Vec::new();
     for t in &r.topics {
@@ -809,7 +818,7 @@ async fn list_offsets(
                     }
                     match answers.get(&k) {
                         Some(a) => out
-                            .with_error_code(code(&a.error))
+                            .with_error_code(partition_code(&a.error))
                             .with_offset(a.offset.0)
                             .with_timestamp(a.timestamp_ms.unwrap_or(-1)),
                         None => out

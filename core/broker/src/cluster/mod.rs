@@ -780,7 +780,10 @@ impl Cluster {
         let mut timer = tokio::time::interval(self.heartbeat_interval);
         timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut beats = tokio::task::JoinSet::new();
-        let mut metrics = self.raft.metrics();
+        // (The server metrics change only with the vote, the leader or the
+        // membership; the full metrics with every log entry.)
+        let mut metrics = self.raft.server_metrics();
+        let mut watching = true;
         let mut known = self.controller();
         loop {
             tokio::select! {
@@ -792,9 +795,11 @@ impl Cluster {
                 // the sooner every live broker is heard from, the shorter that
                 // grace can be (it is the whole of a controller failover's wait
                 // after the election).
-                changed = metrics.changed() => {
+                changed = metrics.changed(), if watching => {
                     if changed.is_err() {
-                        return;
+                        // Raft stopped: heartbeats go on at the interval.
+                        watching = false;
+                        continue;
                     }
                     let now = metrics.borrow_and_update().current_leader.map(|l| l as i32);
                     if now == known || now.is_none() {
@@ -918,7 +923,9 @@ impl Cluster {
                 .lock()
                 .observe(Instant::now(), self.session_times());
             if !self.is_controller() {
-                self.sessions.lock().not_controller(self.controller());
+                self.sessions
+                    .lock()
+                    .not_controller(self.controller(), Instant::now());
                 continue;
             }
             let image = self.image();

@@ -55,6 +55,8 @@ pub struct Sessions {
     last_seen: HashMap<i32, Instant>,
     /// The controller this broker last knew of while it was not the controller.
     previous_controller: Option<i32>,
+    /// The last time this broker was seen not to be the controller.
+    not_controller_at: Option<Instant>,
     /// The previous controller, fenced at this instant unless it heartbeats first.
     suspect: Option<(i32, Instant)>,
 }
@@ -83,10 +85,12 @@ impl Sessions {
         !self.quarantine_until.is_some_and(|q| now < q)
     }
 
-    /// This broker is not the controller; `controller` is the one it knows of.
-    /// Its view is dropped, to start afresh if it becomes the controller.
-    pub fn not_controller(&mut self, controller: Option<i32>) {
+    /// This broker is not the controller at `now`; `controller` is the one it
+    /// knows of. Its view is dropped, to start afresh if it becomes the
+    /// controller.
+    pub fn not_controller(&mut self, controller: Option<i32>, now: Instant) {
         self.since = None;
+        self.not_controller_at = Some(now);
         if controller.is_some() {
             self.previous_controller = controller;
         }
@@ -129,7 +133,11 @@ impl Sessions {
     ) -> Vec<Command> {
         if self.since.is_none() {
             self.since = Some(now);
-            self.last_seen.clear();
+            // Heartbeats from an earlier controllership go; those that came
+            // since this one began (brokers heartbeat to a new controller at
+            // once, often before this first look) stay.
+            let from = self.not_controller_at;
+            self.last_seen.retain(|_, at| from.is_none_or(|f| *at >= f));
             // Brokers heartbeat to a new controller as soon as they learn of it
             // (a Raft heartbeat, every 100 ms), so a live old controller is
             // heard from well within one interval.
@@ -233,7 +241,7 @@ mod tests {
         let t0 = Instant::now();
         let live = image(&[(0, false), (1, false), (2, false)]);
         let mut s = Sessions::default();
-        s.not_controller(Some(1));
+        s.not_controller(Some(1), t0);
         assert!(s.is_new());
         assert!(s.decide(0, t0, &live, TIMES).is_empty());
         // Broker 2 gets a whole session; the old controller 1 only the grace.
@@ -245,7 +253,7 @@ mod tests {
 
         // The same, but the old controller is alive and heartbeats in time.
         let mut s = Sessions::default();
-        s.not_controller(Some(1));
+        s.not_controller(Some(1), t0);
         assert!(s.decide(0, t0, &live, TIMES).is_empty());
         s.heartbeat(1, t0 + ms(60));
         assert!(s.decide(0, t0 + ms(100), &live, TIMES).is_empty());
@@ -303,6 +311,34 @@ mod tests {
         );
     }
 
+    /// Brokers heartbeat to a new controller as soon as Raft tells them of
+    /// it, often before the controller's first look: that heartbeat counts
+    /// (the old controller's grace is one interval, so losing it would fence
+    /// a live old controller).
+    #[test]
+    fn a_heartbeat_before_the_new_controllers_first_look_counts() {
+        let t0 = Instant::now();
+        let live = image(&[(0, false), (1, false), (2, false)]);
+        let mut s = Sessions::default();
+        // Broker 0 saw broker 1 as the controller at t0; it won the election
+        // since, and broker 1 (alive) heartbeated to it at t0 + 5.
+        s.not_controller(Some(1), t0);
+        s.heartbeat(1, t0 + ms(5));
+        assert!(s.decide(0, t0 + ms(40), &live, TIMES).is_empty());
+        // Past the grace, broker 1 is not fenced: it was heard from.
+        assert!(s.decide(0, t0 + ms(200), &live, TIMES).is_empty());
+        // A heartbeat from before this broker last saw another controller
+        // does not count: that one is fenced after the grace.
+        let mut s = Sessions::default();
+        s.heartbeat(1, t0);
+        s.not_controller(Some(1), t0 + ms(1));
+        assert!(s.decide(0, t0 + ms(40), &live, TIMES).is_empty());
+        assert_eq!(
+            s.decide(0, t0 + ms(140), &live, TIMES),
+            vec![Command::FenceBroker { id: 1 }]
+        );
+    }
+
     #[test]
     fn losing_and_regaining_the_controllership_starts_the_sessions_afresh() {
         let t0 = Instant::now();
@@ -311,7 +347,7 @@ mod tests {
         assert!(s.decide(0, t0, &live, TIMES).is_empty());
         s.heartbeat(1, t0 + ms(10));
         // Another broker took over for a while; then this one again, late.
-        s.not_controller(Some(1));
+        s.not_controller(Some(1), t0 + ms(20));
         // Broker 1 was the controller meanwhile: it gets the grace, counted from now.
         let back = t0 + ms(10_000);
         assert!(s.decide(0, back, &live, TIMES).is_empty());

@@ -610,6 +610,8 @@ impl GroupCoordinator {
     pub fn adopt(&mut self, loaded: GroupCoordinator, of_partition: impl Fn(&str) -> bool) {
         self.groups.retain(|gid, _| !of_partition(gid));
         self.groups.extend(loaded.groups);
+        self.pending.retain(|gid, _| !of_partition(gid));
+        self.pending.extend(loaded.pending);
         #[cfg(debug_assertions)]
         self.check_invariants();
     }

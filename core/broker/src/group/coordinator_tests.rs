@@ -578,13 +578,16 @@ fn seeded_random_membership_keeps_invariants_and_converges() {
     }
 }
 
-/// A coordinator that took over `w`'s groups at `loaded` (it replayed the log).
+/// A coordinator that took over `w`'s groups at `loaded` (it replayed the
+/// log into a fresh coordinator and adopted its groups, as the shell does).
 fn moved(w: &World, now: Millis, loaded: Millis) -> World {
-    let mut c = GroupCoordinator::new(CoordinatorConfig::default());
+    let mut replayed = GroupCoordinator::new(CoordinatorConfig::default());
     for r in &w.log {
-        c.step(now, input::Replay(r.clone()));
+        replayed.step(now, input::Replay(r.clone()));
     }
-    c.hold_after_load(loaded);
+    replayed.hold_after_load(loaded);
+    let mut c = GroupCoordinator::new(CoordinatorConfig::default());
+    c.adopt(replayed, |_| true);
     World {
         c,
         counts: w.counts.clone(),

@@ -730,14 +730,15 @@ pub(crate) async fn offset_commit(
 
 /// CommitTxnOffsets (from a transaction coordinator): an ended
 /// transaction's offsets, stored whatever the group's members (none if it
-/// aborted), its pending offsets dropped; or, with `pending_until_ms`, an
+/// aborted), its pending offsets dropped; or, with `pending_for_ms`, an
 /// open transaction's offsets recorded as pending (see OffsetFetch's
 /// `require_stable`).
 pub(crate) async fn commit_txn_offsets(
     state: &Arc<BrokerState>,
     req: CommitTxnOffsetsRequest,
 ) -> OffsetCommitResponse {
-    if let Some(expires_ms) = req.pending_until_ms {
+    if let Some(pending_for_ms) = req.pending_for_ms {
+        let expires_ms = now_ms().saturating_add(pending_for_ms.max(0));
         let error = match check_coordinator(state, &req.group_id).await {
             Err(e) => Some(e),
             Ok(()) => {

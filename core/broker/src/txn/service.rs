@@ -510,17 +510,36 @@ async fn commit_offsets(state: &Arc<BrokerState>, job: &MarkerJob) -> Result<(),
             transactional_id: job.transactional_id.clone(),
             group_id: group.clone(),
             partitions: partitions.clone(),
-            pending_until_ms: None,
+            pending_for_ms: None,
         };
-        match to_group_coordinator(state, req).await {
-            Err(e) if job.kind == MarkerKind::Abort => tracing::debug!(
-                transactional_id = %job.transactional_id, group = %group, error = %e,
-                "aborted transaction: its pending offsets were not dropped (they expire)"
-            ),
-            other => other?,
+        if job.kind == MarkerKind::Abort {
+            drop_pending(state, &job.transactional_id, group).await;
+        } else {
+            to_group_coordinator(state, req).await?;
         }
     }
     Ok(())
+}
+
+/// Has `group`'s coordinator drop the pending offsets of `transactional_id`
+/// (an aborted or ended transaction's): a few attempts, then they expire.
+async fn drop_pending(state: &Arc<BrokerState>, transactional_id: &str, group: &str) {
+    for attempt in 1..=3 {
+        let req = CommitTxnOffsetsRequest {
+            transactional_id: transactional_id.to_string(),
+            group_id: group.to_string(),
+            partitions: Vec::new(),
+            pending_for_ms: None,
+        };
+        match to_group_coordinator(state, req).await {
+            Ok(()) => return,
+            Err(e) if attempt == 3 => tracing::info!(
+                transactional_id, group, error = %e,
+                "the ended transaction's pending offsets were not dropped (they expire)"
+            ),
+            Err(_) => tokio::time::sleep(MARKER_RETRY).await,
+        }
+    }
 }
 
 /// Sends `req` to the coordinator of its group (this broker or another).
@@ -773,25 +792,56 @@ pub(crate) async fn txn_offset_commit(
         );
         apply(state, &topic, &mut inner, stepped.effects).await?;
         stepped.reply?;
-        // The group's coordinator learns that these partitions' offsets are
-        // pending in an open transaction (OffsetFetch with require_stable
-        // answers UNSTABLE_OFFSET_COMMIT for them until it ends), before the
-        // producer hears its offsets are in: so it cannot commit first.
-        let timeout_ms = inner
-            .coordinator
-            .get(&req.transactional_id)
-            .map_or(0, |m| i64::from(m.timeout_ms.max(0)));
+        // The group's coordinator learns which of the group's partitions
+        // have offsets pending in this open transaction (OffsetFetch with
+        // require_stable answers UNSTABLE_OFFSET_COMMIT for them until it
+        // ends), before the producer hears its offsets are in: so it cannot
+        // commit first. All of them, not only this request's: the record
+        // replaces the transaction's previous one for the group.
+        let Some(m) = inner.coordinator.get(&req.transactional_id) else {
+            return Ok(());
+        };
+        let partitions: Vec<OffsetCommitPartition> = m
+            .offsets
+            .iter()
+            .filter(|((group, _, _), _)| *group == req.group_id)
+            .map(
+                |((_, topic, partition), (offset, metadata))| OffsetCommitPartition {
+                    topic: topic.clone(),
+                    partition: *partition,
+                    offset: rill_proto::Offset(*offset),
+                    metadata: metadata.clone(),
+                },
+            )
+            .collect();
+        // The transaction times out after its timeout (then an abort drops
+        // the record); twice that leaves a commit room to write its markers.
+        let pending_for_ms = 2 * i64::from(m.timeout_ms.max(0));
         drop(inner);
-        if req.partitions.is_empty() {
+        if partitions.is_empty() {
             return Ok(());
         }
         let pending = CommitTxnOffsetsRequest {
             transactional_id: req.transactional_id.clone(),
             group_id: req.group_id.clone(),
-            partitions: req.partitions.clone(),
-            pending_until_ms: Some(now_ms() + timeout_ms),
+            partitions,
+            pending_for_ms: Some(pending_for_ms),
         };
-        to_group_coordinator(state, pending).await.map_err(|e| {
+        let registered = to_group_coordinator(state, pending).await;
+        // The transaction may have ended meanwhile (timed out, or fenced by a
+        // new instance), its end dropping nothing yet to drop: drop it now,
+        // unless another transaction of the id is open (its end will).
+        let ended = {
+            let inner = state.txns.inner.lock().await;
+            inner
+                .coordinator
+                .get(&req.transactional_id)
+                .is_none_or(|m| m.status != TxnStatus::Ongoing)
+        };
+        if registered.is_ok() && ended {
+            drop_pending(state, &req.transactional_id, &req.group_id).await;
+        }
+        registered.map_err(|e| {
             ErrorInfo::new(
                 if e.code.is_retriable() {
                     e.code

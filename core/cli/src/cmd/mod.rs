@@ -15,5 +15,6 @@ pub mod token;
 pub mod topic;
 pub mod transform;
 pub mod transform_host;
+pub mod txn;
 pub mod user;
 pub mod wasm_target;

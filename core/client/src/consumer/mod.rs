@@ -611,6 +611,8 @@ impl Client {
                     match found {
                         Some(r) => match &r.error {
                             None => out.push((tp, r.offset)),
+                            // (A restarted leader: retried; past the wait the
+                            // broker's error names it.)
                             Some(e)
                                 if (needs_metadata_refresh(e.code)
                                     || e.code == ErrorCode::OffsetNotAvailable)

@@ -119,10 +119,10 @@ impl ApiRequest for TxnOffsetCommitRequest {
 /// transaction's producer was checked by its epoch), or drop an aborted
 /// one's (`partitions` empty).
 ///
-/// Version 1: `pending_until_ms`. With it, the offsets are not stored but
+/// Version 1: `pending_for_ms`. With it, the offsets are not stored but
 /// recorded as pending in the transaction (durably, in `__consumer_offsets`)
-/// until it commits or aborts, or until that wall-clock time (the
-/// transaction's timeout) passes: OffsetFetch with `require_stable` answers
+/// until it commits or aborts, or until that many milliseconds (counted by
+/// the group's coordinator) pass: OffsetFetch with `require_stable` answers
 /// UNSTABLE_OFFSET_COMMIT for them meanwhile. Without it, the transaction
 /// ended: its pending offsets for the group are dropped, and `partitions`
 /// stored as committed.
@@ -131,7 +131,7 @@ pub struct CommitTxnOffsetsRequest {
     pub transactional_id: String,
     pub group_id: String,
     pub partitions: Vec<super::OffsetCommitPartition>,
-    pub pending_until_ms: Option<i64>,
+    pub pending_for_ms: Option<i64>,
 }
 
 impl ApiRequest for CommitTxnOffsetsRequest {
