@@ -974,6 +974,9 @@ async fn group_offsets_commit_with_the_transaction_and_not_with_an_abort() {
     step("create", client.admin().create_topic(topic("txn-out", 1)))
         .await
         .unwrap();
+    step("create", client.admin().create_topic(topic("txn-in", 1)))
+        .await
+        .unwrap();
     let producer = txn_producer(&client, "txn-offsets");
     step("init", producer.init_transactions()).await.unwrap();
     let input = TopicPartition::new("txn-in", 0);
@@ -1019,8 +1022,48 @@ async fn group_offsets_commit_with_the_transaction_and_not_with_an_abort() {
     )
     .await
     .unwrap();
+    // A read-committed member that takes the input partition over while
+    // the transaction is open does not start from the group's committed
+    // offset (none yet: it would start at the earliest, and read again what
+    // the transaction consumed); it waits for the transaction (KIP-447).
+    let plain = client.producer(ProducerConfig::default()).unwrap();
+    for i in 0..12 {
+        let sent = plain.send(ProducerRecord::new("txn-in", format!("in-{i}")));
+        sent.await.unwrap().await.unwrap();
+    }
+    let mut config = rill_client::GroupConfig::new("eos-group", vec!["txn-in".into()]);
+    config.auto_offset_reset = rill_client::OffsetReset::Earliest;
+    config.enable_auto_commit = false;
+    config.consumer.isolation = rill_client::Isolation::ReadCommitted;
+    let mut member = step("join", client.group_consumer(config)).await.unwrap();
+    let early = step("poll", member.poll(Duration::from_millis(1500)))
+        .await
+        .unwrap();
+    assert!(
+        early.is_empty(),
+        "read from offset {:?} while the transaction held the group's offset",
+        early.first().map(|r| r.offset)
+    );
+    // (It has the partition: it is waiting, not unassigned.)
+    assert_eq!(member.assignment(), vec![input.clone()]);
     step("commit", producer.commit_transaction()).await.unwrap();
     assert_eq!(committed(client.clone()).await, Some(Offset(9)));
+    let mut first = None;
+    for _ in 0..20 {
+        let got = step("poll", member.poll(Duration::from_millis(500)))
+            .await
+            .unwrap();
+        if let Some(r) = got.first() {
+            first = Some(r.offset);
+            break;
+        }
+    }
+    assert_eq!(
+        first,
+        Some(Offset(9)),
+        "the member starts at the transaction's offset"
+    );
+    step("close", member.close()).await.unwrap();
     let seen = read_to_end(&client, "txn-out", 1, rill_client::Isolation::ReadCommitted).await;
     assert_eq!(seen, vec!["out-b"]);
 }

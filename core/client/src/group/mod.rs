@@ -435,10 +435,14 @@ impl GroupConsumer {
             return Ok(());
         }
         let wanted: Vec<TopicPartition> = self.awaiting_offsets.iter().cloned().collect();
+        // A read-committed member does not start from offsets an open
+        // transaction is about to replace (KIP-447): it waits until that
+        // transaction ends (UNSTABLE_OFFSET_COMMIT, retried below).
         let req = OffsetFetchRequest {
             group_id: self.config.group_id.clone(),
             partitions: Some(to_wire(wanted.iter().cloned())),
-            require_stable: false,
+            require_stable: self.config.consumer.isolation
+                == rill_proto::wire::Isolation::ReadCommitted,
         };
         let session_deadline = self.session_deadline();
         let call = async {
@@ -462,6 +466,10 @@ impl GroupConsumer {
             Err(e) => return Err(e),
         };
         if let Some(e) = resp.error {
+            if e.code == ErrorCode::UnstableOffsetCommit {
+                tracing::debug!(group = %self.config.group_id, error = %e, "waiting for an open transaction's offsets");
+                return Ok(());
+            }
             if e.code.is_retriable() {
                 self.coordinator = None;
                 return Ok(());
