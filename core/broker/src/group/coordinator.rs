@@ -147,6 +147,14 @@ pub mod input {
         pub wall_ms: TimestampMs,
     }
 
+    /// Pending transactional offsets whose expiry passed by `wall_ms` are
+    /// dropped (tombstoned): their transaction's end never reached this
+    /// coordinator.
+    #[derive(Debug, Clone)]
+    pub struct ExpirePending {
+        pub wall_ms: TimestampMs,
+    }
+
     /// An open transaction holds offsets for `partitions` of `group` until it
     /// ends or `expires_ms` (wall clock) passes.
     #[derive(Debug, Clone)]
@@ -225,6 +233,26 @@ impl Input for input::FetchOffsets {
     type Reply = OffsetFetchResponse;
     fn apply(self, c: &mut GroupCoordinator, _now: Millis) -> Output<Self::Reply> {
         Output::reply(c.fetch(self.request, self.wall_ms))
+    }
+}
+
+impl Input for input::ExpirePending {
+    type Reply = ();
+    fn apply(self, c: &mut GroupCoordinator, _now: Millis) -> Output<Self::Reply> {
+        let records = c
+            .pending
+            .iter()
+            .flat_map(|(group, txns)| {
+                txns.iter()
+                    .filter(|(_, p)| self.wall_ms >= p.expires_ms)
+                    .map(|(txn, _)| GroupRecord::Pending {
+                        group: group.clone(),
+                        transactional_id: txn.clone(),
+                        value: None,
+                    })
+            })
+            .collect();
+        Output { reply: (), records }
     }
 }
 

@@ -772,11 +772,19 @@ fn require_stable_waits_for_open_transactions_offsets() {
     assert_eq!(w.step(0, pending("tx3", &[3], 1_000)), Ok(()));
     assert!(fetch(&mut w, 999, true, None).error.is_some());
     assert!(fetch(&mut w, 1_000, true, None).error.is_none());
+    let tombstones = |w: &World| {
+        w.log
+            .iter()
+            .filter(|r| matches!(r, GroupRecord::Pending { value: None, .. }))
+            .count()
+    };
     // Each end wrote one tombstone of its pending record (none for tx3).
-    let tombstones = w
-        .log
-        .iter()
-        .filter(|r| matches!(r, GroupRecord::Pending { value: None, .. }))
-        .count();
-    assert_eq!(tombstones, 2);
+    assert_eq!(tombstones(&w), 2);
+    // The timer drops the expired record (only once expired).
+    w.step(0, input::ExpirePending { wall_ms: 999 });
+    assert_eq!(tombstones(&w), 2);
+    w.step(0, input::ExpirePending { wall_ms: 1_000 });
+    assert_eq!(tombstones(&w), 3);
+    w.step(0, input::ExpirePending { wall_ms: 2_000 });
+    assert_eq!(tombstones(&w), 3, "nothing left to expire");
 }

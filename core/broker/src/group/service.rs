@@ -501,6 +501,10 @@ impl GroupService {
         if let Err(e) = written {
             tracing::warn!(error = %e, "could not record expired group members");
         }
+        let expire = input::ExpirePending { wall_ms: now_ms() };
+        if let ((), Err(e)) = self.step(state, expire).await {
+            tracing::debug!(error = %e, "could not drop expired pending transaction offsets");
+        }
     }
 }
 
