@@ -224,6 +224,15 @@ fn kafka_transactions_commit_abort_and_fence_zombies() {
     );
     let described = broker.rill_ok(&["txn", "describe", "txn-kafka-txn"]);
     assert!(described.contains("CompleteCommit"), "{described}");
+    let ongoing = broker.rill_ok(&["txn", "list", "--state", "Ongoing"]);
+    assert!(!ongoing.contains("txn-kafka-txn"), "{ongoing}");
+    let bogus = broker.rill(&["txn", "list", "--state", "Bogus"]);
+    assert!(!bogus.status.success());
+    let stderr = String::from_utf8_lossy(&bogus.stderr);
+    assert!(
+        stderr.contains("\"Bogus\" is not a transaction state"),
+        "{stderr}"
+    );
     let unknown = broker.rill(&["txn", "describe", "no-such-txn"]);
     assert!(!unknown.status.success());
     let stderr = String::from_utf8_lossy(&unknown.stderr);
