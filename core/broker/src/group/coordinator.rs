@@ -239,17 +239,34 @@ impl Input for input::FetchOffsets {
 impl Input for input::ExpirePending {
     type Reply = ();
     fn apply(self, c: &mut GroupCoordinator, _now: Millis) -> Output<Self::Reply> {
-        let records = c
+        // A tombstone asked for is asked again only after a while (its write
+        // may have failed, e.g. too few in-sync replicas; the timer runs
+        // every tick).
+        let wall_ms = self.wall_ms;
+        let due: Vec<(String, String)> = c
             .pending
             .iter()
             .flat_map(|(group, txns)| {
                 txns.iter()
-                    .filter(|(_, p)| self.wall_ms >= p.expires_ms)
-                    .map(|(txn, _)| GroupRecord::Pending {
-                        group: group.clone(),
-                        transactional_id: txn.clone(),
-                        value: None,
-                    })
+                    .filter(|(_, p)| wall_ms >= p.expires_ms)
+                    .map(|(txn, _)| (group.clone(), txn.clone()))
+            })
+            .filter(|key| {
+                c.expiring
+                    .get(key)
+                    .is_none_or(|asked| wall_ms >= asked + EXPIRE_PENDING_AGAIN_MS)
+            })
+            .collect();
+        let records = due
+            .into_iter()
+            .map(|(group, transactional_id)| {
+                c.expiring
+                    .insert((group.clone(), transactional_id.clone()), wall_ms);
+                GroupRecord::Pending {
+                    group,
+                    transactional_id,
+                    value: None,
+                }
             })
             .collect();
         Output { reply: (), records }
@@ -540,7 +557,13 @@ pub struct GroupCoordinator {
     /// holds (kept apart from the groups: a group with only pending offsets
     /// has nothing to describe yet).
     pending: BTreeMap<String, BTreeMap<String, PendingValue>>,
+    /// Expired pending records whose tombstone was asked for, and when.
+    expiring: BTreeMap<(String, String), TimestampMs>,
 }
+
+/// How long after asking for an expired pending record's tombstone the
+/// timer asks again (if it did not replay).
+pub const EXPIRE_PENDING_AGAIN_MS: TimestampMs = 5_000;
 
 fn err(code: ErrorCode, message: impl Into<String>) -> Option<ErrorInfo> {
     Some(ErrorInfo::new(code, message))
@@ -605,6 +628,7 @@ impl GroupCoordinator {
             config,
             groups: BTreeMap::new(),
             pending: BTreeMap::new(),
+            expiring: BTreeMap::new(),
         }
     }
 
@@ -614,6 +638,7 @@ impl GroupCoordinator {
     pub fn retain_groups(&mut self, keep: impl Fn(&str) -> bool) {
         self.groups.retain(|gid, _| keep(gid));
         self.pending.retain(|gid, _| keep(gid));
+        self.expiring.retain(|(gid, _), _| keep(gid));
     }
 
     /// The groups were loaded from the log at `now`: each whose last members
@@ -640,6 +665,7 @@ impl GroupCoordinator {
         self.groups.extend(loaded.groups);
         self.pending.retain(|gid, _| !of_partition(gid));
         self.pending.extend(loaded.pending);
+        self.expiring.retain(|(gid, _), _| !of_partition(gid));
         #[cfg(debug_assertions)]
         self.check_invariants();
     }
@@ -1554,6 +1580,7 @@ impl GroupCoordinator {
                             self.pending.remove(&group);
                         }
                     }
+                    self.expiring.remove(&(group, transactional_id));
                 }
             },
         }

@@ -787,4 +787,17 @@ fn require_stable_waits_for_open_transactions_offsets() {
     assert_eq!(tombstones(&w), 3);
     w.step(0, input::ExpirePending { wall_ms: 2_000 });
     assert_eq!(tombstones(&w), 3, "nothing left to expire");
+    // A tombstone that did not replay (its write failed) is asked for again,
+    // but not at every tick.
+    assert_eq!(w.step(0, pending("tx4", &[3], 3_000)), Ok(()));
+    let mut c = GroupCoordinator::new(CoordinatorConfig::default());
+    for r in &w.log {
+        c.step(0, input::Replay(r.clone()));
+    }
+    let asked = |c: &mut GroupCoordinator, wall_ms| {
+        c.step(0, input::ExpirePending { wall_ms }).records.len()
+    };
+    assert_eq!(asked(&mut c, 3_000), 1);
+    assert_eq!(asked(&mut c, 3_100), 0);
+    assert_eq!(asked(&mut c, 3_000 + EXPIRE_PENDING_AGAIN_MS), 1);
 }

@@ -60,6 +60,8 @@ pub const TXN_TICK_INTERVAL: Duration = Duration::from_millis(500);
 pub const END_TXN_WAIT: Duration = Duration::from_secs(30);
 /// Longest a state record or a marker waits to reach every in-sync replica.
 const REPLICATION_WAIT: Duration = Duration::from_secs(5);
+/// Longest an ended transaction's drop of its pending group offsets is tried.
+const DROP_PENDING_WAIT: Duration = Duration::from_secs(5);
 /// Pause between attempts to write a transaction's markers.
 const MARKER_RETRY: Duration = Duration::from_millis(200);
 /// Bound on one WriteTxnMarkers call to another broker.
@@ -522,9 +524,12 @@ async fn commit_offsets(state: &Arc<BrokerState>, job: &MarkerJob) -> Result<(),
 }
 
 /// Has `group`'s coordinator drop the pending offsets of `transactional_id`
-/// (an aborted or ended transaction's): a few attempts, then they expire.
+/// (an aborted or ended transaction's): attempts for up to about
+/// [`DROP_PENDING_WAIT`] (an abort waits for it), then they expire.
 async fn drop_pending(state: &Arc<BrokerState>, transactional_id: &str, group: &str) {
-    for attempt in 1..=3 {
+    // (Not cancelled mid-call: a local drop is a group coordinator step.)
+    let deadline = tokio::time::Instant::now() + DROP_PENDING_WAIT;
+    loop {
         let req = CommitTxnOffsetsRequest {
             transactional_id: transactional_id.to_string(),
             group_id: group.to_string(),
@@ -533,10 +538,13 @@ async fn drop_pending(state: &Arc<BrokerState>, transactional_id: &str, group: &
         };
         match to_group_coordinator(state, req).await {
             Ok(()) => return,
-            Err(e) if attempt == 3 => tracing::info!(
-                transactional_id, group, error = %e,
-                "the ended transaction's pending offsets were not dropped (they expire)"
-            ),
+            Err(e) if tokio::time::Instant::now() + MARKER_RETRY >= deadline => {
+                tracing::info!(
+                    transactional_id, group, error = %e,
+                    "the ended transaction's pending offsets were not dropped (they expire)"
+                );
+                return;
+            }
             Err(_) => tokio::time::sleep(MARKER_RETRY).await,
         }
     }
@@ -801,6 +809,7 @@ pub(crate) async fn txn_offset_commit(
         let Some(m) = inner.coordinator.get(&req.transactional_id) else {
             return Ok(());
         };
+        let this_transaction = (m.producer_id, m.epoch, m.started_ms);
         let partitions: Vec<OffsetCommitPartition> = m
             .offsets
             .iter()
@@ -828,15 +837,21 @@ pub(crate) async fn txn_offset_commit(
             pending_for_ms: Some(pending_for_ms),
         };
         let registered = to_group_coordinator(state, pending).await;
-        // The transaction may have ended meanwhile (timed out, or fenced by a
-        // new instance), its end dropping nothing yet to drop: drop it now,
-        // unless another transaction of the id is open (its end will).
+        // The transaction may have ended meanwhile, its end dropping nothing
+        // yet to drop: drop it now, but only if the id still holds that very
+        // transaction, ended (a new epoch, after a timeout or a new instance,
+        // may have registered offsets of its own under the same key: those
+        // stay, and the late record goes with that transaction's end or its
+        // expiry).
         let ended = {
             let inner = state.txns.inner.lock().await;
             inner
                 .coordinator
                 .get(&req.transactional_id)
-                .is_none_or(|m| m.status != TxnStatus::Ongoing)
+                .is_some_and(|m| {
+                    (m.producer_id, m.epoch, m.started_ms) == this_transaction
+                        && m.status != TxnStatus::Ongoing
+                })
         };
         if registered.is_ok() && ended {
             drop_pending(state, &req.transactional_id, &req.group_id).await;

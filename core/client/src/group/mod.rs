@@ -120,6 +120,8 @@ pub struct GroupConsumer {
     assignment: BTreeSet<TopicPartition>,
     /// Assigned, but the committed offsets are not known yet (not fetching).
     awaiting_offsets: BTreeSet<TopicPartition>,
+    /// No offset lookup before this (an open transaction held the offsets).
+    offsets_retry_at: Option<Instant>,
     /// Revoked, reported as owned until acknowledged; with their position then.
     revoked_unacked: Vec<(TopicPartition, Option<Offset>)>,
     events: Vec<GroupEvent>,
@@ -154,6 +156,7 @@ impl Client {
             coordinator: None,
             assignment: BTreeSet::new(),
             awaiting_offsets: BTreeSet::new(),
+            offsets_retry_at: None,
             revoked_unacked: Vec::new(),
             events: Vec::new(),
             next_heartbeat: now,
@@ -431,9 +434,12 @@ impl GroupConsumer {
     /// Looks up the committed offsets of newly assigned partitions and starts
     /// fetching them (at the commit, else per `auto_offset_reset`).
     async fn resolve_offsets(&mut self) -> Result<(), ClientError> {
-        if self.awaiting_offsets.is_empty() {
+        if self.awaiting_offsets.is_empty()
+            || self.offsets_retry_at.is_some_and(|t| Instant::now() < t)
+        {
             return Ok(());
         }
+        self.offsets_retry_at = None;
         let wanted: Vec<TopicPartition> = self.awaiting_offsets.iter().cloned().collect();
         // A read-committed member does not start from offsets an open
         // transaction is about to replace (KIP-447): it waits until that
@@ -467,7 +473,10 @@ impl GroupConsumer {
         };
         if let Some(e) = resp.error {
             if e.code == ErrorCode::UnstableOffsetCommit {
+                // Asked again after a pause, not at every poll of a member
+                // whose other partitions keep returning records.
                 tracing::debug!(group = %self.config.group_id, error = %e, "waiting for an open transaction's offsets");
+                self.offsets_retry_at = Some(Instant::now() + COORDINATOR_RETRY_BACKOFF);
                 return Ok(());
             }
             if e.code.is_retriable() {
