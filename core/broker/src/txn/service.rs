@@ -61,7 +61,10 @@ pub const END_TXN_WAIT: Duration = Duration::from_secs(30);
 /// Longest a state record or a marker waits to reach every in-sync replica.
 const REPLICATION_WAIT: Duration = Duration::from_secs(5);
 /// Longest an ended transaction's drop of its pending group offsets is tried.
-const DROP_PENDING_WAIT: Duration = Duration::from_secs(5);
+const DROP_PENDING_WAIT: Duration = Duration::from_secs(3);
+/// Bound on one call recording or dropping pending group offsets at another
+/// broker (a dead group coordinator must not hold a transaction up).
+const PENDING_CALL_TIMEOUT: Duration = Duration::from_secs(3);
 /// Pause between attempts to write a transaction's markers.
 const MARKER_RETRY: Duration = Duration::from_millis(200);
 /// Bound on one WriteTxnMarkers call to another broker.
@@ -517,7 +520,7 @@ async fn commit_offsets(state: &Arc<BrokerState>, job: &MarkerJob) -> Result<(),
         if job.kind == MarkerKind::Abort {
             drop_pending(state, &job.transactional_id, group).await;
         } else {
-            to_group_coordinator(state, req).await?;
+            to_group_coordinator(state, req, MARKER_CALL_TIMEOUT).await?;
         }
     }
     Ok(())
@@ -536,7 +539,7 @@ async fn drop_pending(state: &Arc<BrokerState>, transactional_id: &str, group: &
             partitions: Vec::new(),
             pending_for_ms: None,
         };
-        match to_group_coordinator(state, req).await {
+        match to_group_coordinator(state, req, PENDING_CALL_TIMEOUT).await {
             Ok(()) => return,
             Err(e) if tokio::time::Instant::now() + MARKER_RETRY >= deadline => {
                 tracing::info!(
@@ -554,6 +557,7 @@ async fn drop_pending(state: &Arc<BrokerState>, transactional_id: &str, group: &
 async fn to_group_coordinator(
     state: &Arc<BrokerState>,
     req: CommitTxnOffsetsRequest,
+    call_timeout: Duration,
 ) -> Result<(), ErrorInfo> {
     let found = crate::group::service::find_coordinator_api(
         state,
@@ -572,7 +576,7 @@ async fn to_group_coordinator(
         state
             .cluster
             .links
-            .call(&found.coordinator_addr, &req, MARKER_CALL_TIMEOUT)
+            .call(&found.coordinator_addr, &req, call_timeout)
             .await
             .map_err(|e| ErrorInfo::new(ErrorCode::BrokerNotAvailable, e.to_string()))?
             .0
@@ -836,7 +840,9 @@ pub(crate) async fn txn_offset_commit(
             partitions,
             pending_for_ms: Some(pending_for_ms),
         };
-        let registered = to_group_coordinator(state, pending).await;
+        // (A short call: while the group's coordinator is down, the producer
+        // retries; a long wait here would run its transaction out of time.)
+        let registered = to_group_coordinator(state, pending, PENDING_CALL_TIMEOUT).await;
         // The transaction may have ended meanwhile, its end dropping nothing
         // yet to drop: drop it now, but only if the id still holds that very
         // transaction, ended (a new epoch, after a timeout or a new instance,
