@@ -6,6 +6,7 @@
 
 use std::time::Instant;
 
+use rill_proto::wire::CoordinatorKind;
 use rill_proto::wire::{
     AclOperation, AclResource, AclRule, AlterConfigsRequest, AlterQuotasRequest, BrokerInfo,
     ConfigEntry, CreateAclsRequest, CreateTopicsRequest, DeleteAclsRequest, DeleteTopicsRequest,
@@ -13,7 +14,6 @@ use rill_proto::wire::{
     DescribeStorageResponse, ErrorCode, NewTopic, PartitionMetadata, Quota, TopicResult,
 };
 use rill_proto::wire::{CheckAccessRequest, TransformWriteRequest, TransformWriteResponse};
-use rill_proto::wire::{CoordinatorKind, FindCoordinatorRequest};
 
 use crate::client::Client;
 use crate::error::ClientError;
@@ -481,31 +481,17 @@ impl Admin {
         &self,
         transactional_id: &str,
     ) -> Result<rill_proto::wire::TransactionDescription, ClientError> {
-        let find = FindCoordinatorRequest {
-            group_id: transactional_id.to_string(),
-            kind: CoordinatorKind::Transaction,
-        };
-        let (found, _) = self.client.call(None, &find, &[]).await?;
-        if let Some(e) = found.error {
-            return Err(ClientError::broker(
-                format!("finding the transaction coordinator of {transactional_id:?}"),
-                e,
-            ));
-        }
-        if self.client.broker_addr(found.coordinator_id).is_none() {
-            self.client.metadata(Some(Vec::new())).await?;
-        }
+        let coordinator = self
+            .client
+            .find_coordinator_of(transactional_id, CoordinatorKind::Transaction)
+            .await?;
         let req = rill_proto::wire::DescribeTransactionsRequest {
             transactional_ids: vec![transactional_id.to_string()],
         };
-        let (resp, _) = self
-            .client
-            .call(Some(found.coordinator_id), &req, &[])
-            .await?;
+        let (resp, _) = self.client.call(Some(coordinator), &req, &[]).await?;
         let d = resp.transactions.into_iter().next().ok_or_else(|| {
             ClientError::Config(format!(
-                "broker {} did not answer for {transactional_id:?}",
-                found.coordinator_id
+                "broker {coordinator} did not answer for {transactional_id:?}"
             ))
         })?;
         match d.error {

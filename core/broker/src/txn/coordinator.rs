@@ -51,6 +51,24 @@ pub enum TxnStatus {
 }
 
 impl TxnStatus {
+    /// Every state (the names DescribeTransactions and ListTransactions use).
+    pub const ALL: [TxnStatus; 6] = [
+        TxnStatus::Empty,
+        TxnStatus::Ongoing,
+        TxnStatus::PrepareCommit,
+        TxnStatus::PrepareAbort,
+        TxnStatus::CompleteCommit,
+        TxnStatus::CompleteAbort,
+    ];
+
+    /// Whether a transaction is open (or completing) in this state.
+    pub fn is_open(self) -> bool {
+        matches!(
+            self,
+            TxnStatus::Ongoing | TxnStatus::PrepareCommit | TxnStatus::PrepareAbort
+        )
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             TxnStatus::Empty => "Empty",

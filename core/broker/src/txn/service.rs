@@ -474,19 +474,12 @@ async fn write_markers(
                     format!("broker {broker} is not registered"),
                 )
             })?;
-        let mut topics: BTreeMap<String, Vec<u32>> = BTreeMap::new();
-        for (t, i) in partitions {
-            topics.entry(t).or_default().push(i);
-        }
         let req = WriteTxnMarkersRequest {
             producer_id: job.producer_id,
             producer_epoch: job.epoch,
             kind: job.kind,
             coordinator_epoch: coordinator_epoch.0,
-            topics: topics
-                .into_iter()
-                .map(|(topic, partitions)| TxnTopic { topic, partitions })
-                .collect(),
+            topics: txn_topics(partitions),
         };
         let (resp, _) = state
             .cluster
@@ -505,23 +498,35 @@ async fn write_markers(
     Ok(())
 }
 
+/// `(topic, partition)` pairs grouped by topic, topics in name order.
+fn txn_topics(partitions: impl IntoIterator<Item = (String, u32)>) -> Vec<TxnTopic> {
+    let mut topics: BTreeMap<String, Vec<u32>> = BTreeMap::new();
+    for (t, i) in partitions {
+        topics.entry(t).or_default().push(i);
+    }
+    topics
+        .into_iter()
+        .map(|(topic, partitions)| TxnTopic { topic, partitions })
+        .collect()
+}
+
 /// Stores a committed transaction's group offsets at each group's
 /// coordinator and drops its pending offsets there; for an aborted one, only
 /// the latter, and best effort (they expire with the transaction's timeout
 /// anyway, and an abort must not wait for a group coordinator).
 async fn commit_offsets(state: &Arc<BrokerState>, job: &MarkerJob) -> Result<(), ErrorInfo> {
     for (group, partitions) in &job.offsets {
+        if job.kind == MarkerKind::Abort {
+            drop_pending(state, &job.transactional_id, group).await;
+            continue;
+        }
         let req = CommitTxnOffsetsRequest {
             transactional_id: job.transactional_id.clone(),
             group_id: group.clone(),
             partitions: partitions.clone(),
             pending_for_ms: None,
         };
-        if job.kind == MarkerKind::Abort {
-            drop_pending(state, &job.transactional_id, group).await;
-        } else {
-            to_group_coordinator(state, req, MARKER_CALL_TIMEOUT).await?;
-        }
+        to_group_coordinator(state, req, MARKER_CALL_TIMEOUT).await?;
     }
     Ok(())
 }
@@ -883,24 +888,6 @@ pub(crate) async fn txn_offset_commit(
     }
 }
 
-/// The states DescribeTransactions and ListTransactions name (Kafka's).
-const TXN_STATES: [TxnStatus; 6] = [
-    TxnStatus::Empty,
-    TxnStatus::Ongoing,
-    TxnStatus::PrepareCommit,
-    TxnStatus::PrepareAbort,
-    TxnStatus::CompleteCommit,
-    TxnStatus::CompleteAbort,
-];
-
-/// Whether a transaction is open (or completing) in `status`.
-fn in_transaction(status: TxnStatus) -> bool {
-    matches!(
-        status,
-        TxnStatus::Ongoing | TxnStatus::PrepareCommit | TxnStatus::PrepareAbort
-    )
-}
-
 /// DescribeTransactions: the state of the ids this broker coordinates,
 /// NOT_COORDINATOR for the others (an admin asks each id's coordinator).
 pub(crate) async fn describe_transactions(
@@ -929,26 +916,13 @@ pub(crate) async fn describe_transactions(
         };
         transactions.push(match found {
             Ok(m) => {
-                let mut topics: Vec<TxnTopic> = Vec::new();
-                for (topic, partition) in &m.partitions {
-                    match topics.last_mut() {
-                        Some(t) if t.topic == *topic => t.partitions.push(*partition),
-                        _ => topics.push(TxnTopic {
-                            topic: topic.clone(),
-                            partitions: vec![*partition],
-                        }),
-                    }
-                }
+                let topics = txn_topics(m.partitions.iter().cloned());
                 TransactionDescription {
                     transactional_id: id,
                     error: None,
                     state: m.status.name().to_string(),
                     timeout_ms: m.timeout_ms,
-                    start_ms: if in_transaction(m.status) {
-                        m.started_ms
-                    } else {
-                        -1
-                    },
+                    start_ms: if m.status.is_open() { m.started_ms } else { -1 },
                     producer_id: m.producer_id,
                     producer_epoch: m.epoch,
                     topics,
@@ -978,7 +952,7 @@ pub(crate) async fn list_transactions(
     let unknown_states: Vec<String> = req
         .states
         .iter()
-        .filter(|s| !TXN_STATES.iter().any(|t| t.name() == s.as_str()))
+        .filter(|s| !TxnStatus::ALL.iter().any(|t| t.name() == s.as_str()))
         .cloned()
         .collect();
     let mut out = ListTransactionsResponse {
@@ -1005,7 +979,7 @@ pub(crate) async fn list_transactions(
                 && (req.states.is_empty() || req.states.iter().any(|s| s == m.status.name()))
                 && (req.producer_ids.is_empty() || req.producer_ids.contains(&m.producer_id))
                 && (req.min_duration_ms < 0
-                    || (in_transaction(m.status)
+                    || (m.status.is_open()
                         && now.saturating_sub(m.started_ms) >= req.min_duration_ms))
         });
         out.transactions.extend(listed.map(|m| TransactionListing {

@@ -175,17 +175,33 @@ impl Client {
     /// The coordinator of `group_id` (broker id), retrying while it is not
     /// available (bounded by [`FIND_COORDINATOR_TIMEOUT`]).
     pub(crate) async fn find_coordinator(&self, group_id: &str) -> Result<i32, ClientError> {
+        self.find_coordinator_of(group_id, rill_proto::wire::CoordinatorKind::Group)
+            .await
+    }
+
+    /// The coordinator of `key` (a group id, or a transactional id with
+    /// [`CoordinatorKind::Transaction`](rill_proto::wire::CoordinatorKind)),
+    /// as [`find_coordinator`](Self::find_coordinator).
+    pub(crate) async fn find_coordinator_of(
+        &self,
+        key: &str,
+        kind: rill_proto::wire::CoordinatorKind,
+    ) -> Result<i32, ClientError> {
+        let what = match kind {
+            rill_proto::wire::CoordinatorKind::Group => "group",
+            rill_proto::wire::CoordinatorKind::Transaction => "transactional id",
+        };
         let deadline = Instant::now() + FIND_COORDINATOR_TIMEOUT;
         loop {
             let req = FindCoordinatorRequest {
-                group_id: group_id.to_string(),
-                kind: rill_proto::wire::CoordinatorKind::Group,
+                group_id: key.to_string(),
+                kind,
             };
             let resp = match self.call(None, &req, &[]).await {
                 Ok((resp, _)) => resp,
                 Err(e) if e.is_retriable() && Instant::now() < deadline => {
                     // That broker is down or restarting: ask another.
-                    tracing::debug!(group_id, error = %e, "could not ask for the coordinator");
+                    tracing::debug!(key, error = %e, "could not ask for the coordinator");
                     tokio::time::sleep(COORDINATOR_RETRY_BACKOFF).await;
                     continue;
                 }
@@ -205,12 +221,12 @@ impl Client {
                     return Ok(resp.coordinator_id);
                 }
                 Some(e) if e.code.is_retriable() && Instant::now() < deadline => {
-                    tracing::debug!(group_id, error = %e, "coordinator not available yet");
+                    tracing::debug!(key, error = %e, "coordinator not available yet");
                     tokio::time::sleep(COORDINATOR_RETRY_BACKOFF).await;
                 }
                 Some(e) => {
                     return Err(ClientError::broker(
-                        format!("find the coordinator of group {group_id}"),
+                        format!("find the coordinator of {what} {key}"),
                         e,
                     ));
                 }
