@@ -135,6 +135,8 @@ async fn a_frame_with_meta_and_one_mib_payload_round_trips() {
 /// Path MTU discovery climbs to the configured UDP payload bound where the path
 /// carries it (loopback does), and never past it: the default bound keeps
 /// packets Ethernet-sized, 8952 (a 9000-byte MTU) makes them six times larger.
+/// It stays there under bulk traffic (the batches of segmentation offload fit
+/// the kernel's 64 KiB limit).
 #[tokio::test]
 async fn mtu_discovery_climbs_to_the_configured_udp_payload_bound() {
     tokio::time::timeout(TEST_TIMEOUT, async {
@@ -164,6 +166,35 @@ async fn mtu_discovery_climbs_to_the_configured_udp_payload_bound() {
             assert!(
                 mtu > bound - 64 && mtu <= bound,
                 "bound {bound}: path MTU {mtu} after 10 s of traffic"
+            );
+            // Bulk traffic: full segmentation-offload batches of the large
+            // packets. A batch the kernel refuses is lost whole, and losses of
+            // large packets make quinn fall back to a 1,200-byte path MTU.
+            let bulk = pattern(1 << 20);
+            for _ in 0..4 {
+                let calls: Vec<_> = (0..8)
+                    .map(|_| {
+                        let conn = conn.clone();
+                        let bulk = bulk.clone();
+                        tokio::spawn(async move {
+                            call(&conn, 7, 0, b"", &[bulk], 2 << 20).await.unwrap()
+                        })
+                    })
+                    .collect();
+                for c in calls {
+                    assert_eq!(c.await.unwrap().payload.len(), 1 << 20);
+                }
+            }
+            let stats = conn.stats();
+            println!(
+                "bound {bound}: after 32 MiB each way, path MTU {}, lost packets {}",
+                stats.path.current_mtu, stats.path.lost_packets
+            );
+            assert!(
+                stats.path.current_mtu > bound - 64,
+                "bound {bound}: path MTU fell to {} under bulk traffic ({} packets lost)",
+                stats.path.current_mtu,
+                stats.path.lost_packets
             );
             conn.close(0u32.into(), b"done");
             server.close(0u32.into(), b"done");
