@@ -73,11 +73,11 @@ pub struct KafkaConfig {
 #[serde(default, deny_unknown_fields)]
 pub struct NetConfig {
     /// `max_udp_payload_bytes`: the largest UDP payload path MTU discovery may
-    /// reach (1200..=65527; default 1452, a 1500-byte Ethernet MTU over IPv6).
-    /// On jumbo-frame networks (MTU 9000) 8952 lets each packet carry six
-    /// times the data; both ends must allow it (clients:
-    /// `--max-udp-payload-bytes`), and discovery only climbs as far as the
-    /// path really carries.
+    /// reach (1200..=65527; default 65488, loopback's). Discovery only climbs
+    /// as far as the path really carries, so the default finds 1452 on
+    /// 1500-byte Ethernet, 8952 on jumbo frames (MTU 9000) and 64 KiB
+    /// packets on loopback; a lower bound only shortens discovery. Both ends
+    /// bound it (clients: `--max-udp-payload-bytes`).
     pub max_udp_payload_bytes: u16,
 }
 
@@ -247,7 +247,7 @@ impl Default for ObjectStoreConfig {
 /// | `leader_imbalance_check_interval_ms` | 300000 | preferred-leader election timer (0: off) |
 /// | `min_free_bytes` | 5% of the disk, at most 256 MiB | records are refused (STORAGE_ERROR) below this much free space on the data disk; 0: off |
 /// | `[transforms]` `memory_mb_max`, `call_timeout_ms_max` | 512, 60000 | see [`TransformsConfig`] |
-/// | `[net]` `max_udp_payload_bytes` | 1452 | upper bound of QUIC path MTU discovery, see [`NetConfig`] |
+/// | `[net]` `max_udp_payload_bytes` | 65488 | upper bound of QUIC path MTU discovery, see [`NetConfig`] |
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct BrokerConfig {

@@ -34,7 +34,8 @@ pub struct ClientArgs {
     #[arg(long, env = "RILL_TLS_KEY", value_name = "FILE", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
     /// Largest UDP payload QUIC path MTU discovery may reach (1200..=65527);
-    /// 8952 on a 9000-byte-MTU network whose brokers allow it too
+    /// discovery stops at what the path carries (1452 on Ethernet, 8952 on
+    /// jumbo frames, 65488 on loopback). Brokers bound it too
     /// (`[net] max_udp_payload_bytes`).
     #[arg(long, env = "RILL_MAX_UDP_PAYLOAD_BYTES", value_name = "BYTES",
           default_value_t = rill_net::MTU_UPPER_BOUND_DEFAULT,

@@ -32,8 +32,8 @@ pub struct ClientConfig {
     /// The largest response frame accepted; bigger ones are refused before allocation.
     pub max_response_bytes: u32,
     /// The largest UDP payload QUIC path MTU discovery may reach (1200..=65527;
-    /// default 1452). Raise it with the brokers' `[net] max_udp_payload_bytes`
-    /// on jumbo-frame networks (8952 for MTU 9000).
+    /// default 65488, loopback's). Discovery stops at what the path carries
+    /// (1452 on Ethernet, 8952 on jumbo frames); a lower bound only shortens it.
     pub max_udp_payload_bytes: u16,
 }
 

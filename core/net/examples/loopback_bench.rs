@@ -3,7 +3,7 @@
 //! echo-less server that answers each with a small frame. Used to choose the
 //! transport tuning; not a test.
 //!
-//! Environment: FRAME_KIB (1024), REQUESTS (512), CONCURRENCY (8), MTU (1452),
+//! Environment: FRAME_KIB (1024), REQUESTS (512), CONCURRENCY (8), MTU (65488),
 //! RILL_BENCH_HOME (a temp dir).
 
 use std::net::{Ipv4Addr, SocketAddr};
@@ -29,7 +29,7 @@ async fn main() {
     let requests = env("REQUESTS", 512);
     let concurrency = env("CONCURRENCY", 8);
     let limits = TransportLimits {
-        mtu_upper_bound: env("MTU", 1452) as u16,
+        mtu_upper_bound: env("MTU", 65488) as u16,
         ..TransportLimits::default()
     };
     let home = tempfile::tempdir().unwrap();

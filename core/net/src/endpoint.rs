@@ -53,9 +53,21 @@ pub const IDLE_TIMEOUT_DEFAULT: Duration = Duration::from_secs(3);
 pub const KEEP_ALIVE_DEFAULT: Duration = Duration::from_millis(500);
 /// Default SO_RCVBUF / SO_SNDBUF asked of the kernel (it may grant less).
 pub const UDP_BUFFER_BYTES_DEFAULT: usize = 8 * 1024 * 1024;
-/// Default upper bound of path MTU discovery: the largest UDP payload that fits a
-/// 1500-byte Ethernet MTU over IPv6. Loopback allows more, but real networks do not.
-pub const MTU_UPPER_BOUND_DEFAULT: u16 = 1452;
+/// Default upper bound of path MTU discovery: the largest UDP payload a
+/// 65,536-byte loopback MTU carries over IPv6 (and IPv4).
+///
+/// Discovery climbs only as far as the path carries (probes, not data, are
+/// what a smaller MTU loses; quinn: "it is safe to use an arbitrarily high
+/// upper bound ... the only drawback is that MTU discovery might take more
+/// time to finish"), so a high bound finds 1500-byte Ethernet (1452 bytes of
+/// UDP payload over IPv6), 9000-byte jumbo frames (8952) and loopback
+/// (65,488) alike, with no configuration. On loopback 64 KiB packets doubled
+/// QUIC's throughput over 1452-byte ones (docs/BENCHMARKS.md). A lower bound
+/// (`[net] max_udp_payload_bytes`) only shortens discovery where the MTU is
+/// known.
+pub const MTU_UPPER_BOUND_DEFAULT: u16 = 65_488;
+/// The upper bound that fits a 1500-byte Ethernet MTU over IPv6.
+pub const MTU_ETHERNET: u16 = 1452;
 
 /// The bounds and windows of the QUIC transport.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -235,7 +247,7 @@ fn client_endpoint_bound(
     Ok(endpoint)
 }
 
-/// A quinn endpoint on `socket`, whose sends are bounded as [`GsoBounded`] says.
+/// A quinn endpoint on `socket`, whose sends are split as [`GsoBounded`] says.
 fn new_endpoint(
     limits: &TransportLimits,
     server: Option<quinn::ServerConfig>,
@@ -243,10 +255,7 @@ fn new_endpoint(
 ) -> std::io::Result<quinn::Endpoint> {
     let runtime = Arc::new(TokioRuntime);
     let inner = runtime.wrap_udp_socket(socket)?;
-    let socket = Arc::new(GsoBounded {
-        max_segments: gso_segments_max(limits.mtu_upper_bound),
-        inner,
-    });
+    let socket = Arc::new(GsoBounded { inner });
     quinn::Endpoint::new_with_abstract_socket(limits.endpoint_config(), server, socket, runtime)
 }
 
@@ -255,26 +264,35 @@ fn new_endpoint(
 /// headers) and refuses a larger one with EMSGSIZE.
 const GSO_BATCH_BYTES_MAX: usize = 65_507;
 
-/// How many datagrams of up to `mtu_upper_bound` bytes one GSO send may carry.
-fn gso_segments_max(mtu_upper_bound: u16) -> usize {
-    (GSO_BATCH_BYTES_MAX / usize::from(mtu_upper_bound.max(UDP_PAYLOAD_MIN))).max(1)
+/// How a transmit of `len` bytes in datagrams of `segment` bytes is sent: the
+/// byte ranges of its sends, each a whole number of datagrams and at most
+/// [`GSO_BATCH_BYTES_MAX`] bytes (one send if the batch fits).
+fn gso_sends(len: usize, segment: usize) -> impl Iterator<Item = std::ops::Range<usize>> {
+    let per_send = if len <= GSO_BATCH_BYTES_MAX {
+        len.max(1)
+    } else {
+        (GSO_BATCH_BYTES_MAX / segment.max(1)).max(1) * segment.max(1)
+    };
+    (0..len)
+        .step_by(per_send)
+        .map(move |start| start..(start + per_send).min(len))
 }
 
-/// quinn's UDP socket with segmentation-offload batches bounded to what the
+/// quinn's UDP socket, with segmentation-offload batches split to what the
 /// kernel sends.
 ///
 /// quinn 0.11 hands the socket up to 10 datagrams of the path MTU in one GSO
 /// send, whatever the MTU. Above 6,550 bytes per datagram such a batch exceeds
 /// 64 KiB; the kernel refuses it with EMSGSIZE, which quinn-udp takes for a
-/// failed MTU probe and drops without a word. Every batch is then lost, the
-/// connection's black-hole detection sets the path MTU back to 1,200 bytes, and
-/// `max_udp_payload_bytes` of 8952 made QUIC slower than the default (measured:
-/// path MTU 1200 and about 50 lost packets per 1 GiB on loopback). Bounding the
-/// batch by the configured MTU bound keeps every send within the limit.
+/// failed MTU probe and drops without a word. Every bulk batch was lost, the
+/// connection's black-hole detection set the path MTU back to 1,200 bytes, and
+/// a `max_udp_payload_bytes` of 8952 made QUIC slower than 1452 (measured: path
+/// MTU 1200 and about 50 lost packets per GiB on loopback). A batch too large
+/// for one send goes out in several, each within the limit; a batch that fits
+/// is passed through untouched.
 #[derive(Debug)]
 struct GsoBounded {
     inner: Arc<dyn AsyncUdpSocket>,
-    max_segments: usize,
 }
 
 impl AsyncUdpSocket for GsoBounded {
@@ -283,7 +301,31 @@ impl AsyncUdpSocket for GsoBounded {
     }
 
     fn try_send(&self, transmit: &quinn::udp::Transmit<'_>) -> std::io::Result<()> {
-        self.inner.try_send(transmit)
+        let segment = match transmit.segment_size {
+            Some(segment) if transmit.contents.len() > GSO_BATCH_BYTES_MAX => segment,
+            _ => return self.inner.try_send(transmit),
+        };
+        for (i, range) in gso_sends(transmit.contents.len(), segment).enumerate() {
+            let contents = &transmit.contents[range];
+            let part = quinn::udp::Transmit {
+                contents,
+                segment_size: (contents.len() > segment).then_some(segment),
+                ..*transmit
+            };
+            match self.inner.try_send(&part) {
+                Ok(()) => {}
+                // Nothing sent yet: quinn waits for the socket and retries
+                // the whole batch.
+                Err(e) if i == 0 => return Err(e),
+                // Part of the batch is out: the rest counts as lost, and QUIC
+                // retransmits it (a retried batch would repeat what was sent).
+                Err(e) => {
+                    tracing::trace!(error = %e, "rest of a split GSO batch not sent");
+                    return Ok(());
+                }
+            }
+        }
+        Ok(())
     }
 
     fn poll_recv(
@@ -300,7 +342,7 @@ impl AsyncUdpSocket for GsoBounded {
     }
 
     fn max_transmit_segments(&self) -> usize {
-        self.inner.max_transmit_segments().min(self.max_segments)
+        self.inner.max_transmit_segments()
     }
 
     fn max_receive_segments(&self) -> usize {
@@ -458,20 +500,32 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_gso_batch_never_exceeds_what_the_kernel_sends() {
-        for bound in [
-            1200u16, 1452, 4000, 6550, 8952, 16384, 32768, 65_507, 65_527,
-        ] {
-            let segments = gso_segments_max(bound);
-            assert!(segments >= 1, "bound {bound}");
-            // quinn sends at most 10 per batch; whatever it picks below ours fits.
-            assert!(
-                segments.min(10) * usize::from(bound) <= GSO_BATCH_BYTES_MAX || segments == 1,
-                "bound {bound}: {segments} segments"
-            );
+    fn a_gso_batch_is_split_into_sends_the_kernel_takes() {
+        for segment in [1200usize, 1452, 6550, 6551, 8952, 16384, 32768, 65_488] {
+            for len in [1, segment, 10 * segment - 7, 10 * segment] {
+                let sends: Vec<_> = gso_sends(len, segment).collect();
+                // Every byte once, in order.
+                assert_eq!(sends.first().map(|r| r.start), Some(0));
+                assert_eq!(sends.last().map(|r| r.end), Some(len));
+                for pair in sends.windows(2) {
+                    assert_eq!(pair[0].end, pair[1].start);
+                    // Only the last send may end inside a datagram.
+                    assert_eq!(pair[0].len() % segment, 0, "segment {segment}");
+                }
+                for r in &sends {
+                    assert!(
+                        r.len() <= GSO_BATCH_BYTES_MAX || r.len() <= segment,
+                        "segment {segment}, len {len}: send of {}",
+                        r.len()
+                    );
+                }
+                if len <= GSO_BATCH_BYTES_MAX {
+                    assert_eq!(sends.len(), 1, "a batch that fits is one send");
+                }
+            }
         }
-        // The default bound keeps quinn's own batch of 10.
-        assert!(gso_segments_max(MTU_UPPER_BOUND_DEFAULT) >= 10);
-        assert_eq!(gso_segments_max(8952), 7);
+        // 10 datagrams of 8952 bytes: 7, then 3.
+        let sends: Vec<_> = gso_sends(89_520, 8952).map(|r| r.len()).collect();
+        assert_eq!(sends, [7 * 8952, 3 * 8952]);
     }
 }

@@ -118,8 +118,9 @@ pub struct BrokerArgs {
     #[arg(long, value_name = "BYTES")]
     pub min_free_bytes: Option<u64>,
     /// Largest UDP payload QUIC path MTU discovery may reach, for clients and
-    /// the other brokers (`[net] max_udp_payload_bytes`; default 1452; 8952 on
-    /// a 9000-byte-MTU network). Clients need `--max-udp-payload-bytes` too.
+    /// the other brokers (`[net] max_udp_payload_bytes`; default 65488,
+    /// loopback's: discovery stops at what the path carries, 1452 on Ethernet,
+    /// 8952 on jumbo frames).
     #[arg(long, value_name = "BYTES")]
     pub max_udp_payload_bytes: Option<u16>,
 }
