@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use parking_lot::{Mutex, RwLock};
 use rill_net::{NetError, TransportLimits};
+use rill_proto::Rope;
 use rill_proto::wire::{
     ApiRequest, ApiVersionsRequest, ApiVersionsResponse, BrokerInfo, ErrorCode, MetadataRequest,
     MetadataResponse, ResponseMeta, TopicMetadata, decode_meta, encode_meta,
@@ -380,6 +381,34 @@ impl Client {
         self.call_on(link, req, payload).await
     }
 
+    /// [`Client::call`] with the response payload left in the pieces it
+    /// arrived in (a fetch response, decoded in place).
+    pub(crate) async fn call_rope<R: ApiRequest>(
+        &self,
+        broker: i32,
+        req: &R,
+    ) -> Result<(R::Response, Rope), ClientError> {
+        let (id, sock, conn) = self.connection(Some(broker)).await?;
+        let result = raw_call_rope(&conn, req, &[], &self.inner.config, Some(id), sock).await;
+        self.forget_if_closed(id, &conn, &result);
+        result
+    }
+
+    /// Drops the connection to broker `id` after a call on it failed with a
+    /// network error because the connection is closed.
+    fn forget_if_closed<T>(
+        &self,
+        id: i32,
+        conn: &quinn::Connection,
+        result: &Result<T, ClientError>,
+    ) {
+        if let Err(ClientError::Net(_)) = result
+            && conn.close_reason().is_some()
+        {
+            self.drop_connection(id, conn);
+        }
+    }
+
     /// [`Client::call`] on a connection already chosen.
     async fn call_on<R: ApiRequest>(
         &self,
@@ -388,11 +417,7 @@ impl Client {
         payload: &[Bytes],
     ) -> Result<(R::Response, Bytes), ClientError> {
         let result = raw_call(&conn, req, payload, &self.inner.config, Some(id), sock).await;
-        if let Err(ClientError::Net(_)) = &result
-            && conn.close_reason().is_some()
-        {
-            self.drop_connection(id, &conn);
-        }
+        self.forget_if_closed(id, &conn, &result);
         result
     }
 
@@ -529,12 +554,25 @@ async fn raw_call<R: ApiRequest>(
     broker: Option<i32>,
     sock: SocketAddr,
 ) -> Result<(R::Response, Bytes), ClientError> {
+    let (resp, payload) = raw_call_rope(conn, req, payload, config, broker, sock).await?;
+    Ok((resp, payload.to_bytes()))
+}
+
+/// [`raw_call`] with the response payload left in the pieces it arrived in.
+async fn raw_call_rope<R: ApiRequest>(
+    conn: &quinn::Connection,
+    req: &R,
+    payload: &[Bytes],
+    config: &ClientConfig,
+    broker: Option<i32>,
+    sock: SocketAddr,
+) -> Result<(R::Response, Rope), ClientError> {
     let meta = encode_meta(req);
     let who = match broker {
         Some(id) => format!("broker {id} at {sock}"),
         None => format!("the broker at {sock}"),
     };
-    let frame = rill_net::call_timeout(
+    let frame = rill_net::call_timeout_rope(
         conn,
         R::KEY as u16,
         R::VERSION,

@@ -37,8 +37,9 @@ pub use endpoint::{
 pub use error::NetError;
 pub use identity::{PeerIdentity, identity_of, peer_identity};
 pub use stream::{
-    Frame, STREAM_CANCELLED, STREAM_FRAME_REFUSED, call, call_timeout, parse_frame_header,
-    read_frame, read_frame_body, read_frame_header_bytes, write_frame,
+    Frame, RopeFrame, STREAM_CANCELLED, STREAM_FRAME_REFUSED, call, call_timeout,
+    call_timeout_rope, parse_frame_header, read_frame, read_frame_body, read_frame_body_rope,
+    read_frame_header_bytes, read_frame_rope, write_frame,
 };
 pub use tls::{ALPN, ClientAuth, ClientTls, ServerTls};
 

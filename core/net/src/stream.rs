@@ -7,8 +7,10 @@
 //!
 //! Invariants:
 //! - A frame header is validated against the reader's limit before anything is
-//!   allocated; the body is then read into one allocation of exactly its size,
-//!   which `meta` and `payload` share.
+//!   allocated. The body is kept in the chunks quinn hands over (slices of the
+//!   decrypted packets); [`read_frame`] joins the payload into one allocation
+//!   of exactly its size (none if it came as one chunk), [`read_frame_rope`]
+//!   leaves it in pieces for a reader that parses it in place.
 //! - A refused frame (too large, malformed) stops the receive side with
 //!   [`STREAM_FRAME_REFUSED`], so the peer stops sending; the connection and its
 //!   other streams are unaffected.
@@ -20,6 +22,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use quinn::{ReadExactError, VarInt};
 use rill_proto::DecodeError;
+use rill_proto::Rope;
 use rill_proto::wire::{FRAME_HEADER_LEN, FrameHeader};
 
 use crate::error::NetError;
@@ -53,9 +56,7 @@ pub async fn read_frame(
     recv: &mut quinn::RecvStream,
     max_frame_bytes: u32,
 ) -> Result<Frame, NetError> {
-    let head = read_frame_header_bytes(recv).await?;
-    let header = parse_frame_header(recv, &head, max_frame_bytes)?;
-    read_frame_body(recv, &header).await
+    Ok(read_frame_rope(recv, max_frame_bytes).await?.into_frame())
 }
 
 /// Reads the 12 raw header bytes of a frame (first step of [`read_frame`], for a
@@ -98,15 +99,57 @@ pub fn parse_frame_header(
 }
 
 /// Reads the body of a frame whose header was validated (last step of
-/// [`read_frame`]): one allocation of exactly `body_len` bytes (none if the body
-/// arrives as one chunk).
+/// [`read_frame`]): the payload in one allocation of exactly its size (none if
+/// it arrives as one chunk).
 pub async fn read_frame_body(
     recv: &mut quinn::RecvStream,
     header: &FrameHeader,
 ) -> Result<Frame, NetError> {
+    Ok(read_frame_body_rope(recv, header).await?.into_frame())
+}
+
+/// One frame whose payload is kept in the pieces it arrived in (QUIC stream
+/// chunks, slices of the decrypted packets): a fetch response's record bytes
+/// are never joined.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RopeFrame {
+    pub api_key: u16,
+    pub api_version: u16,
+    /// The postcard-encoded message (joined if it arrived in pieces).
+    pub meta: Bytes,
+    /// Raw record batches (possibly empty), in pieces.
+    pub payload: Rope,
+}
+
+impl RopeFrame {
+    /// The frame with its payload joined (a copy only if it is in pieces).
+    pub fn into_frame(self) -> Frame {
+        Frame {
+            api_key: self.api_key,
+            api_version: self.api_version,
+            meta: self.meta,
+            payload: self.payload.to_bytes(),
+        }
+    }
+}
+
+/// [`read_frame`] keeping the payload in pieces.
+pub async fn read_frame_rope(
+    recv: &mut quinn::RecvStream,
+    max_frame_bytes: u32,
+) -> Result<RopeFrame, NetError> {
+    let head = read_frame_header_bytes(recv).await?;
+    let header = parse_frame_header(recv, &head, max_frame_bytes)?;
+    read_frame_body_rope(recv, &header).await
+}
+
+/// [`read_frame_body`] keeping the payload in the chunks it arrived in.
+pub async fn read_frame_body_rope(
+    recv: &mut quinn::RecvStream,
+    header: &FrameHeader,
+) -> Result<RopeFrame, NetError> {
     let body_len = header.body_len as usize;
-    let mut body = BytesMut::new();
-    let mut whole = None;
+    let mut body = Rope::default();
     while body.len() < body_len {
         let Some(chunk) = recv.read_chunk(body_len - body.len(), true).await? else {
             return Err(NetError::TruncatedFrame {
@@ -115,23 +158,14 @@ pub async fn read_frame_body(
                 received: body.len() as u64,
             });
         };
-        if body.is_empty() && chunk.bytes.len() == body_len {
-            // The whole body arrived in one chunk: keep it, no copy.
-            whole = Some(chunk.bytes);
-            break;
-        }
-        if body.capacity() == 0 {
-            body = BytesMut::with_capacity(body_len);
-        }
-        body.extend_from_slice(&chunk.bytes);
+        body.push(chunk.bytes);
     }
-    let mut body = whole.unwrap_or_else(|| body.freeze());
-    let meta = body.split_to(header.meta_len as usize);
-    Ok(Frame {
+    let meta_len = (header.meta_len as usize).min(body_len);
+    Ok(RopeFrame {
         api_key: header.api_key,
         api_version: header.api_version,
-        meta,
-        payload: body,
+        meta: body.slice(0, meta_len).to_bytes(),
+        payload: body.slice(meta_len, body_len),
     })
 }
 
@@ -196,6 +230,7 @@ pub async fn call(
         max_response_bytes,
     )
     .await
+    .map(RopeFrame::into_frame)
     .map_err(NetError::refine)
 }
 
@@ -211,6 +246,30 @@ pub async fn call_timeout(
     max_response_bytes: u32,
     timeout: Duration,
 ) -> Result<Frame, NetError> {
+    call_timeout_rope(
+        conn,
+        api_key,
+        api_version,
+        meta,
+        payload,
+        max_response_bytes,
+        timeout,
+    )
+    .await
+    .map(RopeFrame::into_frame)
+}
+
+/// [`call_timeout`] keeping the response payload in the pieces it arrived in
+/// (for fetch responses, read in place).
+pub async fn call_timeout_rope(
+    conn: &quinn::Connection,
+    api_key: u16,
+    api_version: u16,
+    meta: &[u8],
+    payload: &[Bytes],
+    max_response_bytes: u32,
+    timeout: Duration,
+) -> Result<RopeFrame, NetError> {
     let deadline = tokio::time::Instant::now() + timeout;
     let timed_out = || NetError::Timeout {
         what: "the request",
@@ -251,7 +310,7 @@ async fn exchange(
     meta: &[u8],
     payload: &[Bytes],
     max_response_bytes: u32,
-) -> Result<Frame, NetError> {
+) -> Result<RopeFrame, NetError> {
     match write_frame(send, api_key, api_version, meta, payload).await {
         Ok(()) => {
             // Fails only if the stream was already finished or reset: then the
@@ -259,11 +318,11 @@ async fn exchange(
             let _ = send.finish();
         }
         Err(NetError::Write(quinn::WriteError::Stopped(code))) => {
-            return read_frame(recv, max_response_bytes)
+            return read_frame_rope(recv, max_response_bytes)
                 .await
                 .map_err(|_| NetError::FrameRefused { code });
         }
         Err(e) => return Err(e),
     }
-    read_frame(recv, max_response_bytes).await
+    read_frame_rope(recv, max_response_bytes).await
 }

@@ -33,6 +33,7 @@
 
 use crate::compression::{self, Compression};
 use crate::error::DecodeError;
+use crate::rope::{Rope, RopeReader};
 use crate::types::{LeaderEpoch, Offset, ProducerId, TimestampMs};
 use crate::varint;
 use bytes::{Bytes, BytesMut};
@@ -409,6 +410,35 @@ pub fn records_section_bytes(header: &BatchHeader, batch: &Bytes) -> Result<Byte
     }
 }
 
+/// [`records_section_bytes`] of a batch held in pieces: slices of them when
+/// uncompressed, else one new (decompressed) buffer.
+pub fn records_section_rope(header: &BatchHeader, batch: &Rope) -> Result<Rope, DecodeError> {
+    let stored = batch.slice(
+        BATCH_HEADER_LEN.min(batch.len()),
+        header.total_size().min(batch.len()),
+    );
+    match header.compression()? {
+        Compression::None => Ok(stored),
+        codec => Ok(Rope::from(Bytes::from(compression::decompress(
+            codec,
+            &stored.to_bytes(),
+            MAX_UNCOMPRESSED_RECORDS_BYTES,
+        )?))),
+    }
+}
+
+/// [`BatchView::verify_crc`] of one whole batch held in pieces.
+pub fn verify_crc_rope(header: &BatchHeader, batch: &Rope) -> Result<(), DecodeError> {
+    let computed = batch.crc32c_from(ATTRIBUTES_OFFSET);
+    if computed != header.crc {
+        return Err(DecodeError::CrcMismatch {
+            stored: header.crc,
+            computed,
+        });
+    }
+    Ok(())
+}
+
 /// Decodes a (decompressed) records section without copying: keys, values and
 /// header values are slices of `section`. Calls `f` for each record at or after
 /// `from`; records below it are checked for framing and offset order only. Checks
@@ -430,64 +460,10 @@ pub fn decode_records(
                 value: len as i64,
             });
         }
-        let mut rec = take(&mut buf, len as usize, "record")?;
-        take(&mut rec, 1, "record attributes")?;
-        let ts_delta = varint::read_varlong(&mut rec, "record timestamp delta")?;
-        let offset_delta = varint::read_varint(&mut rec, "record offset delta")? as i64;
-        if offset_delta <= last_delta || offset_delta > header.last_offset_delta as i64 {
-            return Err(DecodeError::InvalidValue {
-                field: "record offset delta",
-                value: offset_delta,
-            });
+        let rec = take(&mut buf, len as usize, "record")?;
+        if let Some(r) = decode_record(header, section, rec, &mut last_delta, from)? {
+            f(r);
         }
-        last_delta = offset_delta;
-        let offset = header.base_offset.plus(offset_delta);
-        if offset < from {
-            continue;
-        }
-        let key = slice_nullable(section, &mut rec, "record key")?;
-        let value = slice_nullable(section, &mut rec, "record value")?;
-        let header_count = varint::read_varint(&mut rec, "record header count")?;
-        if header_count < 0 || header_count as usize > rec.len() {
-            return Err(DecodeError::InvalidLength {
-                field: "record header count",
-                value: header_count as i64,
-            });
-        }
-        let mut headers = Vec::with_capacity(header_count as usize);
-        for _ in 0..header_count {
-            let key = slice_nullable(section, &mut rec, "header key")?.ok_or(
-                DecodeError::InvalidLength {
-                    field: "header key",
-                    value: -1,
-                },
-            )?;
-            let key = std::str::from_utf8(&key)
-                .map_err(|_| DecodeError::InvalidUtf8 {
-                    field: "header key",
-                })?
-                .to_string();
-            let value = slice_nullable(section, &mut rec, "header value")?.unwrap_or_default();
-            headers.push(Header { key, value });
-        }
-        if !rec.is_empty() {
-            return Err(DecodeError::InvalidLength {
-                field: "record length",
-                value: len as i64,
-            });
-        }
-        let timestamp_ms = if header.is_log_append_time() {
-            header.max_timestamp
-        } else {
-            header.base_timestamp.wrapping_add(ts_delta)
-        };
-        f(StoredRecord {
-            offset,
-            timestamp_ms,
-            key,
-            value,
-            headers,
-        });
     }
     if !buf.is_empty() {
         return Err(DecodeError::TrailingBytes {
@@ -496,6 +472,126 @@ pub fn decode_records(
         });
     }
     Ok(())
+}
+
+/// [`decode_records`] of a records section held in pieces (as a fetch
+/// response arrives): a record inside one piece is decoded in place, one split
+/// across pieces from a copy of its own bytes.
+pub fn decode_records_rope(
+    header: &BatchHeader,
+    section: &Rope,
+    from: Offset,
+    mut f: impl FnMut(StoredRecord),
+) -> Result<(), DecodeError> {
+    if let [one] = section.pieces() {
+        return decode_records(header, one, from, f);
+    }
+    let mut reader = RopeReader::new(section);
+    let mut last_delta: i64 = -1;
+    for _ in 0..header.record_count {
+        // A varint is at most 5 bytes; read it from a copy if it may straddle.
+        let mut head = [0u8; 5];
+        let mut peek: &[u8] = if reader.current().len() >= head.len() {
+            reader.current()
+        } else {
+            let n = reader.remaining().min(head.len());
+            reader.copy_into(&mut head[..n]);
+            &head[..n]
+        };
+        let before = peek.len();
+        let len = varint::read_varint(&mut peek, "record length")?;
+        reader.advance(before - peek.len());
+        if len < 0 || len as usize > reader.remaining() {
+            return Err(DecodeError::InvalidLength {
+                field: "record length",
+                value: len as i64,
+            });
+        }
+        let (source, range) = reader.take(len as usize).ok_or(DecodeError::Truncated {
+            field: "record",
+            needed: len as usize,
+            available: reader.remaining(),
+        })?;
+        if let Some(r) = decode_record(header, &source, &source[range], &mut last_delta, from)? {
+            f(r);
+        }
+    }
+    if reader.remaining() > 0 {
+        return Err(DecodeError::TrailingBytes {
+            field: "records",
+            count: reader.remaining(),
+        });
+    }
+    Ok(())
+}
+
+/// Decodes one record, `rec` (its bytes after the length), which lies inside
+/// `source`: keys and values are slices of `source`. `None` for a record below
+/// `from` (checked for offset order only).
+fn decode_record(
+    header: &BatchHeader,
+    source: &Bytes,
+    mut rec: &[u8],
+    last_delta: &mut i64,
+    from: Offset,
+) -> Result<Option<StoredRecord>, DecodeError> {
+    let len = rec.len();
+    take(&mut rec, 1, "record attributes")?;
+    let ts_delta = varint::read_varlong(&mut rec, "record timestamp delta")?;
+    let offset_delta = varint::read_varint(&mut rec, "record offset delta")? as i64;
+    if offset_delta <= *last_delta || offset_delta > header.last_offset_delta as i64 {
+        return Err(DecodeError::InvalidValue {
+            field: "record offset delta",
+            value: offset_delta,
+        });
+    }
+    *last_delta = offset_delta;
+    let offset = header.base_offset.plus(offset_delta);
+    if offset < from {
+        return Ok(None);
+    }
+    let key = slice_nullable(source, &mut rec, "record key")?;
+    let value = slice_nullable(source, &mut rec, "record value")?;
+    let header_count = varint::read_varint(&mut rec, "record header count")?;
+    if header_count < 0 || header_count as usize > rec.len() {
+        return Err(DecodeError::InvalidLength {
+            field: "record header count",
+            value: header_count as i64,
+        });
+    }
+    let mut headers = Vec::with_capacity(header_count as usize);
+    for _ in 0..header_count {
+        let key =
+            slice_nullable(source, &mut rec, "header key")?.ok_or(DecodeError::InvalidLength {
+                field: "header key",
+                value: -1,
+            })?;
+        let key = std::str::from_utf8(&key)
+            .map_err(|_| DecodeError::InvalidUtf8 {
+                field: "header key",
+            })?
+            .to_string();
+        let value = slice_nullable(source, &mut rec, "header value")?.unwrap_or_default();
+        headers.push(Header { key, value });
+    }
+    if !rec.is_empty() {
+        return Err(DecodeError::InvalidLength {
+            field: "record length",
+            value: len as i64,
+        });
+    }
+    let timestamp_ms = if header.is_log_append_time() {
+        header.max_timestamp
+    } else {
+        header.base_timestamp.wrapping_add(ts_delta)
+    };
+    Ok(Some(StoredRecord {
+        offset,
+        timestamp_ms,
+        key,
+        value,
+        headers,
+    }))
 }
 
 fn take<'a>(buf: &mut &'a [u8], n: usize, field: &'static str) -> Result<&'a [u8], DecodeError> {
@@ -851,6 +947,66 @@ mod tests {
                 if let Ok(view) = BatchView::new(&bytes) { let _ = view.records(); }
             }
         }
+    }
+
+    /// `bytes` cut at `cuts` (positions, any order, out-of-range ones ignored).
+    fn cut(bytes: &[u8], cuts: &[usize]) -> Rope {
+        let mut at: Vec<usize> = cuts.iter().map(|c| c % (bytes.len() + 1)).collect();
+        at.extend([0, bytes.len()]);
+        at.sort_unstable();
+        Rope::new(
+            at.windows(2)
+                .map(|w| Bytes::copy_from_slice(&bytes[w[0]..w[1]])),
+        )
+    }
+
+    proptest! {
+        #[test]
+        fn a_batch_in_pieces_decodes_as_the_joined_batch(
+            records in proptest::collection::vec(arb_record(), 1..20),
+            compression in arb_compression(),
+            cuts in proptest::collection::vec(any::<usize>(), 0..40),
+            flip in proptest::option::of((any::<prop::sample::Index>(), any::<u8>())),
+            from in 0i64..25,
+        ) {
+            let mut b = BatchBuilder::new(compression);
+            for r in &records { b.push(r); }
+            let mut bytes = b.build().to_vec();
+            if let Some((idx, v)) = flip {
+                // Damage past the header, and re-sign it so decoding reads the damage.
+                let i = BATCH_HEADER_LEN + idx.index(bytes.len() - BATCH_HEADER_LEN);
+                bytes[i] = v;
+                let crc = crc32c::crc32c(&bytes[ATTRIBUTES_OFFSET..]);
+                bytes[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
+            }
+            let whole = Bytes::from(bytes.clone());
+            let header = BatchHeader::parse(&whole).unwrap();
+            let rope = cut(&bytes, &cuts);
+            prop_assert!(verify_crc_rope(&header, &rope).is_ok());
+            let mut expected = Vec::new();
+            let joined = records_section_bytes(&header, &whole)
+                .and_then(|s| decode_records(&header, &s, Offset(from), |r| expected.push(r)));
+            let mut got = Vec::new();
+            let pieces = records_section_rope(&header, &rope)
+                .and_then(|s| decode_records_rope(&header, &s, Offset(from), |r| got.push(r)));
+            prop_assert_eq!(
+                joined.map_err(|e| e.to_string()),
+                pieces.map_err(|e| e.to_string())
+            );
+            prop_assert_eq!(got, expected);
+        }
+    }
+
+    #[test]
+    fn a_damaged_batch_in_pieces_fails_its_crc() {
+        let mut b = BatchBuilder::new(Compression::None);
+        b.push(&Record::from_value("hello, pieces", 1));
+        let mut bytes = b.build().to_vec();
+        let header = BatchHeader::parse(&bytes).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 0xff;
+        let err = verify_crc_rope(&header, &cut(&bytes, &[3, 70, 71])).unwrap_err();
+        assert!(matches!(err, DecodeError::CrcMismatch { .. }), "{err}");
     }
 
     #[test]

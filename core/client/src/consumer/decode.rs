@@ -11,10 +11,12 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use rill_proto::batch::{BATCH_HEADER_LEN, BatchHeader, decode_records, records_section_bytes};
+use rill_proto::batch::{
+    BATCH_HEADER_LEN, BatchHeader, decode_records_rope, records_section_rope, verify_crc_rope,
+};
 use rill_proto::types::TimestampMs;
 use rill_proto::wire::AbortedRange;
-use rill_proto::{BatchView, DecodeError, Header, Offset};
+use rill_proto::{DecodeError, Header, Offset, Rope};
 
 /// A record read from a partition.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,31 +47,51 @@ pub(crate) struct Decoded {
     pub next_offset: Option<Offset>,
 }
 
+/// The header of the batch at byte `at` of `data` (copied out: it may straddle
+/// pieces), or `None` if fewer than a header's bytes remain.
+fn header_at(
+    data: &Rope,
+    at: usize,
+) -> Option<([u8; BATCH_HEADER_LEN], Result<BatchHeader, DecodeError>)> {
+    let mut head = [0u8; BATCH_HEADER_LEN];
+    if !data.copy_to(at, &mut head) {
+        return None;
+    }
+    let parsed = BatchHeader::parse(&head);
+    Some((head, parsed))
+}
+
+/// The whole batches of `data` in order, as (start, header), up to the first
+/// partial batch or unreadable header.
+fn whole_batches(data: &Rope) -> impl Iterator<Item = (usize, BatchHeader)> + '_ {
+    let mut at = 0usize;
+    std::iter::from_fn(move || {
+        let (_, Ok(h)) = header_at(data, at)? else {
+            return None;
+        };
+        let start = at;
+        at = at
+            .checked_add(h.total_size())
+            .filter(|end| *end <= data.len())?;
+        Some((start, h))
+    })
+}
+
 /// The offset after the last whole batch in `data` (header parse only), used to
 /// send the next fetch before this data is decoded. `None` if no whole batch.
-pub(crate) fn next_fetch_offset(data: &[u8]) -> Option<Offset> {
-    let mut buf = data;
-    let mut next = None;
-    while buf.len() >= BATCH_HEADER_LEN {
-        let Ok(h) = BatchHeader::parse(buf) else {
-            break;
-        };
-        let size = h.total_size();
-        if buf.len() < size {
-            break;
-        }
-        next = Some(h.next_offset());
-        buf = &buf[size..];
-    }
-    next
+pub(crate) fn next_fetch_offset(data: &Rope) -> Option<Offset> {
+    whole_batches(data).last().map(|(_, h)| h.next_offset())
 }
 
 /// Decodes the records at or after `from` in `data` (whole batches, as a fetch
 /// returns them; a trailing partial batch is ignored) and appends them to `out`.
+///
+/// `data` stays in the pieces it arrived in: records are sliced from them in
+/// place, and only a record split across two pieces is copied.
 pub(crate) fn decode_batches(
     topic: &Arc<str>,
     partition: u32,
-    data: &Bytes,
+    data: &Rope,
     from: Offset,
     aborted: &[AbortedRange],
     out: &mut Vec<ConsumerRecord>,
@@ -77,17 +99,16 @@ pub(crate) fn decode_batches(
     let mut decoded = Decoded::default();
     out.reserve(records_after(data, from));
     let mut at = 0usize;
-    while data.len() - at >= BATCH_HEADER_LEN {
-        let rest = &data[at..];
-        let header = BatchHeader::parse(rest).map_err(|error| BatchError {
-            offset: Offset(i64::from_be_bytes(rest[0..8].try_into().expect("8 bytes"))),
+    while let Some((head, parsed)) = header_at(data, at) {
+        let header = parsed.map_err(|error| BatchError {
+            offset: Offset(i64::from_be_bytes(head[0..8].try_into().expect("8 bytes"))),
             error,
         })?;
         let size = header.total_size();
-        if rest.len() < size {
+        if data.len() - at < size {
             break; // partial batch at the end of the fetch
         }
-        let batch = data.slice(at..at + size);
+        let batch = data.slice(at, at + size);
         at += size;
         decoded.next_offset = Some(header.next_offset());
         if header.next_offset() <= from || header.is_control() || is_aborted(&header, aborted) {
@@ -97,10 +118,9 @@ pub(crate) fn decode_batches(
             offset: header.base_offset,
             error,
         };
-        let view = BatchView::new(&batch).map_err(err)?;
-        view.verify_crc().map_err(err)?;
-        let section = records_section_bytes(&header, &batch).map_err(err)?;
-        decode_records(&header, &section, from, |r| {
+        verify_crc_rope(&header, &batch).map_err(err)?;
+        let section = records_section_rope(&header, &batch).map_err(err)?;
+        decode_records_rope(&header, &section, from, |r| {
             out.push(ConsumerRecord {
                 topic: topic.clone(),
                 partition,
@@ -130,22 +150,11 @@ fn is_aborted(h: &BatchHeader, aborted: &[AbortedRange]) -> bool {
 /// An upper bound on the records at or after `from` in the whole data batches of
 /// `data` (header parse only), so the output grows once, not by doubling: a
 /// `ConsumerRecord` is larger than a small record's bytes.
-fn records_after(data: &[u8], from: Offset) -> usize {
-    let mut buf = data;
-    let mut count = 0usize;
-    while buf.len() >= BATCH_HEADER_LEN {
-        let Ok(h) = BatchHeader::parse(buf) else {
-            break;
-        };
-        let size = h.total_size();
-        if buf.len() < size {
-            break;
-        }
-        if h.next_offset() > from && !h.is_control() {
-            count += h.record_count.max(0) as usize;
-        }
-        buf = &buf[size..];
-    }
+fn records_after(data: &Rope, from: Offset) -> usize {
+    let count: usize = whole_batches(data)
+        .filter(|(_, h)| h.next_offset() > from && !h.is_control())
+        .map(|(_, h)| h.record_count.max(0) as usize)
+        .sum();
     // A record takes at least 7 bytes: a corrupt count cannot reserve much.
     count.min(data.len() / 7 + 1)
 }
@@ -178,12 +187,24 @@ mod tests {
         bytes
     }
 
+    /// `bytes` in pieces of `size` bytes, as a fetch response arrives in QUIC
+    /// stream chunks (0: one piece).
+    fn pieces(bytes: &[u8], size: usize) -> Rope {
+        if size == 0 {
+            return Rope::from(Bytes::copy_from_slice(bytes));
+        }
+        Rope::new(bytes.chunks(size).map(Bytes::copy_from_slice))
+    }
+
     #[test]
-    fn decodes_and_skips_below_from_across_codecs() {
-        for codec in Compression::ALL {
+    fn decodes_and_skips_below_from_across_codecs_and_pieces() {
+        for (codec, piece) in Compression::ALL
+            .into_iter()
+            .flat_map(|c| [0, 1, 5, 13, 64].map(|p| (c, p)))
+        {
             let mut data = batch(10, 10, codec);
             data.extend(batch(20, 5, codec));
-            let data = Bytes::from(data);
+            let data = pieces(&data, piece);
             let topic: Arc<str> = Arc::from("t");
             let mut out = Vec::new();
             let d = decode_batches(&topic, 3, &data, Offset(13), &[], &mut out).unwrap();
@@ -237,7 +258,7 @@ mod tests {
         data.extend(txn_batch(1, 3)); // producer 1's next transaction: committed
         data.extend(marker(2, 4, Commit));
         data.extend(marker(1, 5, Commit));
-        let data = Bytes::from(data);
+        let data = pieces(&data, 11);
         let topic: Arc<str> = Arc::from("t");
         let aborted = [AbortedRange {
             producer_id: 1,
@@ -264,7 +285,7 @@ mod tests {
         let mut data = batch(0, 3, Compression::None);
         let second = batch(3, 3, Compression::None);
         data.extend_from_slice(&second[..second.len() - 4]);
-        let data = Bytes::from(data);
+        let data = pieces(&data, 17);
         let topic: Arc<str> = Arc::from("t");
         let mut out = Vec::new();
         let d = decode_batches(&topic, 0, &data, Offset(0), &[], &mut out).unwrap();
@@ -274,15 +295,8 @@ mod tests {
         let mut bad = batch(7, 2, Compression::None);
         let last = bad.len() - 1;
         bad[last] ^= 0x55;
-        let err = decode_batches(
-            &topic,
-            0,
-            &Bytes::from(bad),
-            Offset(0),
-            &[],
-            &mut Vec::new(),
-        )
-        .unwrap_err();
+        let err = decode_batches(&topic, 0, &pieces(&bad, 9), Offset(0), &[], &mut Vec::new())
+            .unwrap_err();
         assert_eq!(err.offset, Offset(7));
         assert!(matches!(err.error, DecodeError::CrcMismatch { .. }));
     }

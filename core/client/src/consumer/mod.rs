@@ -22,13 +22,12 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use rill_proto::Offset;
 use rill_proto::types::TimestampMs;
 use rill_proto::wire::{
     AbortedRange, ErrorCode, FetchPartition, FetchRequest, FetchResponse, ListOffsetsPartition,
-    ListOffsetsRequest, OffsetSpec, split_payload,
+    ListOffsetsRequest, OffsetSpec,
 };
+use rill_proto::{Offset, Rope};
 use tokio::task::JoinSet;
 
 use crate::TopicPartition;
@@ -59,7 +58,7 @@ struct PartitionState {
 struct Chunk {
     tp: TopicPartition,
     generation: u64,
-    data: Result<Bytes, ClientError>,
+    data: Result<Rope, ClientError>,
     /// Aborted transactions in `data` (read_committed fetches only).
     aborted: Vec<AbortedRange>,
 }
@@ -67,7 +66,7 @@ struct Chunk {
 #[derive(Debug)]
 struct FetchOutcome {
     sent: Vec<(TopicPartition, u64, Offset)>,
-    result: Result<(FetchResponse, Bytes), ClientError>,
+    result: Result<(FetchResponse, Rope), ClientError>,
 }
 
 /// Reads records from the partitions it is assigned. Get one with
@@ -305,7 +304,7 @@ impl Consumer {
             let sent = sent.remove(&broker).unwrap_or_default();
             let client = self.client.clone();
             self.fetches.spawn(async move {
-                let result = client.call(Some(broker), &req, &[]).await;
+                let result = client.call_rope(broker, &req).await;
                 FetchOutcome { sent, result }
             });
         }
@@ -344,7 +343,7 @@ impl Consumer {
                 return;
             }
         };
-        let pieces = match split_payload(&payload, resp.partitions.iter().map(|p| p.bytes_len)) {
+        let pieces = match payload.split(resp.partitions.iter().map(|p| p.bytes_len)) {
             Ok(p) => p,
             Err(e) => {
                 let shared = ClientError::decode("fetch response payload", e).into_shared();

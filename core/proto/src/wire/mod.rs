@@ -52,27 +52,11 @@ pub fn split_payload(
     payload: &bytes::Bytes,
     lengths: impl IntoIterator<Item = u32>,
 ) -> Result<Vec<bytes::Bytes>, DecodeError> {
-    let mut out = Vec::new();
-    let mut at = 0usize;
-    for len in lengths {
-        let end = at
-            .checked_add(len as usize)
-            .filter(|e| *e <= payload.len())
-            .ok_or(DecodeError::Truncated {
-                field: "partition bytes in payload",
-                needed: at.saturating_add(len as usize),
-                available: payload.len(),
-            })?;
-        out.push(payload.slice(at..end));
-        at = end;
-    }
-    if at != payload.len() {
-        return Err(DecodeError::TrailingBytes {
-            field: "payload",
-            count: payload.len() - at,
-        });
-    }
-    Ok(out)
+    Ok(crate::Rope::from(payload.clone())
+        .split(lengths)?
+        .iter()
+        .map(crate::Rope::to_bytes)
+        .collect())
 }
 
 #[cfg(test)]

@@ -1,0 +1,324 @@
+//! [`Rope`]: bytes held in pieces, as they arrived off the network, read without
+//! joining them.
+//!
+//! A QUIC stream hands its data over in chunks (one per STREAM frame, each a
+//! slice of the decrypted packet), so a 4 MiB fetch response arrives as dozens
+//! of pieces. Joining them is a copy of every record byte; a rope keeps them and
+//! is sliced and read across piece boundaries instead. Reading copies only what
+//! straddles a boundary and must be contiguous (a batch header, a varint, a
+//! record split by one).
+//!
+//! Invariants: no piece is empty; `len` is the sum of the pieces' lengths.
+
+use bytes::{Bytes, BytesMut};
+
+use crate::error::DecodeError;
+
+/// Bytes in pieces, in order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Rope {
+    pieces: Vec<Bytes>,
+    len: usize,
+}
+
+impl Rope {
+    /// A rope of `pieces` (empty ones are dropped).
+    pub fn new(pieces: impl IntoIterator<Item = Bytes>) -> Rope {
+        let mut rope = Rope::default();
+        for piece in pieces {
+            rope.push(piece);
+        }
+        rope
+    }
+
+    /// Appends `piece` (nothing if it is empty).
+    pub fn push(&mut self, piece: Bytes) {
+        if !piece.is_empty() {
+            self.len += piece.len();
+            self.pieces.push(piece);
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The pieces, in order.
+    pub fn pieces(&self) -> &[Bytes] {
+        &self.pieces
+    }
+
+    /// The bytes as one `Bytes`: the piece itself if there is one, else a copy.
+    pub fn to_bytes(&self) -> Bytes {
+        match self.pieces.as_slice() {
+            [] => Bytes::new(),
+            [one] => one.clone(),
+            many => {
+                let mut joined = BytesMut::with_capacity(self.len);
+                for piece in many {
+                    joined.extend_from_slice(piece);
+                }
+                joined.freeze()
+            }
+        }
+    }
+
+    /// The piece and position within it of byte `at` (`at < len`).
+    fn locate(&self, at: usize) -> (usize, usize) {
+        let mut start = 0;
+        for (i, piece) in self.pieces.iter().enumerate() {
+            if at < start + piece.len() {
+                return (i, at - start);
+            }
+            start += piece.len();
+        }
+        (self.pieces.len(), 0)
+    }
+
+    /// Bytes `start..end` as a rope of slices of the pieces (no copy).
+    ///
+    /// Panics if the range is out of bounds, like slicing.
+    pub fn slice(&self, start: usize, end: usize) -> Rope {
+        assert!(
+            start <= end && end <= self.len,
+            "rope range {start}..{end} out of 0..{}",
+            self.len
+        );
+        let mut out = Rope::default();
+        if start == end {
+            return out;
+        }
+        let (mut i, mut pos) = self.locate(start);
+        let mut left = end - start;
+        while left > 0 {
+            let piece = &self.pieces[i];
+            let take = (piece.len() - pos).min(left);
+            out.push(piece.slice(pos..pos + take));
+            left -= take;
+            i += 1;
+            pos = 0;
+        }
+        out
+    }
+
+    /// Copies `out.len()` bytes starting at `at` into `out`; `false` (and `out`
+    /// partly written) if the rope is shorter.
+    pub fn copy_to(&self, at: usize, out: &mut [u8]) -> bool {
+        if at + out.len() > self.len {
+            return false;
+        }
+        if out.is_empty() {
+            return true;
+        }
+        let (mut i, mut pos) = self.locate(at);
+        let mut done = 0;
+        while done < out.len() {
+            let piece = &self.pieces[i];
+            let take = (piece.len() - pos).min(out.len() - done);
+            out[done..done + take].copy_from_slice(&piece[pos..pos + take]);
+            done += take;
+            i += 1;
+            pos = 0;
+        }
+        true
+    }
+
+    /// CRC32C of bytes `start..len`, across pieces.
+    pub fn crc32c_from(&self, start: usize) -> u32 {
+        let mut crc = 0;
+        let mut at = 0;
+        for piece in &self.pieces {
+            let end = at + piece.len();
+            if end > start {
+                crc = crc32c::crc32c_append(crc, &piece[start.saturating_sub(at)..]);
+            }
+            at = end;
+        }
+        crc
+    }
+
+    /// Splits the rope into consecutive parts of `lengths` bytes (a fetch
+    /// response's per-partition data), without copying; an error names the
+    /// shortfall or the bytes left over.
+    pub fn split(&self, lengths: impl IntoIterator<Item = u32>) -> Result<Vec<Rope>, DecodeError> {
+        let mut out = Vec::new();
+        let mut at = 0usize;
+        for len in lengths {
+            let end = at
+                .checked_add(len as usize)
+                .filter(|e| *e <= self.len)
+                .ok_or(DecodeError::Truncated {
+                    field: "partition bytes in payload",
+                    needed: at.saturating_add(len as usize),
+                    available: self.len,
+                })?;
+            out.push(self.slice(at, end));
+            at = end;
+        }
+        if at != self.len {
+            return Err(DecodeError::TrailingBytes {
+                field: "payload",
+                count: self.len - at,
+            });
+        }
+        Ok(out)
+    }
+}
+
+impl From<Bytes> for Rope {
+    fn from(bytes: Bytes) -> Rope {
+        Rope::new([bytes])
+    }
+}
+
+/// Reads a rope front to back, handing out what lies inside one piece as a
+/// slice of it and copying only what straddles pieces.
+#[derive(Debug)]
+pub struct RopeReader<'a> {
+    rope: &'a Rope,
+    /// Current piece and position in it.
+    piece: usize,
+    pos: usize,
+    /// Bytes consumed so far.
+    consumed: usize,
+}
+
+impl<'a> RopeReader<'a> {
+    pub fn new(rope: &'a Rope) -> RopeReader<'a> {
+        RopeReader {
+            rope,
+            piece: 0,
+            pos: 0,
+            consumed: 0,
+        }
+    }
+
+    /// Bytes not yet read.
+    pub fn remaining(&self) -> usize {
+        self.rope.len - self.consumed
+    }
+
+    /// The rest of the current piece (empty at the end).
+    pub fn current(&self) -> &'a [u8] {
+        self.rope
+            .pieces
+            .get(self.piece)
+            .map_or(&[][..], |p| &p[self.pos..])
+    }
+
+    /// Copies the next `out.len()` bytes into `out` without consuming them;
+    /// `false` if fewer remain.
+    pub fn copy_into(&self, out: &mut [u8]) -> bool {
+        self.rope.copy_to(self.consumed, out)
+    }
+
+    /// Skips `n` bytes (at most what remains).
+    pub fn advance(&mut self, mut n: usize) {
+        n = n.min(self.remaining());
+        self.consumed += n;
+        while n > 0 {
+            let left = self.rope.pieces[self.piece].len() - self.pos;
+            if n < left {
+                self.pos += n;
+                return;
+            }
+            n -= left;
+            self.piece += 1;
+            self.pos = 0;
+        }
+    }
+
+    /// The next `n` bytes as (`source`, range in it): a piece of the rope when
+    /// they lie inside one, else a new buffer holding a copy. `None` if fewer
+    /// than `n` remain.
+    pub fn take(&mut self, n: usize) -> Option<(Bytes, std::ops::Range<usize>)> {
+        if n > self.remaining() {
+            return None;
+        }
+        if n == 0 {
+            return Some((Bytes::new(), 0..0));
+        }
+        let piece = &self.rope.pieces[self.piece];
+        let taken = if piece.len() - self.pos >= n {
+            (piece.clone(), self.pos..self.pos + n)
+        } else {
+            let mut copy = vec![0u8; n];
+            self.rope.copy_to(self.consumed, &mut copy);
+            (Bytes::from(copy), 0..n)
+        };
+        self.advance(n);
+        Some(taken)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rope_of(parts: &[&[u8]]) -> Rope {
+        Rope::new(parts.iter().map(|p| Bytes::copy_from_slice(p)))
+    }
+
+    #[test]
+    fn slices_copies_and_crcs_agree_with_the_joined_bytes() {
+        let whole: Vec<u8> = (0..=255u8).cycle().take(1000).collect();
+        // Cut at uneven places, with an empty piece that is dropped.
+        let cuts = [0, 1, 7, 7, 300, 301, 999, 1000];
+        let rope = Rope::new(
+            cuts.windows(2)
+                .map(|w| Bytes::copy_from_slice(&whole[w[0]..w[1]])),
+        );
+        assert_eq!(rope.len(), 1000);
+        assert_eq!(rope.pieces().len(), 6);
+        assert_eq!(&rope.to_bytes()[..], &whole[..]);
+        for (s, e) in [(0, 0), (0, 1000), (5, 9), (6, 301), (300, 301), (998, 1000)] {
+            assert_eq!(&rope.slice(s, e).to_bytes()[..], &whole[s..e], "{s}..{e}");
+            let mut out = vec![0; e - s];
+            assert!(rope.copy_to(s, &mut out));
+            assert_eq!(out, &whole[s..e]);
+        }
+        assert!(!rope.copy_to(999, &mut [0; 2]));
+        for start in [0, 1, 6, 7, 500, 999, 1000] {
+            assert_eq!(rope.crc32c_from(start), crc32c::crc32c(&whole[start..]));
+        }
+    }
+
+    #[test]
+    fn a_reader_slices_inside_a_piece_and_copies_across_pieces() {
+        let rope = rope_of(&[b"abc", b"defgh", b"i"]);
+        let mut r = RopeReader::new(&rope);
+        let (src, range) = r.take(2).unwrap();
+        assert_eq!(&src[range], b"ab");
+        assert_eq!(src.len(), 3, "a slice of the first piece, not a copy");
+        let (src, range) = r.take(3).unwrap();
+        assert_eq!(&src[range.clone()], b"cde");
+        assert_eq!((src.len(), range), (3, 0..3), "a copy across pieces");
+        assert_eq!(r.current(), b"fgh");
+        r.advance(3);
+        assert_eq!(r.remaining(), 1);
+        assert!(r.take(2).is_none());
+        assert_eq!(&r.take(1).map(|(s, x)| s.slice(x)).unwrap()[..], b"i");
+        assert_eq!(r.remaining(), 0);
+        assert!(r.current().is_empty());
+    }
+
+    #[test]
+    fn split_names_a_short_or_long_payload() {
+        let rope = rope_of(&[b"abcd", b"efg"]);
+        let parts = rope.split([3, 2, 2]).unwrap();
+        let joined: Vec<_> = parts.iter().map(|p| p.to_bytes()).collect();
+        assert_eq!(joined, [&b"abc"[..], b"de", b"fg"]);
+        assert!(matches!(
+            rope.split([3, 2]),
+            Err(DecodeError::TrailingBytes { count: 2, .. })
+        ));
+        assert!(matches!(
+            rope.split([3, 9]),
+            Err(DecodeError::Truncated { needed: 12, .. })
+        ));
+    }
+}
