@@ -34,7 +34,7 @@ use bytes::{Bytes, BytesMut};
 use rill_proto::types::now_ms;
 use rill_proto::wire::AclOperation;
 use rill_proto::wire::*;
-use rill_proto::{BatchBuilder, Compression, Header, Offset, Record, TimestampMs};
+use rill_proto::{BatchBuilder, Compression, Header, Offset, Record, Rope, TimestampMs};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -470,23 +470,26 @@ fn validate_records(
     })
 }
 
-/// Appends one partition's batches: the leader's checks, the one copy of the
-/// bytes (the log stamps offsets and the leader epoch into it in place), then
-/// the append.
+/// Appends one partition's batches: the one copy of the bytes, out of the
+/// QUIC chunks they arrived in (the log stamps offsets and the leader epoch
+/// into it in place), the leader's checks on it, then the append.
 fn append(
     state: &BrokerState,
     p: &Partition,
-    bytes: &Bytes,
+    bytes: &Rope,
     records: RecordSettings,
     now: TimestampMs,
 ) -> Result<(rill_log::AppendInfo, Offset), ErrorInfo> {
-    validate_records(p, bytes, records, now)?;
+    let mut buf = BytesMut::with_capacity(bytes.len());
+    for piece in bytes.pieces() {
+        buf.extend_from_slice(piece);
+    }
+    validate_records(p, &buf, records, now)?;
     if !crate::auth::is_internal_topic(p.topic()) {
         state
             .disk
             .check_append(&format!("{}-{}", p.topic(), p.index()), bytes.len())?;
     }
-    let mut buf = BytesMut::from(&bytes[..]);
     p.append(&mut buf, now)
         .map(|info| (info, p.log_start_offset()))
 }
@@ -503,10 +506,11 @@ fn record_settings(state: &BrokerState, topic: &str) -> RecordSettings {
 pub(crate) async fn produce(
     state: &Arc<BrokerState>,
     req: ProduceRequest,
-    payload: Bytes,
+    payload: Rope,
 ) -> Result<Answer<ProduceResponse>, ErrorInfo> {
-    let parts =
-        split_payload(&payload, req.partitions.iter().map(|p| p.bytes_len)).map_err(|e| {
+    let parts = payload
+        .split(req.partitions.iter().map(|p| p.bytes_len))
+        .map_err(|e| {
             ErrorInfo::new(
                 ErrorCode::InvalidRequest,
                 format!(
@@ -1210,7 +1214,7 @@ pub(crate) async fn transform_write(
             bytes_len: payload.len() as u32,
         }],
     };
-    let response = match produce(state, request, payload).await? {
+    let response = match produce(state, request, payload.into()).await? {
         Answer::Response(r) | Answer::WithPayload(r, _) => r,
         Answer::Nothing => unreachable!("acks=all always answers"),
     };

@@ -25,10 +25,10 @@
 use crate::limits::{BudgetPermit, ConnectionsPerIp, RequestBudget};
 use crate::router::{Caller, Principal, Reply, Router};
 use crate::state::BrokerState;
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use quinn::VarInt;
-use rill_proto::DecodeError;
 use rill_proto::wire::{ApiKey, ErrorCode, ErrorInfo, FRAME_HEADER_LEN, FrameHeader};
+use rill_proto::{DecodeError, Rope};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -179,7 +179,9 @@ enum Incoming {
         key: u16,
         version: u16,
         meta: Bytes,
-        payload: Bytes,
+        /// In the QUIC chunks it arrived in (a produce's batches are copied
+        /// once, into the buffer the log appends).
+        payload: Rope,
         /// The body's charge to the request memory budget.
         budget: BudgetPermit,
     },
@@ -275,8 +277,7 @@ async fn read_request(
         }
     };
     let body_len = header.body_len as usize;
-    let mut body = BytesMut::new();
-    let mut whole = None;
+    let mut body = Rope::default();
     while body.len() < body_len {
         let chunk = match recv.read_chunk(body_len - body.len(), true).await {
             Ok(Some(chunk)) => chunk,
@@ -298,22 +299,14 @@ async fn read_request(
                 return Incoming::Gone;
             }
         };
-        if body.is_empty() && chunk.bytes.len() == body_len {
-            whole = Some(chunk.bytes);
-            break;
-        }
-        if body.capacity() == 0 {
-            body.reserve(body_len);
-        }
-        body.extend_from_slice(&chunk.bytes);
+        body.push(chunk.bytes);
     }
-    let mut body = whole.unwrap_or_else(|| body.freeze());
-    let meta = body.split_to(header.meta_len as usize);
+    let meta_len = (header.meta_len as usize).min(body_len);
     Incoming::Request {
         key,
         version,
-        meta,
-        payload: body,
+        meta: body.slice(0, meta_len).to_bytes(),
+        payload: body.slice(meta_len, body_len),
         budget,
     }
 }
