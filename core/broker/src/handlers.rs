@@ -470,25 +470,21 @@ fn validate_records(
     })
 }
 
-/// Appends one partition's batches: the one copy of the bytes, out of the
-/// QUIC chunks they arrived in (the log stamps offsets and the leader epoch
-/// into it in place), the leader's checks on it, then the append.
+/// Appends one partition's batches: the leader's checks, then the append from
+/// the request's own buffer (the log stamps offsets and the leader epoch into
+/// it in place).
 fn append(
     state: &BrokerState,
     p: &Partition,
-    bytes: &Rope,
+    mut buf: BytesMut,
     records: RecordSettings,
     now: TimestampMs,
 ) -> Result<(rill_log::AppendInfo, Offset), ErrorInfo> {
-    let mut buf = BytesMut::with_capacity(bytes.len());
-    for piece in bytes.pieces() {
-        buf.extend_from_slice(piece);
-    }
     validate_records(p, &buf, records, now)?;
     if !crate::auth::is_internal_topic(p.topic()) {
         state
             .disk
-            .check_append(&format!("{}-{}", p.topic(), p.index()), bytes.len())?;
+            .check_append(&format!("{}-{}", p.topic(), p.index()), buf.len())?;
     }
     p.append(&mut buf, now)
         .map(|info| (info, p.log_start_offset()))
@@ -518,9 +514,16 @@ pub(crate) async fn produce(
                 ),
             )
         })?;
+    // Each partition's bytes as a buffer of its own, split off the request's
+    // one unshared buffer (no copy): the log stamps offsets into it in place.
+    let lengths: Vec<usize> = parts.iter().map(Rope::len).collect();
+    drop(parts);
+    let payload_len = payload.len();
+    let mut whole = payload.into_bytes_mut();
+    let parts: Vec<BytesMut> = lengths.iter().map(|n| whole.split_to(*n)).collect();
 
     // Bound the bytes being appended at once, broker-wide.
-    let wanted = payload.len().min(state.produce_budget_permits as usize) as u32;
+    let wanted = payload_len.min(state.produce_budget_permits as usize) as u32;
     let _budget = if wanted > 0 {
         let wait = Duration::from_millis(req.timeout_ms as u64).min(PRODUCE_BUDGET_WAIT_MAX);
         match tokio::time::timeout(
@@ -550,6 +553,7 @@ pub(crate) async fn produce(
     let mut bytes_in = 0u64;
     let mut to_replicate = Vec::new();
     for (pp, bytes) in req.partitions.into_iter().zip(parts) {
+        let len = bytes.len();
         let found = produce_partition(state, &pp.topic, pp.partition)
             .await
             .and_then(|p| cluster_api::check_produce(state, &p, req.acks).map(|()| p));
@@ -560,27 +564,26 @@ pub(crate) async fn produce(
             .cloned();
         let result = match found {
             Err(e) => Err(e),
-            Ok(_) if bytes.is_empty() => Err(ErrorInfo::new(
+            Ok(_) if len == 0 => Err(ErrorInfo::new(
                 ErrorCode::CorruptRecord,
                 format!(
                     "partition {}-{}: the produce request carries no record batch for it",
                     pp.topic, pp.partition
                 ),
             )),
-            Ok(p) if p.syncs_on_append() || bytes.len() > APPEND_INLINE_MAX => {
-                let data = bytes.clone();
+            Ok(p) if p.syncs_on_append() || len > APPEND_INLINE_MAX => {
                 let records = record_settings(state, &pp.topic);
                 let st = state.clone();
-                blocking(move || append(&st, &p, &data, records, now))
+                blocking(move || append(&st, &p, bytes, records, now))
                     .await
                     .and_then(|r| r)
             }
-            Ok(p) => append(state, &p, &bytes, record_settings(state, &pp.topic), now),
+            Ok(p) => append(state, &p, bytes, record_settings(state, &pp.topic), now),
         };
         let mut replicate_to = None;
         responses.push(match result {
             Ok((info, log_start_offset)) => {
-                bytes_in += bytes.len() as u64;
+                bytes_in += len as u64;
                 replicate_to = Some(Offset(info.last_offset.0 + 1));
                 ProducePartitionResponse {
                     topic: pp.topic,

@@ -25,7 +25,7 @@
 use crate::limits::{BudgetPermit, ConnectionsPerIp, RequestBudget};
 use crate::router::{Caller, Principal, Reply, Router};
 use crate::state::BrokerState;
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use quinn::VarInt;
 use rill_proto::wire::{ApiKey, ErrorCode, ErrorInfo, FRAME_HEADER_LEN, FrameHeader};
 use rill_proto::{DecodeError, Rope};
@@ -179,8 +179,8 @@ enum Incoming {
         key: u16,
         version: u16,
         meta: Bytes,
-        /// In the QUIC chunks it arrived in (a produce's batches are copied
-        /// once, into the buffer the log appends).
+        /// One buffer that nothing else shares (a produce's batches are
+        /// appended from it with no further copy).
         payload: Rope,
         /// The body's charge to the request memory budget.
         budget: BudgetPermit,
@@ -277,9 +277,18 @@ async fn read_request(
         }
     };
     let body_len = header.body_len as usize;
-    let mut body = Rope::default();
-    while body.len() < body_len {
-        let chunk = match recv.read_chunk(body_len - body.len(), true).await {
+    // One copy out of quinn's chunks into a buffer of exactly the charged
+    // size: keeping the chunks instead would let a client that sends tiny
+    // STREAM frames (each pinning its packet) hold far more memory than the
+    // request budget charged. The meta is copied out apart (it is small), so
+    // the payload buffer stays unshared and produce splits it per partition
+    // and appends from it without another copy.
+    let meta_len = (header.meta_len as usize).min(body_len);
+    let mut meta = BytesMut::with_capacity(meta_len);
+    let mut payload = BytesMut::new();
+    let mut received = 0usize;
+    while received < body_len {
+        let chunk = match recv.read_chunk(body_len - received, true).await {
             Ok(Some(chunk)) => chunk,
             Ok(None) => {
                 return Incoming::Refused {
@@ -288,8 +297,7 @@ async fn read_request(
                     error: ErrorInfo::new(
                         ErrorCode::InvalidRequest,
                         format!(
-                            "truncated frame: the stream ended after {} of the {body_len} body bytes",
-                            body.len()
+                            "truncated frame: the stream ended after {received} of the {body_len} body bytes",
                         ),
                     ),
                 };
@@ -299,14 +307,25 @@ async fn read_request(
                 return Incoming::Gone;
             }
         };
-        body.push(chunk.bytes);
+        let mut bytes = &chunk.bytes[..];
+        if meta.len() < meta_len {
+            let take = (meta_len - meta.len()).min(bytes.len());
+            meta.extend_from_slice(&bytes[..take]);
+            bytes = &bytes[take..];
+        }
+        if !bytes.is_empty() {
+            if payload.capacity() == 0 {
+                payload.reserve(body_len - meta_len);
+            }
+            payload.extend_from_slice(bytes);
+        }
+        received += chunk.bytes.len();
     }
-    let meta_len = (header.meta_len as usize).min(body_len);
     Incoming::Request {
         key,
         version,
-        meta: body.slice(0, meta_len).to_bytes(),
-        payload: body.slice(meta_len, body_len),
+        meta: meta.freeze(),
+        payload: Rope::from(payload.freeze()),
         budget,
     }
 }

@@ -305,25 +305,20 @@ impl AsyncUdpSocket for GsoBounded {
             Some(segment) if transmit.contents.len() > GSO_BATCH_BYTES_MAX => segment,
             _ => return self.inner.try_send(transmit),
         };
-        for (i, range) in gso_sends(transmit.contents.len(), segment).enumerate() {
+        for range in gso_sends(transmit.contents.len(), segment) {
             let contents = &transmit.contents[range];
             let part = quinn::udp::Transmit {
                 contents,
                 segment_size: (contents.len() > segment).then_some(segment),
                 ..*transmit
             };
-            match self.inner.try_send(&part) {
-                Ok(()) => {}
-                // Nothing sent yet: quinn waits for the socket and retries
-                // the whole batch.
-                Err(e) if i == 0 => return Err(e),
-                // Part of the batch is out: the rest counts as lost, and QUIC
-                // retransmits it (a retried batch would repeat what was sent).
-                Err(e) => {
-                    tracing::trace!(error = %e, "rest of a split GSO batch not sent");
-                    return Ok(());
-                }
-            }
+            // quinn-udp reports only WouldBlock (a full socket buffer) or a
+            // fatal error; it swallows the rest. Either way quinn keeps the
+            // whole batch and retries it on WouldBlock: the parts already out
+            // arrive twice and the receiver drops the duplicates, which is
+            // cheaper than letting them count as lost (repeated losses of
+            // large packets make quinn fall back to 1,200-byte ones).
+            self.inner.try_send(&part)?;
         }
         Ok(())
     }

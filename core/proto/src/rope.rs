@@ -8,7 +8,9 @@
 //! straddles a boundary and must be contiguous (a batch header, a varint, a
 //! record split by one).
 //!
-//! Invariants: no piece is empty; `len` is the sum of the pieces' lengths.
+//! Invariants: no piece is empty; `len` is the sum of the pieces' lengths;
+//! `starts[i]` is the offset of piece `i` (so finding a byte is a binary
+//! search, not a walk: a 4 MiB response may arrive in thousands of pieces).
 
 use bytes::{Bytes, BytesMut};
 
@@ -18,6 +20,7 @@ use crate::error::DecodeError;
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Rope {
     pieces: Vec<Bytes>,
+    starts: Vec<usize>,
     len: usize,
 }
 
@@ -34,6 +37,7 @@ impl Rope {
     /// Appends `piece` (nothing if it is empty).
     pub fn push(&mut self, piece: Bytes) {
         if !piece.is_empty() {
+            self.starts.push(self.len);
             self.len += piece.len();
             self.pieces.push(piece);
         }
@@ -67,16 +71,43 @@ impl Rope {
         }
     }
 
-    /// The piece and position within it of byte `at` (`at < len`).
-    fn locate(&self, at: usize) -> (usize, usize) {
-        let mut start = 0;
-        for (i, piece) in self.pieces.iter().enumerate() {
-            if at < start + piece.len() {
-                return (i, at - start);
-            }
-            start += piece.len();
+    /// The bytes as one `BytesMut` the caller owns: the piece itself, without
+    /// a copy, if there is one and nothing else refers to it; else a copy.
+    pub fn into_bytes_mut(self) -> BytesMut {
+        if self.pieces.len() == 1 {
+            let piece = self.pieces.into_iter().next().expect("one piece");
+            return piece
+                .try_into_mut()
+                .unwrap_or_else(|shared| BytesMut::from(&shared[..]));
         }
-        (self.pieces.len(), 0)
+        let mut joined = BytesMut::with_capacity(self.len);
+        for piece in &self.pieces {
+            joined.extend_from_slice(piece);
+        }
+        joined
+    }
+
+    /// The piece and position within it of byte `at` (`at < len`; `len` gives
+    /// one past the last piece).
+    fn locate(&self, at: usize) -> (usize, usize) {
+        if at >= self.len {
+            return (self.pieces.len(), 0);
+        }
+        let i = self.starts.partition_point(|start| *start <= at) - 1;
+        (i, at - self.starts[i])
+    }
+
+    /// Copies into `out` from piece `i`, position `pos` on (the bytes are there).
+    fn copy_from(&self, mut i: usize, mut pos: usize, out: &mut [u8]) {
+        let mut done = 0;
+        while done < out.len() {
+            let piece = &self.pieces[i];
+            let take = (piece.len() - pos).min(out.len() - done);
+            out[done..done + take].copy_from_slice(&piece[pos..pos + take]);
+            done += take;
+            i += 1;
+            pos = 0;
+        }
     }
 
     /// Bytes `start..end` as a rope of slices of the pieces (no copy).
@@ -114,16 +145,8 @@ impl Rope {
         if out.is_empty() {
             return true;
         }
-        let (mut i, mut pos) = self.locate(at);
-        let mut done = 0;
-        while done < out.len() {
-            let piece = &self.pieces[i];
-            let take = (piece.len() - pos).min(out.len() - done);
-            out[done..done + take].copy_from_slice(&piece[pos..pos + take]);
-            done += take;
-            i += 1;
-            pos = 0;
-        }
+        let (i, pos) = self.locate(at);
+        self.copy_from(i, pos, out);
         true
     }
 
@@ -213,7 +236,11 @@ impl<'a> RopeReader<'a> {
     /// Copies the next `out.len()` bytes into `out` without consuming them;
     /// `false` if fewer remain.
     pub fn copy_into(&self, out: &mut [u8]) -> bool {
-        self.rope.copy_to(self.consumed, out)
+        if out.len() > self.remaining() {
+            return false;
+        }
+        self.rope.copy_from(self.piece, self.pos, out);
+        true
     }
 
     /// Skips `n` bytes (at most what remains).
@@ -247,7 +274,7 @@ impl<'a> RopeReader<'a> {
             (piece.clone(), self.pos..self.pos + n)
         } else {
             let mut copy = vec![0u8; n];
-            self.rope.copy_to(self.consumed, &mut copy);
+            self.rope.copy_from(self.piece, self.pos, &mut copy);
             (Bytes::from(copy), 0..n)
         };
         self.advance(n);
@@ -285,6 +312,19 @@ mod tests {
         for start in [0, 1, 6, 7, 500, 999, 1000] {
             assert_eq!(rope.crc32c_from(start), crc32c::crc32c(&whole[start..]));
         }
+    }
+
+    #[test]
+    fn into_bytes_mut_takes_a_lone_unshared_piece_without_a_copy() {
+        let piece = Bytes::from(vec![7u8; 100]);
+        let at = piece.as_ptr();
+        let owned = Rope::from(piece).into_bytes_mut();
+        assert_eq!(owned.as_ptr(), at, "the same allocation");
+        let shared = Bytes::from(vec![7u8; 100]);
+        let keep = shared.clone();
+        assert_eq!(&Rope::from(shared).into_bytes_mut()[..], &keep[..]);
+        let joined = rope_of(&[b"ab", b"cd"]).into_bytes_mut();
+        assert_eq!(&joined[..], b"abcd");
     }
 
     #[test]
