@@ -61,14 +61,17 @@ impl Rope {
         match self.pieces.as_slice() {
             [] => Bytes::new(),
             [one] => one.clone(),
-            many => {
-                let mut joined = BytesMut::with_capacity(self.len);
-                for piece in many {
-                    joined.extend_from_slice(piece);
-                }
-                joined.freeze()
-            }
+            _ => self.joined().freeze(),
         }
+    }
+
+    /// A copy of the bytes in one buffer.
+    fn joined(&self) -> BytesMut {
+        let mut joined = BytesMut::with_capacity(self.len);
+        for piece in &self.pieces {
+            joined.extend_from_slice(piece);
+        }
+        joined
     }
 
     /// The bytes as one `BytesMut` the caller owns: the piece itself, without
@@ -80,11 +83,7 @@ impl Rope {
                 .try_into_mut()
                 .unwrap_or_else(|shared| BytesMut::from(&shared[..]));
         }
-        let mut joined = BytesMut::with_capacity(self.len);
-        for piece in &self.pieces {
-            joined.extend_from_slice(piece);
-        }
-        joined
+        self.joined()
     }
 
     /// The piece and position within it of byte `at` (`at < len`; `len` gives
