@@ -56,7 +56,7 @@ impl FrontDoor {
         request: &R,
         payload: Bytes,
     ) -> Result<Option<(R::Response, Vec<Bytes>)>, ErrorInfo> {
-        self.router.call(caller, request, payload.into()).await
+        self.router.call(caller, request, payload).await
     }
 
     /// The broker's config (ids, limits, auth mode, the Kafka listener's addresses).

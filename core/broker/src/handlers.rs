@@ -502,11 +502,10 @@ fn record_settings(state: &BrokerState, topic: &str) -> RecordSettings {
 pub(crate) async fn produce(
     state: &Arc<BrokerState>,
     req: ProduceRequest,
-    payload: Rope,
+    payload: Bytes,
 ) -> Result<Answer<ProduceResponse>, ErrorInfo> {
-    let parts = payload
-        .split(req.partitions.iter().map(|p| p.bytes_len))
-        .map_err(|e| {
+    let parts =
+        split_payload(&payload, req.partitions.iter().map(|p| p.bytes_len)).map_err(|e| {
             ErrorInfo::new(
                 ErrorCode::InvalidRequest,
                 format!(
@@ -516,10 +515,10 @@ pub(crate) async fn produce(
         })?;
     // Each partition's bytes as a buffer of its own, split off the request's
     // one unshared buffer (no copy): the log stamps offsets into it in place.
-    let lengths: Vec<usize> = parts.iter().map(Rope::len).collect();
+    let lengths: Vec<usize> = parts.iter().map(Bytes::len).collect();
     drop(parts);
     let payload_len = payload.len();
-    let mut whole = payload.into_bytes_mut();
+    let mut whole = Rope::from(payload).into_bytes_mut();
     let parts: Vec<BytesMut> = lengths.iter().map(|n| whole.split_to(*n)).collect();
 
     // Bound the bytes being appended at once, broker-wide.
@@ -1217,7 +1216,7 @@ pub(crate) async fn transform_write(
             bytes_len: payload.len() as u32,
         }],
     };
-    let response = match produce(state, request, payload.into()).await? {
+    let response = match produce(state, request, payload).await? {
         Answer::Response(r) | Answer::WithPayload(r, _) => r,
         Answer::Nothing => unreachable!("acks=all always answers"),
     };

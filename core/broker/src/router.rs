@@ -31,7 +31,6 @@ use crate::handlers;
 use crate::metrics::ApiMetrics;
 use crate::state::BrokerState;
 use bytes::Bytes;
-use rill_proto::Rope;
 use rill_proto::wire::AclOperation;
 use rill_proto::wire::*;
 use std::future::Future;
@@ -131,7 +130,7 @@ enum Payload {
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
 /// Decodes, authorizes and calls one api's handler, and encodes its answer.
-type Serve = dyn Fn(&Arc<Caller>, &Arc<BrokerState>, &[u8], Rope) -> BoxFuture<Result<Reply, ErrorInfo>>
+type Serve = dyn Fn(&Arc<Caller>, &Arc<BrokerState>, &[u8], Bytes) -> BoxFuture<Result<Reply, ErrorInfo>>
     + Send
     + Sync;
 
@@ -160,7 +159,7 @@ impl Table {
     where
         R: ApiRequest + Send + 'static,
         R::Response: Send + 'static,
-        F: Fn(Arc<BrokerState>, Arc<Caller>, R, Rope) -> Fut + Send + Sync + 'static,
+        F: Fn(Arc<BrokerState>, Arc<Caller>, R, Bytes) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<O, ErrorInfo>> + Send + 'static,
         O: Into<Answer<R::Response>>,
     {
@@ -172,7 +171,7 @@ impl Table {
         let serve = move |caller: &Arc<Caller>,
                           state: &Arc<BrokerState>,
                           meta: &[u8],
-                          bytes: Rope|
+                          bytes: Bytes|
               -> BoxFuture<Result<Reply, ErrorInfo>> {
             let request = match decode_meta::<R>(meta) {
                 Ok(r) => r,
@@ -547,7 +546,7 @@ impl Router {
         key: u16,
         version: u16,
         meta: Bytes,
-        payload: Rope,
+        payload: Bytes,
         started: Instant,
     ) -> Served {
         let state = &self.state;
@@ -615,7 +614,7 @@ impl Router {
         &self,
         caller: &Arc<Caller>,
         request: &R,
-        payload: Rope,
+        payload: Bytes,
     ) -> Result<Option<(R::Response, Vec<Bytes>)>, ErrorInfo> {
         let meta = Bytes::from(encode_meta(request));
         let served = self
@@ -676,7 +675,7 @@ async fn throttle(state: &BrokerState, caller: &Caller, api: ApiKey, produced: u
 
 /// The checks before decoding: the version, and a payload only where the api
 /// carries one.
-fn check(route: &Route, version: u16, payload: &Rope) -> Result<(), ErrorInfo> {
+fn check(route: &Route, version: u16, payload: &Bytes) -> Result<(), ErrorInfo> {
     let api = route.key;
     if version != route.version {
         return Err(ErrorInfo::new(

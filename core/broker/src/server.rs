@@ -27,8 +27,8 @@ use crate::router::{Caller, Principal, Reply, Router};
 use crate::state::BrokerState;
 use bytes::{Bytes, BytesMut};
 use quinn::VarInt;
+use rill_proto::DecodeError;
 use rill_proto::wire::{ApiKey, ErrorCode, ErrorInfo, FRAME_HEADER_LEN, FrameHeader};
-use rill_proto::{DecodeError, Rope};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -181,7 +181,7 @@ enum Incoming {
         meta: Bytes,
         /// One buffer that nothing else shares (a produce's batches are
         /// appended from it with no further copy).
-        payload: Rope,
+        payload: Bytes,
         /// The body's charge to the request memory budget.
         budget: BudgetPermit,
     },
@@ -325,7 +325,7 @@ async fn read_request(
         key,
         version,
         meta: meta.freeze(),
-        payload: Rope::from(payload.freeze()),
+        payload: payload.freeze(),
         budget,
     }
 }
