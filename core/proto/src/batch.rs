@@ -36,7 +36,7 @@ use crate::error::DecodeError;
 use crate::rope::{Rope, RopeReader};
 use crate::types::{LeaderEpoch, Offset, ProducerId, TimestampMs};
 use crate::varint;
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 
 /// Bytes before `batch_length` counts: base offset (8) + batch length (4).
 pub const LOG_OVERHEAD: usize = 12;
@@ -637,6 +637,9 @@ pub struct BatchBuilder {
     producer_epoch: i16,
     base_sequence: i32,
     attributes_extra: i16,
+    /// The batch as it will be sent: `BATCH_HEADER_LEN` bytes kept for the
+    /// header (written by `build`), then the encoded records, so an
+    /// uncompressed batch is built in place, with no copy.
     records: Vec<u8>,
     count: i32,
     last_offset_delta: i32,
@@ -646,13 +649,21 @@ pub struct BatchBuilder {
 
 impl BatchBuilder {
     pub fn new(compression: Compression) -> BatchBuilder {
+        BatchBuilder::with_capacity(compression, 0)
+    }
+
+    /// A builder whose buffer holds `bytes` of records before it grows (a
+    /// producer passes its batch size, so filling a batch never copies it).
+    pub fn with_capacity(compression: Compression, bytes: usize) -> BatchBuilder {
+        let mut records = Vec::with_capacity(BATCH_HEADER_LEN + bytes);
+        records.resize(BATCH_HEADER_LEN, 0);
         BatchBuilder {
             compression,
             producer_id: ProducerId::NONE,
             producer_epoch: -1,
             base_sequence: -1,
             attributes_extra: 0,
-            records: Vec::new(),
+            records,
             count: 0,
             last_offset_delta: -1,
             base_timestamp: None,
@@ -691,7 +702,7 @@ impl BatchBuilder {
     /// Bytes of encoded (uncompressed) records plus the header: an upper bound on
     /// the batch size when compression is on.
     pub fn estimated_size(&self) -> usize {
-        BATCH_HEADER_LEN + self.records.len()
+        self.records.len()
     }
 
     /// Appends a record at the next offset delta.
@@ -762,42 +773,53 @@ impl BatchBuilder {
         epoch: LeaderEpoch,
         min_last_offset_delta: i32,
     ) -> Bytes {
-        // Uncompressed records are copied once, straight into the batch.
-        let compressed;
-        let section: &[u8] = match self.compression {
-            Compression::None => &self.records,
+        let attributes = self.compression.attribute() as i16 | self.attributes_extra;
+        let last_offset_delta = self.last_offset_delta.max(min_last_offset_delta).max(0);
+        let base_ts = self.base_timestamp.unwrap_or(-1);
+        // Uncompressed records are already in place behind the header's room;
+        // compressed ones are copied once, compressed, behind a new one.
+        let mut out = match self.compression {
+            // A batch closed well short of its capacity (by linger) gives the
+            // rest back rather than hold it until acknowledged.
+            Compression::None if self.records.capacity() > 2 * self.records.len() => {
+                let mut records = self.records;
+                records.shrink_to_fit();
+                records
+            }
+            Compression::None => self.records,
             codec => {
-                compressed = compression::compress(codec, &self.records);
-                &compressed
+                let compressed = compression::compress(codec, &self.records[BATCH_HEADER_LEN..]);
+                let mut out = Vec::with_capacity(BATCH_HEADER_LEN + compressed.len());
+                out.resize(BATCH_HEADER_LEN, 0);
+                out.extend_from_slice(&compressed);
+                out
             }
         };
-        let mut out = BytesMut::with_capacity(BATCH_HEADER_LEN + section.len());
-        let batch_length = (BATCH_HEADER_LEN - LOG_OVERHEAD + section.len()) as i32;
-        let attributes = self.compression.attribute() as i16 | self.attributes_extra;
-        let base_ts = self.base_timestamp.unwrap_or(-1);
-        out.extend_from_slice(&base_offset.0.to_be_bytes());
-        out.extend_from_slice(&batch_length.to_be_bytes());
-        out.extend_from_slice(&epoch.0.to_be_bytes());
-        out.extend_from_slice(&[MAGIC as u8]);
-        out.extend_from_slice(&[0u8; 4]); // crc, filled below
-        out.extend_from_slice(&attributes.to_be_bytes());
-        out.extend_from_slice(
-            &self
-                .last_offset_delta
-                .max(min_last_offset_delta)
-                .max(0)
-                .to_be_bytes(),
-        );
-        out.extend_from_slice(&base_ts.to_be_bytes());
-        out.extend_from_slice(&self.max_timestamp.to_be_bytes());
-        out.extend_from_slice(&self.producer_id.0.to_be_bytes());
-        out.extend_from_slice(&self.producer_epoch.to_be_bytes());
-        out.extend_from_slice(&self.base_sequence.to_be_bytes());
-        out.extend_from_slice(&self.count.to_be_bytes());
-        out.extend_from_slice(section);
+        let batch_length = (out.len() - LOG_OVERHEAD) as i32;
+        let mut header = &mut out[..BATCH_HEADER_LEN];
+        for field in [
+            &base_offset.0.to_be_bytes()[..],
+            &batch_length.to_be_bytes(),
+            &epoch.0.to_be_bytes(),
+            &[MAGIC as u8],
+            &[0u8; 4], // crc, filled below
+            &attributes.to_be_bytes(),
+            &last_offset_delta.to_be_bytes(),
+            &base_ts.to_be_bytes(),
+            &self.max_timestamp.to_be_bytes(),
+            &self.producer_id.0.to_be_bytes(),
+            &self.producer_epoch.to_be_bytes(),
+            &self.base_sequence.to_be_bytes(),
+            &self.count.to_be_bytes(),
+        ] {
+            let (dst, rest) = header.split_at_mut(field.len());
+            dst.copy_from_slice(field);
+            header = rest;
+        }
+        debug_assert!(header.is_empty(), "the header fills BATCH_HEADER_LEN");
         let crc = crc32c::crc32c(&out[ATTRIBUTES_OFFSET..]);
         out[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
-        out.freeze()
+        Bytes::from(out)
     }
 }
 
@@ -900,10 +922,15 @@ mod tests {
             compression in arb_compression(),
             base in 0i64..1_000_000_000,
             epoch in 0i32..1000,
+            capacity in 0usize..4096,
         ) {
             let mut b = BatchBuilder::new(compression);
-            for r in &records { b.push(r); }
+            // A builder with room up front builds the same bytes.
+            let mut roomy = BatchBuilder::with_capacity(compression, capacity);
+            for r in &records { b.push(r); roomy.push(r); }
+            prop_assert_eq!(roomy.estimated_size(), b.estimated_size());
             let bytes = b.build();
+            prop_assert_eq!(&roomy.build(), &bytes);
             let mut bytes = bytes.to_vec();
             set_base_offset(&mut bytes, Offset(base));
             set_leader_epoch(&mut bytes, LeaderEpoch(epoch));

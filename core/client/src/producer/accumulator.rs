@@ -34,6 +34,10 @@ use super::delivery::BatchCompletion;
 /// upper bound on the varint framing and the attributes byte).
 pub(crate) const RECORD_OVERHEAD_BYTES: usize = 21;
 
+/// Most of a new batch's buffer allocated up front (its batch size, up to
+/// this): filling a batch then never copies it to grow.
+const BATCH_PREALLOCATE_MAX: usize = 1 << 20;
+
 /// The encoded-size estimate of a record, used for batch filling and buffer memory.
 pub(crate) fn record_size(record: &Record) -> usize {
     RECORD_OVERHEAD_BYTES
@@ -282,17 +286,24 @@ impl Accumulator {
             batch_closed = true;
         }
         let mut new_batch = false;
-        let name = t.name.clone();
-        let q = t.partition_mut(partition);
+        // The partition's queue exists (`partition_mut` above made it); the
+        // topic's name is cloned only for a new batch.
+        let TopicQueues {
+            name, partitions, ..
+        } = &mut *t;
+        let q = &mut partitions[partition as usize];
         let open = q.open.get_or_insert_with(|| {
             new_batch = true;
             OpenBatch {
                 id,
-                builder: BatchBuilder::new(compression),
+                builder: BatchBuilder::with_capacity(
+                    compression,
+                    batch_size.min(BATCH_PREALLOCATE_MAX),
+                ),
                 created: now(),
                 reserved: 0,
                 count: 0,
-                completion: BatchCompletion::new(name, partition),
+                completion: BatchCompletion::new(name.clone(), partition),
             }
         });
         open.builder.push(record);
