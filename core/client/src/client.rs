@@ -513,7 +513,17 @@ impl Client {
         Ok(self.topic(topic).await?.partitions.len() as u32)
     }
 
-    /// The leader of a partition according to the cache.
+    /// The partition count of a topic the cache knows, without copying its
+    /// metadata (the producer asks this for every record).
+    pub(crate) fn cached_partition_count(&self, topic: &str) -> Option<u32> {
+        self.inner
+            .metadata
+            .read()
+            .topics
+            .get(topic)
+            .map(|t| t.partitions.len() as u32)
+    }
+
     /// The address of broker `id`, if the cached metadata knows it.
     pub(crate) fn broker_addr(&self, id: i32) -> Option<String> {
         self.inner

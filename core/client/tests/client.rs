@@ -358,6 +358,129 @@ async fn tiny_buffer_memory_still_delivers_everything() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn send_all_queues_every_record_where_send_would_or_none() {
+    let env = Env::start().await;
+    let client = env.client().await;
+    for t in [topic("many-a", 3), topic("many-b", 1)] {
+        step("create", client.admin().create_topic(t))
+            .await
+            .unwrap();
+    }
+    let producer = client.producer(ProducerConfig::default()).unwrap();
+    assert!(
+        step("empty", producer.send_all(Vec::new()))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    // Keyed records to a and to b, keyless ones to a: the topic (and its
+    // partition count) changes twice within one call.
+    const N: usize = 1000;
+    let records: Vec<_> = (0..N)
+        .map(|i| match i {
+            0..400 => ProducerRecord::new("many-a", format!("v-{i}")).key(format!("k-{}", i % 11)),
+            400..500 => ProducerRecord::new("many-b", format!("v-{i}")).key(format!("k-{i}")),
+            _ => ProducerRecord::new("many-a", format!("v-{i}")),
+        })
+        .collect();
+    let futures = step("send_all", producer.send_all(records)).await.unwrap();
+    assert_eq!(futures.len(), N);
+    let mut last: HashMap<(String, u32), i64> = HashMap::new();
+    for (i, f) in futures.into_iter().enumerate() {
+        let meta = step("delivery", f).await.unwrap();
+        match i {
+            0..400 => assert_eq!(
+                meta.partition,
+                partition_for_key(format!("k-{}", i % 11).as_bytes(), 3)
+            ),
+            400..500 => assert_eq!((&*meta.topic, meta.partition), ("many-b", 0)),
+            _ => assert_eq!(&*meta.topic, "many-a"),
+        }
+        // In send order within each partition.
+        let prev = last.insert((meta.topic.to_string(), meta.partition), meta.offset.0);
+        assert!(
+            prev.is_none_or(|p| p < meta.offset.0),
+            "record {i}: {meta:?}"
+        );
+    }
+    let mut consumer = client.consumer(ConsumerConfig::default()).unwrap();
+    let mut tps = step("assign a", consumer.assign_topic("many-a"))
+        .await
+        .unwrap();
+    tps.push(TopicPartition::new("many-b", 0));
+    consumer.assign(tps);
+    let mut values: Vec<_> = consume_n(&mut consumer, N)
+        .await
+        .iter()
+        .map(|r| String::from_utf8(r.value.as_deref().unwrap().to_vec()).unwrap())
+        .collect();
+    values.sort();
+    let mut expected: Vec<_> = (0..N).map(|i| format!("v-{i}")).collect();
+    expected.sort();
+    assert_eq!(values, expected);
+
+    // A bad record anywhere in the call: nothing of the call is queued.
+    let err = step(
+        "bad partition",
+        producer.send_all(vec![
+            ProducerRecord::new("many-b", "queued?").partition(0),
+            ProducerRecord::new("many-b", "x").partition(5),
+        ]),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("partition 5 of topic many-b"),
+        "{err}"
+    );
+    let err = step(
+        "unknown topic",
+        producer.send_all(vec![
+            ProducerRecord::new("many-b", "queued?").partition(0),
+            ProducerRecord::new("no-such-topic", "x"),
+        ]),
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(err, ClientError::UnknownTopic(_)), "{err:?}");
+    let next = step(
+        "after the refused calls",
+        producer.send_and_wait(ProducerRecord::new("many-b", "next").partition(0)),
+    )
+    .await
+    .unwrap();
+    assert_eq!(next.offset, Offset(100), "the refused calls queued nothing");
+    producer.close().await.unwrap();
+
+    // More than buffer_memory at once is refused with what to do; less goes.
+    let small = client
+        .producer(ProducerConfig {
+            buffer_memory: 4096,
+            ..ProducerConfig::default()
+        })
+        .unwrap();
+    let many = |n| {
+        (0..n)
+            .map(|_| ProducerRecord::new("many-b", vec![b'x'; 100]).partition(0))
+            .collect::<Vec<_>>()
+    };
+    let err = step("too much", small.send_all(many(100)))
+        .await
+        .unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.contains("buffer_memory (4096 bytes)") && msg.contains("send fewer"),
+        "{msg}"
+    );
+    for f in step("fits", small.send_all(many(20))).await.unwrap() {
+        step("delivery", f).await.unwrap();
+    }
+    small.close().await.unwrap();
+    env.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn errors_are_clear() {
     let env = Env::start().await;
     let client = env.client().await;
