@@ -396,3 +396,39 @@ fn bench_produce_at_a_fixed_rate_keeps_its_schedule() {
     let records = broker.read_to_end("paced");
     assert_eq!(records.len(), 3000);
 }
+
+/// `rill bench produce --send-batch N` hands records to the producer N at a
+/// time (`Producer::send_all`), the last chunk shorter, and still keeps a
+/// `--rate` schedule: 2,500 records at 5,000/s in chunks of 300 all arrive, and
+/// not before the last one was due (half a second).
+#[test]
+fn bench_produce_in_chunks_delivers_every_record_on_schedule() {
+    let broker = TestBroker::start();
+    let started = std::time::Instant::now();
+    let out = broker.rill_ok(&[
+        "bench",
+        "produce",
+        "--topic",
+        "chunked",
+        "--records",
+        "2500",
+        "--send-batch",
+        "300",
+        "--rate",
+        "5000",
+        "--acks",
+        "all",
+    ]);
+    let took = started.elapsed();
+    let last = out.lines().last().unwrap_or_default();
+    assert!(last.starts_with("records=2500 "), "{out}");
+    assert!(
+        took >= std::time::Duration::from_millis(490),
+        "took {took:?}"
+    );
+    assert_eq!(broker.read_to_end("chunked").len(), 2500);
+    let refused = broker.rill(&["bench", "produce", "--send-batch", "0"]);
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{err}");
+    assert!(err.contains("--send-batch must be at least 1"), "{err}");
+}

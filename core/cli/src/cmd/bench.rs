@@ -12,8 +12,11 @@
 //!   `PRODUCE_LATENCY_SAMPLE_EVERY` (awaited in send order per producer, so a sample is
 //!   never counted as acknowledged before an earlier one: an upper bound when
 //!   partitions answer out of order). Every other record's acknowledgement is still
-//!   checked (a failed record fails the bench), just not timed: timing every record
-//!   cost the bench process more than the producer itself at 100-byte records.
+//!   checked (a failed record fails the bench), just not timed, and through one
+//!   future per batch (a batch's records resolve together): timing or polling
+//!   every record cost the bench process more than the producer itself at
+//!   100-byte records. `--send-batch N` hands records to the producer N at a
+//!   time (`Producer::send_all`).
 //!   With `--rate N` the producers send on a schedule (N records/s in all) and
 //!   a sample is timed from when it was due, so falling behind shows as latency
 //!   (no coordinated omission); run it below the saturated rate to see the
@@ -126,6 +129,13 @@ pub struct ProduceBench {
     /// producer that falls behind its schedule shows it.
     #[arg(long, value_name = "RECORDS_PER_S")]
     pub rate: Option<u64>,
+    /// Hand records to each producer this many at a time (`Producer::send_all`:
+    /// one topic lookup, clock read and buffer reservation per call, as Iggy's
+    /// bench sends batches of 1000 messages); 1 sends each record on its own,
+    /// as Kafka's producer API does. With --rate a chunk goes when its last
+    /// record is due.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub send_batch: usize,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -323,6 +333,9 @@ async fn bench_produce(b: ProduceBench) -> anyhow::Result<()> {
     if b.rate == Some(0) {
         bail!("--rate must be above zero");
     }
+    if b.send_batch == 0 {
+        bail!("--send-batch must be at least 1");
+    }
     let admin_client = b.common.client.connect().await?;
     ensure_topic(&admin_client, &b.common).await?;
     let value = payload(b.producer.record_size);
@@ -349,6 +362,7 @@ async fn bench_produce(b: ProduceBench) -> anyhow::Result<()> {
         let pacing = ShareOptions {
             transaction_interval,
             rate: b.rate.map(|r| r as f64 / b.producers as f64),
+            send_batch: b.send_batch,
         };
         let value = value.clone();
         let done = done.clone();
@@ -385,6 +399,69 @@ struct ShareOptions {
     transaction_interval: Option<Duration>,
     /// Records per second of this producer (as fast as it can when `None`).
     rate: Option<f64>,
+    /// Records handed to the producer per call (`send_all` above 1).
+    send_batch: usize,
+}
+
+/// One producer's acknowledgements: one record in `PRODUCE_LATENCY_SAMPLE_EVERY`
+/// goes to the collector to be timed; the others are kept one future per
+/// batch (the records of a batch resolve together) and counted when it resolves.
+struct AckTracker {
+    timed: mpsc::Sender<(Instant, DeliveryFuture)>,
+    /// Untimed acknowledgements, oldest first, with how many records each stands for.
+    untimed: VecDeque<(DeliveryFuture, u64)>,
+    done: Arc<AtomicU64>,
+}
+
+impl AckTracker {
+    /// Keeps record `i`'s acknowledgement (`sent(i)`: when a sample's clock
+    /// starts). False when the collector stopped (on an error it reports).
+    async fn add(
+        &mut self,
+        i: u64,
+        sent: impl Fn(u64) -> Instant,
+        fut: DeliveryFuture,
+    ) -> anyhow::Result<bool> {
+        if i % PRODUCE_LATENCY_SAMPLE_EVERY == 0 {
+            return Ok(self.timed.send((sent(i), fut)).await.is_ok());
+        }
+        match self.untimed.back_mut() {
+            Some((back, n)) if back.same_batch(&fut) => *n += 1,
+            _ => {
+                self.untimed.push_back((fut, 1));
+                self.reap()?;
+            }
+        }
+        Ok(true)
+    }
+
+    /// Counts the resolved acknowledgements at the front, without waiting; a
+    /// failed record fails the bench.
+    fn reap(&mut self) -> anyhow::Result<()> {
+        while let Some((front, n)) = self.untimed.front_mut() {
+            let mut cx = task::Context::from_waker(Waker::noop());
+            match Pin::new(front).poll(&mut cx) {
+                Poll::Ready(r) => {
+                    r.map_err(|e| client_error("a record was not delivered", e))?;
+                    self.done.fetch_add(*n, Ordering::Relaxed);
+                    self.untimed.pop_front();
+                }
+                Poll::Pending => break,
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits for every untimed acknowledgement; ends the collector's input.
+    async fn finish(self) -> anyhow::Result<()> {
+        drop(self.timed);
+        for (fut, n) in self.untimed {
+            fut.await
+                .map_err(|e| client_error("a record was not delivered", e))?;
+            self.done.fetch_add(n, Ordering::Relaxed);
+        }
+        Ok(())
+    }
 }
 
 /// One producer's share: sends `count` records and times each acknowledgement.
@@ -400,6 +477,7 @@ async fn produce_share(
     let ShareOptions {
         transaction_interval,
         rate,
+        send_batch,
     } = options;
     let acks_none = config.acks == Acks::None;
     let producer = client
@@ -423,17 +501,29 @@ async fn produce_share(
         }
         Ok::<_, anyhow::Error>(h)
     });
-    // Untimed acknowledgements, oldest first; checked without waiting as sending goes on.
-    let mut untimed: VecDeque<DeliveryFuture> = VecDeque::new();
+    let mut acks = AckTracker {
+        timed: tx,
+        untimed: VecDeque::new(),
+        done: done.clone(),
+    };
     let schedule_start = Instant::now();
-    for i in 0..count {
-        // At a fixed rate, record i is due at start + i / rate; sleep only
-        // when more than a millisecond ahead (the timer's grain).
-        let due = rate.map(|r| schedule_start + Duration::from_secs_f64(i as f64 / r));
-        if let Some(due) = due
-            && due > Instant::now() + Duration::from_millis(1)
-        {
-            tokio::time::sleep_until(due.into()).await;
+    // At a fixed rate, record i is due at start + i / rate.
+    let due_at = |i: u64| rate.map(|r| schedule_start + Duration::from_secs_f64(i as f64 / r));
+    // Records due at the last look at the clock (all of them without a rate):
+    // the clock is read once per wait, not once per record.
+    let mut due_count = if rate.is_some() { 0 } else { count };
+    let mut i = 0;
+    'send: while i < count {
+        let n = (send_batch as u64).min(count - i);
+        // A chunk goes when its last record is due.
+        while due_count < i + n {
+            let r = rate.expect("without a rate every record is due");
+            due_count = ((schedule_start.elapsed().as_secs_f64() * r) as u64 + 1).min(count);
+            if due_count < i + n
+                && let Some(due) = due_at(i + n - 1)
+            {
+                tokio::time::sleep_until(due.into()).await;
+            }
         }
         if let Some(every) = transaction_interval
             && txn_started.elapsed() >= every
@@ -442,41 +532,29 @@ async fn produce_share(
             producer.begin_transaction().await.map_err(txn_error)?;
             txn_started = Instant::now();
         }
-        let record = ProducerRecord::new(topic.as_str(), value.clone());
-        if i % PRODUCE_LATENCY_SAMPLE_EVERY == 0 {
-            let sent = due.map_or_else(Instant::now, |d| d.min(Instant::now()));
-            let fut = producer
-                .send(record)
-                .await
-                .map_err(|e| client_error(format!("cannot send to {topic}"), e))?;
-            if tx.send((sent, fut)).await.is_err() {
-                break; // the collector stopped on an error; it reports it below
+        let send_error = |e| client_error(format!("cannot send to {topic}"), e);
+        // A sample is timed from when it was due (at a rate) or from now.
+        let sent = |i: u64| due_at(i).unwrap_or_else(Instant::now);
+        if n == 1 {
+            let record = ProducerRecord::new(topic.as_str(), value.clone());
+            let fut = producer.send(record).await.map_err(send_error)?;
+            if !acks.add(i, sent, fut).await? {
+                break 'send; // the collector stopped on an error; it reports it below
             }
         } else {
-            let fut = producer
-                .send(record)
-                .await
-                .map_err(|e| client_error(format!("cannot send to {topic}"), e))?;
-            untimed.push_back(fut);
-        }
-        while let Some(front) = untimed.front_mut() {
-            let mut cx = task::Context::from_waker(Waker::noop());
-            match Pin::new(front).poll(&mut cx) {
-                Poll::Ready(r) => {
-                    r.map_err(|e| client_error("a record was not delivered", e))?;
-                    untimed.pop_front();
-                    done.fetch_add(1, Ordering::Relaxed);
+            let records = (0..n)
+                .map(|_| ProducerRecord::new(topic.as_str(), value.clone()))
+                .collect();
+            let futs = producer.send_all(records).await.map_err(send_error)?;
+            for (k, fut) in (i..).zip(futs) {
+                if !acks.add(k, sent, fut).await? {
+                    break 'send;
                 }
-                Poll::Pending => break,
             }
         }
+        i += n;
     }
-    drop(tx);
-    for fut in untimed {
-        fut.await
-            .map_err(|e| client_error("a record was not delivered", e))?;
-        done.fetch_add(1, Ordering::Relaxed);
-    }
+    acks.finish().await?;
     if transaction_interval.is_some() {
         producer.commit_transaction().await.map_err(txn_error)?;
     }
