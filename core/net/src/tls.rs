@@ -77,9 +77,52 @@ pub enum ClientTls {
     },
 }
 
-/// The crypto provider used everywhere: *ring*.
+/// The crypto provider used everywhere: *ring*, preferring the cheapest AEAD
+/// this CPU runs in hardware (see [`preferred_suites`]).
 pub fn crypto_provider() -> Arc<CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
+    let mut provider = rustls::crypto::ring::default_provider();
+    provider.cipher_suites = preferred_suites(provider.cipher_suites, aes_in_hardware());
+    Arc::new(provider)
+}
+
+/// Whether this CPU has AES and carry-less multiply instructions (what
+/// AES-GCM needs to be fast).
+fn aes_in_hardware() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("aes")
+            && std::arch::is_x86_feature_detected!("pclmulqdq")
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        std::arch::is_aarch64_feature_detected!("aes")
+            && std::arch::is_aarch64_feature_detected!("pmull")
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    {
+        false
+    }
+}
+
+/// The TLS 1.3 suites in the order both ends of a Rill connection prefer
+/// (rustls's server follows the client's order, and both run this): with AES
+/// in hardware, AES-128-GCM first (ring seals 64 KiB packets about 15% faster
+/// than with AES-256-GCM here, and every QUIC peer must support it), else
+/// ChaCha20-Poly1305 (several times faster than AES without the
+/// instructions). Every suite stays offered; only the order changes.
+pub fn preferred_suites(
+    mut suites: Vec<rustls::SupportedCipherSuite>,
+    aes_in_hardware: bool,
+) -> Vec<rustls::SupportedCipherSuite> {
+    use rustls::CipherSuite::{TLS13_AES_128_GCM_SHA256, TLS13_CHACHA20_POLY1305_SHA256};
+    let first = if aes_in_hardware {
+        TLS13_AES_128_GCM_SHA256
+    } else {
+        TLS13_CHACHA20_POLY1305_SHA256
+    };
+    // A stable sort: the rest keep ring's order.
+    suites.sort_by_key(|s| s.suite() != first);
+    suites
 }
 
 impl ServerTls {
@@ -350,6 +393,44 @@ mod tests {
             "{msg}"
         );
         assert!(msg.contains("--tls-ca FILE"), "{msg}");
+    }
+
+    #[test]
+    fn the_cheapest_aead_in_hardware_comes_first_and_nothing_is_dropped() {
+        use rustls::CipherSuite::*;
+        let default = rustls::crypto::ring::default_provider().cipher_suites;
+        let names = |aes| -> Vec<_> {
+            preferred_suites(default.clone(), aes)
+                .iter()
+                .map(|s| s.suite())
+                .collect()
+        };
+        let with_aes = names(true);
+        assert_eq!(with_aes[0], TLS13_AES_128_GCM_SHA256, "{with_aes:?}");
+        assert_eq!(with_aes[1], TLS13_AES_256_GCM_SHA384, "{with_aes:?}");
+        let without = names(false);
+        assert_eq!(without[0], TLS13_CHACHA20_POLY1305_SHA256, "{without:?}");
+        assert_eq!(with_aes.len(), default.len());
+        assert_eq!(without.len(), default.len());
+        // What the configs use is the same order.
+        let home = tempfile::tempdir().unwrap();
+        let client = ClientTls::Dev {
+            home: home.path().to_path_buf(),
+        };
+        let _ = ServerTls::Dev {
+            home: home.path().to_path_buf(),
+        }
+        .rustls_config()
+        .unwrap();
+        let used: Vec<_> = client
+            .rustls_config()
+            .unwrap()
+            .crypto_provider()
+            .cipher_suites
+            .iter()
+            .map(|s| s.suite())
+            .collect();
+        assert_eq!(used, names(aes_in_hardware()));
     }
 
     #[test]
