@@ -12,6 +12,8 @@
 //! `starts[i]` is the offset of piece `i` (so finding a byte is a binary
 //! search, not a walk: a 4 MiB response may arrive in thousands of pieces).
 
+use std::borrow::Cow;
+
 use bytes::{Bytes, BytesMut};
 
 use crate::error::DecodeError;
@@ -258,23 +260,24 @@ impl<'a> RopeReader<'a> {
         }
     }
 
-    /// The next `n` bytes as (`source`, range in it): a piece of the rope when
-    /// they lie inside one, else a new buffer holding a copy. `None` if fewer
-    /// than `n` remain.
-    pub fn take(&mut self, n: usize) -> Option<(Bytes, std::ops::Range<usize>)> {
+    /// The next `n` bytes as (`source`, range in it): the rope's own piece
+    /// (borrowed, so taking costs no reference count) when they lie inside one,
+    /// else a new buffer holding a copy. `None` if fewer than `n` remain.
+    pub fn take(&mut self, n: usize) -> Option<(Cow<'a, Bytes>, std::ops::Range<usize>)> {
         if n > self.remaining() {
             return None;
         }
         if n == 0 {
-            return Some((Bytes::new(), 0..0));
+            return Some((Cow::Owned(Bytes::new()), 0..0));
         }
-        let piece = &self.rope.pieces[self.piece];
+        let rope: &'a Rope = self.rope;
+        let piece = &rope.pieces[self.piece];
         let taken = if piece.len() - self.pos >= n {
-            (piece.clone(), self.pos..self.pos + n)
+            (Cow::Borrowed(piece), self.pos..self.pos + n)
         } else {
             let mut copy = vec![0u8; n];
-            self.rope.copy_from(self.piece, self.pos, &mut copy);
-            (Bytes::from(copy), 0..n)
+            rope.copy_from(self.piece, self.pos, &mut copy);
+            (Cow::Owned(Bytes::from(copy)), 0..n)
         };
         self.advance(n);
         Some(taken)
