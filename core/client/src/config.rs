@@ -98,6 +98,9 @@ pub struct ProducerConfig {
     /// How long a batch may wait for more records before it is sent.
     pub linger: Duration,
     /// Target size of one batch (uncompressed bytes); a batch is sent once full.
+    /// A partition's open batch holds a buffer of this size (up to 1 MiB) from
+    /// its first record, as Kafka's producer does, so records are encoded in
+    /// place; a batch sent short of it keeps only what it holds.
     pub batch_size: usize,
     /// Compression of each batch's records.
     pub compression: Compression,

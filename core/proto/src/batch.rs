@@ -779,9 +779,10 @@ impl BatchBuilder {
         // Uncompressed records are already in place behind the header's room;
         // compressed ones are copied once, compressed, behind a new one.
         let mut out = match self.compression {
-            // A batch closed well short of its capacity (by linger) gives the
-            // rest back rather than hold it until acknowledged.
-            Compression::None if self.records.capacity() > 2 * self.records.len() => {
+            // A batch closed short of its capacity (by linger) gives the rest
+            // back rather than hold it until acknowledged (one copy of what it
+            // holds; a batch closed full keeps its buffer).
+            Compression::None if self.records.capacity() > self.records.len() / 4 * 5 => {
                 let mut records = self.records;
                 records.shrink_to_fit();
                 records

@@ -8,7 +8,7 @@
 //! pairs for scripts: `records= records_per_s= mb_per_s= p50_ms= p99_ms= p999_ms= max_ms=`.
 //!
 //! What each latency means:
-//! - produce: from `send` returning to the record's acknowledgement, for one record in
+//! - produce: from just before `send` to the record's acknowledgement, for one record in
 //!   `PRODUCE_LATENCY_SAMPLE_EVERY` (awaited in send order per producer, so a sample is
 //!   never counted as acknowledged before an earlier one: an upper bound when
 //!   partitions answer out of order). Every other record's acknowledgement is still
@@ -515,14 +515,17 @@ async fn produce_share(
     let mut i = 0;
     'send: while i < count {
         let n = (send_batch as u64).min(count - i);
-        // A chunk goes when its last record is due.
+        // A chunk goes when its last record is due, or at most the timer's
+        // grain (1 ms) before: sleeping to the exact instant would wake late.
         while due_count < i + n {
             let r = rate.expect("without a rate every record is due");
-            due_count = ((schedule_start.elapsed().as_secs_f64() * r) as u64 + 1).min(count);
+            let horizon = schedule_start.elapsed() + Duration::from_millis(1);
+            due_count = ((horizon.as_secs_f64() * r) as u64 + 1).min(count);
             if due_count < i + n
                 && let Some(due) = due_at(i + n - 1)
             {
-                tokio::time::sleep_until(due.into()).await;
+                let early = due.checked_sub(Duration::from_millis(1)).unwrap_or(due);
+                tokio::time::sleep_until(early.into()).await;
             }
         }
         if let Some(every) = transaction_interval
@@ -533,8 +536,15 @@ async fn produce_share(
             txn_started = Instant::now();
         }
         let send_error = |e| client_error(format!("cannot send to {topic}"), e);
-        // A sample is timed from when it was due (at a rate) or from now.
-        let sent = |i: u64| due_at(i).unwrap_or_else(Instant::now);
+        // A sample is timed from before the send (so waiting for buffer memory
+        // counts), or from when it was due if that was earlier (a producer
+        // behind its schedule shows it); the clock is read only for a chunk
+        // holding a sample.
+        let before = (i.next_multiple_of(PRODUCE_LATENCY_SAMPLE_EVERY) < i + n).then(Instant::now);
+        let sent = |k: u64| {
+            let before = before.expect("a chunk with a sample read the clock");
+            due_at(k).map_or(before, |due| due.min(before))
+        };
         if n == 1 {
             let record = ProducerRecord::new(topic.as_str(), value.clone());
             let fut = producer.send(record).await.map_err(send_error)?;

@@ -263,8 +263,8 @@ impl Producer {
         let count = self.partition_count(&record.topic).await?;
         let queued = self.prepare(record, count, now_ms())?;
         self.reserve(&queued.topic, queued.size).await?;
-        let (appended, future) = self.append(&mut shared.acc.lock(), &queued);
-        if appended.new_batch || appended.batch_closed {
+        let (future, wake) = self.append(&mut shared.acc.lock(), &queued);
+        if wake {
             shared.wake.notify_one();
         }
         Ok(future)
@@ -325,8 +325,8 @@ impl Producer {
             queued
                 .iter()
                 .map(|q| {
-                    let (appended, future) = self.append(&mut acc, q);
-                    wake |= appended.new_batch || appended.batch_closed;
+                    let (future, look) = self.append(&mut acc, q);
+                    wake |= look;
                     future
                 })
                 .collect()
@@ -398,10 +398,16 @@ impl Producer {
     }
 
     /// Appends a prepared record (its buffer memory already held) to the
-    /// accumulator; returns where it went and its delivery future.
-    fn append(&self, acc: &mut Accumulator, q: &Queued) -> (Appended, DeliveryFuture) {
+    /// accumulator; returns its delivery future and whether the sender must
+    /// look (a batch started or closed).
+    fn append(&self, acc: &mut Accumulator, q: &Queued) -> (DeliveryFuture, bool) {
         let count = q.count;
-        let appended = acc.append_to(
+        let Appended {
+            completion,
+            index,
+            new_batch,
+            batch_closed,
+        } = acc.append_to(
             &q.topic,
             q.explicit,
             || rand::random_range(0..count),
@@ -410,12 +416,12 @@ impl Producer {
             Instant::now,
         );
         let future = DeliveryFuture::new(
-            appended.completion.clone(),
-            appended.index,
+            completion,
+            index,
             q.rec.timestamp_ms,
             self.shared.config.acks,
         );
-        (appended, future)
+        (future, new_batch || batch_closed)
     }
 
     /// Holds `size` bytes of buffer memory for records to `topic`; waits while
