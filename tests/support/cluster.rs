@@ -243,7 +243,18 @@ impl TestCluster {
 
     /// Polls `rill <args>` until `ok(stdout)` holds (bounded by [`CONVERGE_TIMEOUT`]).
     pub fn wait_for(&self, what: &str, args: &[&str], ok: impl Fn(&str) -> bool) -> String {
-        let deadline = Instant::now() + CONVERGE_TIMEOUT;
+        self.wait_for_within(CONVERGE_TIMEOUT, what, args, ok)
+    }
+
+    /// [`wait_for`](Self::wait_for) with its own bound.
+    pub fn wait_for_within(
+        &self,
+        timeout: Duration,
+        what: &str,
+        args: &[&str],
+        ok: impl Fn(&str) -> bool,
+    ) -> String {
+        let deadline = Instant::now() + timeout;
         let mut last = String::new();
         while Instant::now() < deadline {
             let out = self.rill(args, b"");
