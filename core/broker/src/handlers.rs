@@ -34,7 +34,7 @@ use bytes::{Bytes, BytesMut};
 use rill_proto::types::now_ms;
 use rill_proto::wire::AclOperation;
 use rill_proto::wire::*;
-use rill_proto::{BatchBuilder, Compression, Header, Offset, Record, Rope, TimestampMs};
+use rill_proto::{BatchBuilder, Compression, Header, Offset, Record, TimestampMs};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -518,7 +518,9 @@ pub(crate) async fn produce(
     let lengths: Vec<usize> = parts.iter().map(Bytes::len).collect();
     drop(parts);
     let payload_len = payload.len();
-    let mut whole = Rope::from(payload).into_bytes_mut();
+    let mut whole = payload
+        .try_into_mut()
+        .unwrap_or_else(|shared| BytesMut::from(&shared[..]));
     let parts: Vec<BytesMut> = lengths.iter().map(|n| whole.split_to(*n)).collect();
 
     // Bound the bytes being appended at once, broker-wide.

@@ -63,29 +63,14 @@ impl Rope {
         match self.pieces.as_slice() {
             [] => Bytes::new(),
             [one] => one.clone(),
-            _ => self.joined().freeze(),
+            many => {
+                let mut joined = BytesMut::with_capacity(self.len);
+                for piece in many {
+                    joined.extend_from_slice(piece);
+                }
+                joined.freeze()
+            }
         }
-    }
-
-    /// A copy of the bytes in one buffer.
-    fn joined(&self) -> BytesMut {
-        let mut joined = BytesMut::with_capacity(self.len);
-        for piece in &self.pieces {
-            joined.extend_from_slice(piece);
-        }
-        joined
-    }
-
-    /// The bytes as one `BytesMut` the caller owns: the piece itself, without
-    /// a copy, if there is one and nothing else refers to it; else a copy.
-    pub fn into_bytes_mut(self) -> BytesMut {
-        if self.pieces.len() == 1 {
-            let piece = self.pieces.into_iter().next().expect("one piece");
-            return piece
-                .try_into_mut()
-                .unwrap_or_else(|shared| BytesMut::from(&shared[..]));
-        }
-        self.joined()
     }
 
     /// The piece and position within it of byte `at` (`at < len`; `len` gives
@@ -314,19 +299,6 @@ mod tests {
         for start in [0, 1, 6, 7, 500, 999, 1000] {
             assert_eq!(rope.crc32c_from(start), crc32c::crc32c(&whole[start..]));
         }
-    }
-
-    #[test]
-    fn into_bytes_mut_takes_a_lone_unshared_piece_without_a_copy() {
-        let piece = Bytes::from(vec![7u8; 100]);
-        let at = piece.as_ptr();
-        let owned = Rope::from(piece).into_bytes_mut();
-        assert_eq!(owned.as_ptr(), at, "the same allocation");
-        let shared = Bytes::from(vec![7u8; 100]);
-        let keep = shared.clone();
-        assert_eq!(&Rope::from(shared).into_bytes_mut()[..], &keep[..]);
-        let joined = rope_of(&[b"ab", b"cd"]).into_bytes_mut();
-        assert_eq!(&joined[..], b"abcd");
     }
 
     #[test]
