@@ -257,9 +257,7 @@ impl Producer {
     /// within `delivery_timeout`.
     pub async fn send(&self, record: ProducerRecord) -> Result<DeliveryFuture, ClientError> {
         let shared = &self.shared;
-        if shared.closing.load(Ordering::Relaxed) {
-            return Err(ClientError::Closed);
-        }
+        self.ensure_open()?;
         let count = self.partition_count(&record.topic).await?;
         let queued = self.prepare(record, count, now_ms())?;
         self.reserve(&queued.topic, queued.size).await?;
@@ -285,9 +283,7 @@ impl Producer {
         records: Vec<ProducerRecord>,
     ) -> Result<Vec<DeliveryFuture>, ClientError> {
         let shared = &self.shared;
-        if shared.closing.load(Ordering::Relaxed) {
-            return Err(ClientError::Closed);
-        }
+        self.ensure_open()?;
         let Some(first) = records.first() else {
             return Ok(Vec::new());
         };
@@ -335,6 +331,14 @@ impl Producer {
             shared.wake.notify_one();
         }
         Ok(futures)
+    }
+
+    /// Refuses new records once `close` began.
+    fn ensure_open(&self) -> Result<(), ClientError> {
+        if self.shared.closing.load(Ordering::Relaxed) {
+            return Err(ClientError::Closed);
+        }
+        Ok(())
     }
 
     /// The partition count of `topic`, from the client's metadata cache when it
@@ -464,9 +468,7 @@ impl Producer {
         records: Vec<ProducerRecord>,
     ) -> Result<Vec<DeliveryFuture>, ClientError> {
         let shared = &self.shared;
-        if shared.closing.load(Ordering::Relaxed) {
-            return Err(ClientError::Closed);
-        }
+        self.ensure_open()?;
         let Some(first) = records.first() else {
             return Ok(Vec::new());
         };
