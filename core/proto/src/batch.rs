@@ -342,6 +342,13 @@ pub fn set_leader_epoch(batch: &mut [u8], epoch: LeaderEpoch) {
     batch[LEADER_EPOCH_OFFSET..LEADER_EPOCH_OFFSET + 4].copy_from_slice(&epoch.0.to_be_bytes());
 }
 
+/// Recomputes the CRC of one whole batch (at the start of `batch`) after a
+/// field inside the checksummed part changed.
+fn reseal_crc(batch: &mut [u8]) {
+    let crc = crc32c::crc32c(&batch[ATTRIBUTES_OFFSET..]);
+    batch[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
+}
+
 /// Stamps an idempotent producer's identity (id, epoch, base sequence) into one
 /// whole batch and recomputes its CRC (the fields lie inside the checksummed
 /// part). The producer does this when a batch is first sent, so a batch built
@@ -350,8 +357,7 @@ pub fn set_producer(batch: &mut [u8], id: ProducerId, epoch: i16, base_sequence:
     batch[43..51].copy_from_slice(&id.0.to_be_bytes());
     batch[51..53].copy_from_slice(&epoch.to_be_bytes());
     batch[53..57].copy_from_slice(&base_sequence.to_be_bytes());
-    let crc = crc32c::crc32c(&batch[ATTRIBUTES_OFFSET..]);
-    batch[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
+    reseal_crc(batch);
 }
 
 /// Marks one whole batch as part of its producer's transaction (attribute
@@ -361,8 +367,7 @@ pub fn set_transactional(batch: &mut [u8]) {
     let attributes = i16::from_be_bytes([batch[ATTRIBUTES_OFFSET], batch[ATTRIBUTES_OFFSET + 1]])
         | ATTR_TRANSACTIONAL;
     batch[ATTRIBUTES_OFFSET..ATTRIBUTES_OFFSET + 2].copy_from_slice(&attributes.to_be_bytes());
-    let crc = crc32c::crc32c(&batch[ATTRIBUTES_OFFSET..]);
-    batch[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
+    reseal_crc(batch);
 }
 
 /// One whole batch (at the start of `batch`) whose lz4 records section is in
@@ -390,8 +395,7 @@ pub fn lz4_legacy_to_frame(batch: &[u8]) -> Result<Option<Vec<u8>>, DecodeError>
     out.extend_from_slice(&framed);
     let batch_length = (out.len() - LOG_OVERHEAD) as i32;
     out[8..12].copy_from_slice(&batch_length.to_be_bytes());
-    let crc = crc32c::crc32c(&out[ATTRIBUTES_OFFSET..]);
-    out[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
+    reseal_crc(&mut out);
     Ok(Some(out))
 }
 
@@ -818,8 +822,7 @@ impl BatchBuilder {
             header = rest;
         }
         debug_assert!(header.is_empty(), "the header fills BATCH_HEADER_LEN");
-        let crc = crc32c::crc32c(&out[ATTRIBUTES_OFFSET..]);
-        out[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
+        reseal_crc(&mut out);
         Bytes::from(out)
     }
 }
@@ -1004,8 +1007,7 @@ mod tests {
                 // Damage past the header, and re-sign it so decoding reads the damage.
                 let i = BATCH_HEADER_LEN + idx.index(bytes.len() - BATCH_HEADER_LEN);
                 bytes[i] = v;
-                let crc = crc32c::crc32c(&bytes[ATTRIBUTES_OFFSET..]);
-                bytes[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
+                reseal_crc(&mut bytes);
             }
             let whole = Bytes::from(bytes.clone());
             let header = BatchHeader::parse(&whole).unwrap();
@@ -1092,8 +1094,7 @@ mod tests {
         b.push(&Record::from_value("x", 1));
         let mut bytes = b.build().to_vec();
         bytes[57..61].copy_from_slice(&i32::MAX.to_be_bytes());
-        let crc = crc32c::crc32c(&bytes[ATTRIBUTES_OFFSET..]);
-        bytes[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
+        reseal_crc(&mut bytes);
         let err = BatchView::new(&bytes).unwrap().records().unwrap_err();
         assert!(err.to_string().contains("record"), "{err}");
     }
