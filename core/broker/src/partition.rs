@@ -321,6 +321,15 @@ impl Partition {
         self.with_log(LogOp::Read, |log| Ok(log.end_offset_for_epoch(epoch)))
     }
 
+    /// Where this replica cuts after the leader's OffsetForLeaderEpoch answer
+    /// for [`Partition::latest_epoch`] (KIP-101 and KIP-279).
+    pub fn truncation(
+        &self,
+        leader: Option<(LeaderEpoch, Offset)>,
+    ) -> Result<rill_log::epoch::Truncation, ErrorInfo> {
+        self.with_log(LogOp::Read, |log| Ok(log.truncation(leader)))
+    }
+
     /// Removes records at or after `offset` (follower truncation); the high
     /// watermark is capped at the new log end.
     pub fn truncate_to(&self, offset: Offset) -> Result<(), ErrorInfo> {

@@ -14,6 +14,17 @@ use std::path::{Path, PathBuf};
 /// File name of the leader-epoch checkpoint inside a log directory.
 pub const LEADER_EPOCH_CHECKPOINT: &str = "leader-epoch-checkpoint";
 
+/// A follower's cut after one OffsetForLeaderEpoch answer
+/// ([`LeaderEpochCache::truncation`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Truncation {
+    /// Records at or after this offset go (the log end: none do).
+    pub to: Offset,
+    /// Whether this replica agrees with the leader up to `to`; when not, it
+    /// cuts at `to` and asks again with the epoch its log then ends in.
+    pub settled: bool,
+}
+
 #[derive(Debug)]
 pub struct LeaderEpochCache {
     dir: PathBuf,
@@ -111,6 +122,43 @@ impl LeaderEpochCache {
         let found = self.entries[idx].0;
         let end = self.entries.get(idx + 1).map_or(log_end, |&(_, s)| s);
         Some((found, end))
+    }
+
+    /// Where a follower with this cache and log end cuts its log once the
+    /// leader answered OffsetForLeaderEpoch for the follower's latest epoch
+    /// with `leader`: the largest epoch it has at or before the one asked, and
+    /// where that epoch ends in its log (`None`: it has none at or before).
+    ///
+    /// KIP-101 with KIP-279's repeat: when the leader answers with an epoch
+    /// this replica does not have, this replica's records from that epoch's
+    /// end on came from epochs the leader never saw, but even before that its
+    /// records may have been written under an earlier epoch than the leader's
+    /// (the same offsets filled twice by two leaders). So it cuts back to where
+    /// its own latest epoch at or before the leader's ends, and asks again with
+    /// the epoch it then ends in, until both name the same epoch.
+    pub fn truncation(&self, leader: Option<(LeaderEpoch, Offset)>, log_end: Offset) -> Truncation {
+        let Some((leader_epoch, leader_end)) = leader else {
+            // No epoch of the leader's at or before ours: none of ours is known
+            // to match (the fetch from 0 then starts at the leader's log start).
+            return Truncation {
+                to: Offset(0),
+                settled: true,
+            };
+        };
+        match self.end_offset_for(leader_epoch, log_end) {
+            Some((ours, end)) if ours == leader_epoch => Truncation {
+                to: end.min(leader_end).min(log_end),
+                settled: true,
+            },
+            Some((_, end)) => Truncation {
+                to: end.min(log_end),
+                settled: false,
+            },
+            None => Truncation {
+                to: leader_end.min(log_end),
+                settled: true,
+            },
+        }
     }
 
     /// Writes the checkpoint file crash-safely.

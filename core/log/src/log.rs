@@ -641,6 +641,10 @@ impl Log {
     pub fn truncate_to(&mut self, offset: Offset) -> Result<(), LogError> {
         let end = self.log_end_offset();
         if offset >= end {
+            // No record goes; an epoch entry at or past `offset` wrote none.
+            if self.epochs.truncate_from_end(offset) {
+                self.epochs.persist()?;
+            }
             return Ok(());
         }
         if offset <= self.log_start_offset() {
@@ -898,6 +902,17 @@ impl Log {
     /// higher epoch, or the log end offset), with the largest epoch <= `epoch`.
     pub fn end_offset_for_epoch(&self, epoch: LeaderEpoch) -> Option<(LeaderEpoch, Offset)> {
         self.epochs.end_offset_for(epoch, self.log_end_offset())
+    }
+
+    /// Where this log, as a follower, cuts after the leader's OffsetForLeaderEpoch
+    /// answer for [`Log::latest_epoch`] (see [`crate::epoch::LeaderEpochCache::truncation`]).
+    pub fn truncation(&self, leader: Option<(LeaderEpoch, Offset)>) -> crate::epoch::Truncation {
+        self.epochs.truncation(leader, self.log_end_offset())
+    }
+
+    /// The latest leader epoch that wrote to this log.
+    pub fn latest_epoch(&self) -> Option<LeaderEpoch> {
+        self.epochs.latest_epoch()
     }
 
     /// Flushes and closes.

@@ -380,3 +380,103 @@ fn segment_bytes_is_kept_between_the_batches_of_one_append() {
     let log = Log::open(dir.path(), small_config(), NOW).unwrap();
     assert_eq!(offsets(&read_all(&log)), (0..480).collect::<Vec<_>>());
 }
+
+/// Every byte of a log, start to end (for comparing replicas).
+fn all_bytes(log: &Log) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut from = log.log_start_offset();
+    let end = log.log_end_offset();
+    while from < end {
+        let bytes = log
+            .read(from, 1 << 20, end)
+            .unwrap()
+            .unwrap()
+            .read()
+            .unwrap();
+        from = rill_proto::batch::batches(&bytes)
+            .map(|b| b.unwrap().header.next_offset())
+            .last()
+            .unwrap();
+        out.extend_from_slice(&bytes);
+    }
+    out
+}
+
+/// A follower truncates as the broker's replica fetcher does (ask the leader
+/// where the follower's latest epoch ends, cut, repeat until settled), then
+/// fetches the rest. Returns how many questions it asked.
+fn follow(leader: &Log, follower: &mut Log) -> usize {
+    let mut asked = 0;
+    loop {
+        asked += 1;
+        assert!(asked < 10, "truncation settles");
+        let Some(ours) = follower.latest_epoch() else {
+            break;
+        };
+        let t = follower.truncation(leader.end_offset_for_epoch(ours));
+        follower.truncate_to(t.to).unwrap();
+        if t.settled {
+            break;
+        }
+    }
+    while follower.log_end_offset() < leader.log_end_offset() {
+        let from = follower.log_end_offset();
+        let bytes = leader
+            .read(from, 1 << 20, leader.log_end_offset())
+            .unwrap()
+            .unwrap()
+            .read()
+            .unwrap();
+        follower.append_replicated(&bytes, NOW).unwrap();
+    }
+    asked
+}
+
+#[test]
+fn a_follower_cuts_back_through_an_epoch_the_leader_never_saw() {
+    // KIP-279: A and B share offsets 0..4 (epoch 1). A leads at epoch 5 and
+    // writes offset 4, which B never gets; B leads at epoch 6 and writes its
+    // own offset 4, the same size (a producer's retry); A leads again at 7
+    // and writes offset 5. B asks where its epoch 6 ends: A answers with
+    // epoch 5, ending at 5, past B's 4 — one cut there would keep B's 4 (epoch
+    // 6) beside A's 4 (epoch 5): the same offset, two different batches.
+    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let mut a = Log::open(dirs[0].path(), small_config(), NOW).unwrap();
+    let mut b = Log::open(dirs[1].path(), small_config(), NOW).unwrap();
+    for _ in 0..2 {
+        a.append(&mut batch("shared", 2, NOW), E1, NOW).unwrap();
+    }
+    follow(&a, &mut b);
+    assert_eq!(all_bytes(&a), all_bytes(&b));
+    a.append(&mut batch("x", 1, NOW), LeaderEpoch(5), NOW)
+        .unwrap();
+    b.append(&mut batch("x", 1, NOW), LeaderEpoch(6), NOW)
+        .unwrap();
+    a.append(&mut batch("y", 1, NOW), LeaderEpoch(7), NOW)
+        .unwrap();
+    assert_eq!(
+        b.truncation(a.end_offset_for_epoch(LeaderEpoch(6))),
+        rill_log::epoch::Truncation {
+            to: o(4),
+            settled: false
+        },
+        "B's epoch 1 ends at 4: cut there and ask again"
+    );
+
+    let asked = follow(&a, &mut b);
+    assert_eq!(asked, 2, "epoch 6, then epoch 1");
+    assert_eq!(b.log_end_offset(), o(6));
+    assert_eq!(b.epoch_entries(), a.epoch_entries());
+    assert!(
+        all_bytes(&a) == all_bytes(&b),
+        "the replicas hold the same bytes"
+    );
+
+    // The ordinary case: the follower's latest epoch is the leader's; one
+    // question, nothing cut.
+    a.append(&mut batch("z", 3, NOW), LeaderEpoch(7), NOW)
+        .unwrap();
+    assert_eq!(follow(&a, &mut b), 1);
+    assert_eq!(b.log_end_offset(), o(9));
+    assert!(all_bytes(&a) == all_bytes(&b));
+}

@@ -28,6 +28,9 @@ pub const REPLICA_FETCH_WAIT: Duration = Duration::from_millis(500);
 pub const REPLICA_FETCH_BYTES_MAX: u32 = 8 * 1024 * 1024;
 /// Pause after a failed follower fetch before the next try.
 pub const REPLICA_RETRY_BACKOFF: Duration = Duration::from_millis(100);
+/// Most OffsetForLeaderEpoch rounds for one partition before it backs off
+/// (each round asks an earlier epoch, so a log with fewer epochs settles sooner).
+const TRUNCATION_ROUNDS_MAX: usize = 64;
 /// Most OffsetForLeaderEpoch requests one fetcher has in flight.
 pub const TRUNCATIONS_IN_FLIGHT_MAX: usize = 64;
 /// How often a leader checks its partitions' ISR.
@@ -320,49 +323,57 @@ impl ReplicaFetcher {
         let work = futures::stream::iter(partitions)
             .map(|(key, p, epoch)| async move {
                 let tp = format!("{}-{}", p.topic(), p.index());
-                let Some(ours) = p.latest_epoch() else {
-                    return (key, epoch, true);
-                };
-                let req = OffsetForLeaderEpochRequest {
-                    topic: p.topic().to_string(),
-                    partition: p.index(),
-                    current_leader_epoch: epoch,
-                    leader_epoch: ours,
-                };
-                match state.cluster.links.call(&self.addr, &req, timeout).await {
-                    Ok((resp, _)) => {
-                        if !self.still(&key, epoch) {
+                // KIP-279: when the leader answers with an epoch this replica
+                // does not have, cut back to where this replica's own earlier
+                // epoch ends and ask again; each round asks an earlier epoch.
+                for _ in 0..TRUNCATION_ROUNDS_MAX {
+                    let Some(ours) = p.latest_epoch() else {
+                        return (key, epoch, true);
+                    };
+                    let req = OffsetForLeaderEpochRequest {
+                        topic: p.topic().to_string(),
+                        partition: p.index(),
+                        current_leader_epoch: epoch,
+                        leader_epoch: ours,
+                    };
+                    let resp = match state.cluster.links.call(&self.addr, &req, timeout).await {
+                        Ok((resp, _)) => resp,
+                        Err(e) => {
+                            tracing::debug!(partition = %tp, error = %e, "OffsetForLeaderEpoch failed; retrying");
                             return (key, epoch, false);
                         }
-                        let end = match resp.leader_epoch {
-                            // Our epoch (or an earlier one the leader has) ends at
-                            // end_offset; when the leader only has an earlier epoch,
-                            // that epoch's end is also where ours diverges.
-                            Some(_) => resp.end_offset,
-                            None => Offset(0),
-                        };
-                        if end < p.log_end_offset() {
-                            tracing::info!(partition = %tp, from = %p.log_end_offset(), to = %end, leader_epoch = %epoch, "truncating to the leader's epoch boundary");
-                            let p2 = p.clone();
-                            match tokio::task::spawn_blocking(move || p2.truncate_to(end)).await {
-                                Ok(Ok(())) => {}
-                                Ok(Err(e)) => {
-                                    tracing::error!(partition = %tp, error = %e, "truncation failed");
-                                    return (key, epoch, false);
-                                }
-                                Err(e) => {
-                                    tracing::error!(partition = %tp, error = %e, "truncation task failed");
-                                    return (key, epoch, false);
-                                }
+                    };
+                    if !self.still(&key, epoch) {
+                        return (key, epoch, false);
+                    }
+                    let t = match p.truncation(resp.leader_epoch.map(|e| (e, resp.end_offset))) {
+                        Ok(t) => t,
+                        Err(e) => {
+                            tracing::error!(partition = %tp, error = %e, "cannot read the log's epochs");
+                            return (key, epoch, false);
+                        }
+                    };
+                    if t.to < p.log_end_offset() || !t.settled {
+                        tracing::info!(partition = %tp, from = %p.log_end_offset(), to = %t.to, our_epoch = %ours, leaders_answer = ?resp.leader_epoch, leader_epoch = %epoch, settled = t.settled, "truncating to the leader's epoch boundary");
+                        let p2 = p.clone();
+                        match tokio::task::spawn_blocking(move || p2.truncate_to(t.to)).await {
+                            Ok(Ok(())) => {}
+                            Ok(Err(e)) => {
+                                tracing::error!(partition = %tp, error = %e, "truncation failed");
+                                return (key, epoch, false);
+                            }
+                            Err(e) => {
+                                tracing::error!(partition = %tp, error = %e, "truncation task failed");
+                                return (key, epoch, false);
                             }
                         }
-                        (key, epoch, true)
                     }
-                    Err(e) => {
-                        tracing::debug!(partition = %tp, error = %e, "OffsetForLeaderEpoch failed; retrying");
-                        (key, epoch, false)
+                    if t.settled {
+                        return (key, epoch, true);
                     }
                 }
+                tracing::warn!(partition = %tp, rounds = TRUNCATION_ROUNDS_MAX, "truncation did not settle with the leader; retrying");
+                (key, epoch, false)
             })
             .buffer_unordered(TRUNCATIONS_IN_FLIGHT_MAX);
         tokio::pin!(work);
