@@ -1426,6 +1426,38 @@ fn batches(dir: &Path, hw: i64) -> BTreeMap<i64, (i64, Vec<u8>)> {
     out
 }
 
+/// Which header fields of two record batches differ, and whether their
+/// records do, for a divergence report (" (leader epoch 4 vs 5)").
+fn header_diff(x: &[u8], y: &[u8]) -> String {
+    const FIELDS: [(&str, usize, usize); 11] = [
+        ("length", 8, 12),
+        ("leader epoch", 12, 16),
+        ("magic", 16, 17),
+        ("crc", 17, 21),
+        ("attributes", 21, 23),
+        ("base timestamp", 27, 35),
+        ("max timestamp", 35, 43),
+        ("producer id", 43, 51),
+        ("producer epoch", 51, 53),
+        ("base sequence", 53, 57),
+        ("record count", 57, 61),
+    ];
+    let int = |b: &[u8]| b.iter().fold(0i64, |a, &v| (a << 8) | v as i64);
+    let mut out: Vec<String> = FIELDS
+        .iter()
+        .filter(|(_, s, e)| x.len() >= *e && y.len() >= *e && x[*s..*e] != y[*s..*e])
+        .map(|(n, s, e)| format!("{n} {} vs {}", int(&x[*s..*e]), int(&y[*s..*e])))
+        .collect();
+    if x.get(61..) != y.get(61..) {
+        out.push("records differ".into());
+    }
+    if out.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", out.join(", "))
+    }
+}
+
 /// Workload (5): every replica byte-identical up to the high watermark.
 fn check_replicas(
     seed: u64,
@@ -1475,8 +1507,12 @@ fn check_replicas(
                     m.get(&k)
                         .map_or("none".to_string(), |(l, b)| format!("{k}..={l}, {} bytes", b.len()))
                 };
+                let fields = match (reps[0].get(&k), reps[b].get(&k)) {
+                    (Some((_, x)), Some((_, y))) => header_diff(x, y),
+                    _ => String::new(),
+                };
                 Some(format!(
-                    "broker 0 and broker {b} differ at offset {k}: batch {} vs {}; batches below hw {}: {} vs {}",
+                    "broker 0 and broker {b} differ at offset {k}: batch {} vs {}{fields}; batches below hw {}: {} vs {}",
                     show(&reps[0]),
                     show(&reps[b]),
                     hw.0,
@@ -1488,6 +1524,18 @@ fn check_replicas(
                 break;
             };
             if Instant::now() > give_up {
+                // Keep the replicas' files for a look at the bytes.
+                let keep = Path::new(env!("CARGO_TARGET_TMPDIR"))
+                    .join("net_faults")
+                    .join(seed.to_string());
+                for b in 0..BROKERS {
+                    let from = cluster.data_dir(b).join(format!("{topic}-{p}"));
+                    let to = keep.join(format!("broker-{b}-{topic}-{p}"));
+                    let _ = std::fs::create_dir_all(&to);
+                    for f in std::fs::read_dir(&from).into_iter().flatten().flatten() {
+                        let _ = std::fs::copy(f.path(), to.join(f.file_name()));
+                    }
+                }
                 anomalies.lock().unwrap().push(Anomaly {
                     t: hist.now(),
                     what: format!(
