@@ -13,7 +13,8 @@
 //! though requests to one broker travel concurrently on separate QUIC streams.
 //!
 //! Keyless records use a sticky partition per topic, forgotten when the batch on
-//! it closes.
+//! it closes; a keyless record that would overflow the sticky partition's batch
+//! goes to the next sticky partition (KIP-480), not into a batch of its own.
 //!
 //! Invariants: every batch id is in `incomplete` from creation until the sender
 //! reports it done, so flush can wait for exactly the batches that existed when
@@ -273,17 +274,34 @@ impl Accumulator {
         let compression = self.compression;
         let id = self.next_batch_id;
         let t = topic_mut(&mut self.topics, topic);
-        let partition = match partition {
-            Some(p) => p,
-            None => t.sticky_partition(choose),
+        let would_overflow = |t: &mut TopicQueues, p: u32| {
+            t.partition_mut(p).open.as_ref().is_some_and(|o| {
+                !o.builder.is_empty() && o.builder.estimated_size() + size > batch_size
+            })
         };
         let mut batch_closed = false;
-        let full = t.partition_mut(partition).open.as_ref().is_some_and(|o| {
-            !o.builder.is_empty() && o.builder.estimated_size() + size > batch_size
-        });
-        if full {
+        let keyless = partition.is_none();
+        let partition = match (partition, t.sticky) {
+            (Some(p), _) => p,
+            // A keyless record that would start a new batch on the sticky
+            // partition starts it on the next sticky partition instead (Kafka's
+            // KIP-480): left on the old one, it would sit alone in a batch
+            // nothing else fills until linger closes it.
+            (None, Some(p)) if would_overflow(t, p) => {
+                t.close(p);
+                batch_closed = true;
+                t.sticky_partition(choose)
+            }
+            (None, _) => t.sticky_partition(choose),
+        };
+        if would_overflow(t, partition) {
+            // An explicit partition's batch is full (or the new sticky
+            // partition's, filled by records sent to it by number).
             t.close(partition);
             batch_closed = true;
+            if keyless {
+                t.sticky = Some(partition);
+            }
         }
         let mut new_batch = false;
         // The partition's queue exists (`partition_mut` above made it); the
@@ -677,6 +695,35 @@ mod tests {
         let r = a.append("t", p1, &rec(&"x".repeat(200)), 1, t0);
         assert!(r.batch_closed);
         assert_eq!(a.sticky_partition("t", || 7), 7);
+    }
+
+    #[test]
+    fn a_keyless_record_that_overflows_the_sticky_batch_starts_the_next_partition() {
+        let mut a = acc(250);
+        let t0 = Instant::now();
+        let keyless = |a: &mut Accumulator, v: &str, choose: u32| {
+            a.append_to("t", None, || choose, &rec(v), 1, || t0)
+        };
+        let first = keyless(&mut a, &"a".repeat(100), 0);
+        assert!(first.new_batch && !first.batch_closed);
+        assert!(!keyless(&mut a, &"b".repeat(50), 9).batch_closed);
+        // The third would overflow partition 0's batch: that batch closes and
+        // the record opens a batch on the next sticky partition, 1.
+        let third = keyless(&mut a, &"c".repeat(100), 1);
+        assert!(third.batch_closed && third.new_batch);
+        assert_eq!(third.completion.partition, 1);
+        assert_eq!(a.sticky_partition("t", || 9), 1);
+        assert!(
+            a.topics["t"].partitions[0].open.is_none(),
+            "nothing is left alone on partition 0 to wait for linger"
+        );
+        let closed = &a.topics["t"].partitions[0].ready;
+        assert_eq!(closed.len(), 1);
+        assert_eq!(closed[0].record_count, 2);
+        // An explicit partition keeps its records whatever the sticky one is.
+        let explicit = a.append("t", 0, &rec("d"), 1, t0);
+        assert_eq!(explicit.completion.partition, 0);
+        assert_eq!(a.sticky_partition("t", || 9), 1);
     }
 
     #[test]
