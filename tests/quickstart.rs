@@ -397,6 +397,41 @@ fn bench_produce_at_a_fixed_rate_keeps_its_schedule() {
     assert_eq!(records.len(), 3000);
 }
 
+/// `rill bench consume` with a consumer whose partition holds nothing: that
+/// consumer waits in long polls while the other reads every record, and the
+/// run ends once the records asked for arrived (the consumers still waiting
+/// are woken, not awaited to the end of their polls); it reports the records
+/// read, and says nothing of a topic holding fewer.
+#[test]
+fn bench_consume_ends_when_the_records_asked_for_arrived() {
+    let broker = TestBroker::start();
+    broker.rill_ok(&["topic", "create", "lopsided", "--partitions", "2"]);
+    let lines: String = (0..300).map(|i| format!("record-{i:04}\n")).collect();
+    broker.rill_stdin_ok(
+        &["produce", "lopsided", "--partition", "0"],
+        lines.as_bytes(),
+    );
+    let started = std::time::Instant::now();
+    let out = broker.rill_ok(&[
+        "bench",
+        "consume",
+        "--topic",
+        "lopsided",
+        "--records",
+        "300",
+        "--consumers",
+        "2",
+    ]);
+    let last = out.lines().last().unwrap_or_default();
+    assert!(last.starts_with("records=300 "), "{out}");
+    assert!(out.contains("consume: 300 records, 0.0 MB"), "{out}");
+    assert!(!out.contains("held only"), "{out}");
+    // A consumer that polled on until its idle timeout (10 s without data)
+    // instead of stopping at the target would take that long.
+    let took = started.elapsed();
+    assert!(took < std::time::Duration::from_secs(8), "took {took:?}");
+}
+
 /// `rill bench produce --send-batch N` hands records to the producer N at a
 /// time (`Producer::send_all`), the last chunk shorter, and still keeps a
 /// `--rate` schedule: 2,500 records at 5,000/s in chunks of 300 all arrive, and

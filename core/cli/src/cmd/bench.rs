@@ -30,8 +30,8 @@ use std::collections::VecDeque;
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::task::{self, Poll, Waker};
 use std::time::{Duration, Instant};
 
@@ -44,7 +44,7 @@ use rill_client::{
     Acks, Client, ClientError, Compression, ConsumerConfig, DeliveryFuture, NewTopic, OffsetReset,
     ProducerConfig, ProducerRecord, TopicPartition,
 };
-use tokio::sync::mpsc;
+use tokio::sync::{Notify, mpsc};
 
 use crate::client_args::{ClientArgs, client_error};
 
@@ -612,6 +612,7 @@ async fn bench_consume(b: ConsumeBench) -> anyhow::Result<()> {
     for _ in &shares {
         clients.push(b.common.client.connect().await?);
     }
+    let finish = Arc::new(FinishLine::new(b.common.records));
     let start = Instant::now();
     let mut tasks = Vec::new();
     for (client, share) in clients.into_iter().zip(shares) {
@@ -620,17 +621,17 @@ async fn bench_consume(b: ConsumeBench) -> anyhow::Result<()> {
             auto_offset_reset: OffsetReset::Earliest,
             ..ConsumerConfig::default()
         };
-        let (done, bytes, target) = (done.clone(), bytes.clone(), b.common.records);
+        let (done, bytes, finish) = (done.clone(), bytes.clone(), finish.clone());
         let (group, topic) = (b.group.clone(), b.common.topic.clone());
         tasks.push(tokio::spawn(async move {
             match group {
                 Some(group) => {
                     super::bench_group::consume_member(
-                        client, config, group, topic, target, done, bytes,
+                        client, config, group, topic, finish, done, bytes,
                     )
                     .await
                 }
-                None => consume_share(client, config, share, target, done, bytes).await,
+                None => consume_share(client, config, share, finish, done, bytes).await,
             }
         }));
     }
@@ -639,7 +640,9 @@ async fn bench_consume(b: ConsumeBench) -> anyhow::Result<()> {
         let h = t.await.context("a consumer task panicked")??;
         latency.add(&h).expect("histograms with equal bounds add");
     }
-    let elapsed = start.elapsed();
+    // The run ends when the last record needed arrived (a member leaving its
+    // group afterwards is not consuming).
+    let elapsed = finish.at().unwrap_or_else(Instant::now) - start;
     ticker.abort();
     bar.finish_and_clear();
     let records = done.load(Ordering::Relaxed);
@@ -669,7 +672,7 @@ async fn consume_share(
     client: Client,
     config: ConsumerConfig,
     share: Vec<TopicPartition>,
-    target: u64,
+    finish: Arc<FinishLine>,
     done: Arc<AtomicU64>,
     bytes: Arc<AtomicU64>,
 ) -> anyhow::Result<Histogram<u64>> {
@@ -683,12 +686,15 @@ async fn consume_share(
         .map_err(|e| client_error("cannot seek to the beginning", e))?;
     let mut h = new_histogram();
     let mut idle_since = Instant::now();
-    while done.load(Ordering::Relaxed) < target {
+    loop {
         let t = Instant::now();
-        let records = consumer
-            .poll(Duration::from_millis(500))
+        let Some(polled) = finish
+            .unless_crossed(consumer.poll(Duration::from_millis(500)))
             .await
-            .map_err(|e| client_error("cannot poll", e))?;
+        else {
+            break;
+        };
+        let records = polled.map_err(|e| client_error("cannot poll", e))?;
         if records.is_empty() {
             if idle_since.elapsed() > CONSUME_IDLE_TIMEOUT {
                 break;
@@ -697,7 +703,7 @@ async fn consume_share(
         }
         record_latency(&mut h, t.elapsed());
         idle_since = Instant::now();
-        count_consumed(&records, &done, &bytes);
+        count_consumed(&records, &done, &bytes, &finish);
     }
     Ok(h)
 }
@@ -908,6 +914,7 @@ pub(super) fn count_consumed(
     records: &[rill_client::ConsumerRecord],
     done: &AtomicU64,
     bytes: &AtomicU64,
+    finish: &FinishLine,
 ) {
     let n: u64 = records
         .iter()
@@ -916,5 +923,54 @@ pub(super) fn count_consumed(
         })
         .sum();
     bytes.fetch_add(n, Ordering::Relaxed);
-    done.fetch_add(records.len() as u64, Ordering::Relaxed);
+    let count = records.len() as u64;
+    if done.fetch_add(count, Ordering::Relaxed) + count >= finish.target {
+        finish.cross();
+    }
+}
+
+/// The consume bench's finish line, shared by its consumers: the moment the
+/// records counted reached the target ends the run, and wakes the consumers
+/// still waiting in a long poll on partitions they drained (which would
+/// otherwise stretch the run by up to a fetch's wait).
+#[derive(Debug)]
+pub(crate) struct FinishLine {
+    target: u64,
+    at: OnceLock<Instant>,
+    crossed: Notify,
+}
+
+impl FinishLine {
+    pub(super) fn new(target: u64) -> FinishLine {
+        FinishLine {
+            target,
+            at: OnceLock::new(),
+            crossed: Notify::new(),
+        }
+    }
+
+    fn cross(&self) {
+        self.at.get_or_init(Instant::now);
+        self.crossed.notify_waiters();
+    }
+
+    /// When the target was reached, if it was.
+    pub(super) fn at(&self) -> Option<Instant> {
+        self.at.get().copied()
+    }
+
+    /// `work`'s output, or `None` once the line is crossed (before or while
+    /// `work` waits).
+    pub(super) async fn unless_crossed<T>(&self, work: impl Future<Output = T>) -> Option<T> {
+        let crossed = self.crossed.notified();
+        tokio::pin!(crossed);
+        crossed.as_mut().enable();
+        if self.at().is_some() {
+            return None;
+        }
+        tokio::select! {
+            out = work => Some(out),
+            _ = crossed => None,
+        }
+    }
 }

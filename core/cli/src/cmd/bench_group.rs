@@ -27,7 +27,8 @@ use rill_client::{
 };
 
 use super::bench::{
-    CONSUME_IDLE_TIMEOUT, Common, count_consumed, ensure_topic, new_histogram, record_latency,
+    CONSUME_IDLE_TIMEOUT, Common, FinishLine, count_consumed, ensure_topic, new_histogram,
+    record_latency,
 };
 use crate::client_args::{ClientArgs, client_error};
 
@@ -43,7 +44,7 @@ pub(crate) async fn consume_member(
     config: ConsumerConfig,
     group: String,
     topic: String,
-    target: u64,
+    finish: Arc<FinishLine>,
     done: Arc<AtomicU64>,
     bytes: Arc<AtomicU64>,
 ) -> anyhow::Result<Histogram<u64>> {
@@ -56,12 +57,15 @@ pub(crate) async fn consume_member(
         .map_err(|e| client_error(format!("cannot join group {group}"), e))?;
     let mut h = new_histogram();
     let mut idle_since = Instant::now();
-    while done.load(Ordering::Relaxed) < target {
+    loop {
         let t = Instant::now();
-        let records = member
-            .poll(Duration::from_millis(500))
+        let Some(polled) = finish
+            .unless_crossed(member.poll(Duration::from_millis(500)))
             .await
-            .map_err(|e| client_error("cannot poll", e))?;
+        else {
+            break;
+        };
+        let records = polled.map_err(|e| client_error("cannot poll", e))?;
         if records.is_empty() {
             if idle_since.elapsed() > CONSUME_IDLE_TIMEOUT {
                 break;
@@ -70,7 +74,7 @@ pub(crate) async fn consume_member(
         }
         record_latency(&mut h, t.elapsed());
         idle_since = Instant::now();
-        count_consumed(&records, &done, &bytes);
+        count_consumed(&records, &done, &bytes, &finish);
     }
     member
         .close()
