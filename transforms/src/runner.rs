@@ -977,7 +977,7 @@ async fn send_output(
         value: origin,
     });
     let record = ProducerRecord {
-        topic: to.topic,
+        topic: to.topic.into(),
         partition: Some(to.partition),
         key: o.key,
         value: o.value,
@@ -1018,7 +1018,7 @@ async fn dead_letter(
         value: origin,
     });
     let dlq = ProducerRecord {
-        topic: to.topic,
+        topic: to.topic.into(),
         partition: Some(to.partition),
         key: record.key.clone(),
         value: record.value.clone(),

@@ -96,7 +96,7 @@ pub use group::{
     DEFAULT_SESSION_TIMEOUT_MS, GroupConfig, GroupConsumer, GroupDescription, GroupEvent,
     GroupMember, GroupPartition, LEAVE_ON_DROP_TIMEOUT, ResetSpec,
 };
-pub use producer::{DeliveryFuture, Producer, ProducerRecord, RecordMetadata};
+pub use producer::{DeliveryFuture, IntoTopic, Producer, ProducerRecord, RecordMetadata};
 
 // The wire and batch types the API speaks, so users need not depend on rill-proto.
 pub use rill_proto::wire::{

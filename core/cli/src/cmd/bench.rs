@@ -506,6 +506,8 @@ async fn produce_share(
         untimed: VecDeque::new(),
         done: done.clone(),
     };
+    // One shared name: no record allocates its own.
+    let topic_name: Arc<str> = topic.as_str().into();
     let schedule_start = Instant::now();
     // At a fixed rate, record i is due at start + i / rate.
     let due_at = |i: u64| rate.map(|r| schedule_start + Duration::from_secs_f64(i as f64 / r));
@@ -546,14 +548,14 @@ async fn produce_share(
             due_at(k).map_or(before, |due| due.min(before))
         };
         if n == 1 {
-            let record = ProducerRecord::new(topic.as_str(), value.clone());
+            let record = ProducerRecord::new(&topic_name, value.clone());
             let fut = producer.send(record).await.map_err(send_error)?;
             if !acks.add(i, sent, fut).await? {
                 break 'send; // the collector stopped on an error; it reports it below
             }
         } else {
             let records = (0..n)
-                .map(|_| ProducerRecord::new(topic.as_str(), value.clone()))
+                .map(|_| ProducerRecord::new(&topic_name, value.clone()))
                 .collect();
             let futs = producer.send_all(records).await.map_err(send_error)?;
             for (k, fut) in (i..).zip(futs) {

@@ -193,12 +193,13 @@ pub async fn run(b: TransformBench) -> anyhow::Result<()> {
         let start = Instant::now();
         let mut seen = 0u64;
         let mut last = Instant::now();
+        let plain_topic: std::sync::Arc<str> = plain_out.as_str().into();
         while seen < b.records {
             let records = poll_some(&mut consumer, &mut last, "plain", seen, b.records).await?;
             seen += records.len() as u64;
             for r in records {
                 let out = ProducerRecord {
-                    topic: plain_out.clone(),
+                    topic: plain_topic.clone(),
                     partition: None,
                     key: r.key,
                     value: r.value,

@@ -59,7 +59,7 @@ pub use delivery::{DeliveryFuture, RecordMetadata};
 
 /// A record checked and ready for the accumulator (see `Producer::prepare`).
 struct Queued {
-    topic: String,
+    topic: Arc<str>,
     /// The partition when explicit or keyed; `None`: the topic's sticky one.
     explicit: Option<u32>,
     /// The topic's partition count (the sticky choice draws from it).
@@ -72,7 +72,9 @@ struct Queued {
 /// A record to send.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProducerRecord {
-    pub topic: String,
+    /// Shared, so a producer of many records to one topic can pass clones of
+    /// one `Arc<str>` and no record allocates its topic's name.
+    pub topic: Arc<str>,
     /// `None`: by key hash, or sticky for keyless records.
     pub partition: Option<u32>,
     pub key: Option<Bytes>,
@@ -83,11 +85,48 @@ pub struct ProducerRecord {
     pub timestamp_ms: Option<TimestampMs>,
 }
 
+/// A topic name for a [`ProducerRecord`]: `&str`, `String`, `&String`, or an
+/// `Arc<str>` (whose clones cost no allocation: hold one for a topic you send
+/// many records to).
+pub trait IntoTopic {
+    fn into_topic(self) -> Arc<str>;
+}
+
+impl IntoTopic for &str {
+    fn into_topic(self) -> Arc<str> {
+        Arc::from(self)
+    }
+}
+
+impl IntoTopic for String {
+    fn into_topic(self) -> Arc<str> {
+        Arc::from(self)
+    }
+}
+
+impl IntoTopic for &String {
+    fn into_topic(self) -> Arc<str> {
+        Arc::from(self.as_str())
+    }
+}
+
+impl IntoTopic for Arc<str> {
+    fn into_topic(self) -> Arc<str> {
+        self
+    }
+}
+
+impl IntoTopic for &Arc<str> {
+    fn into_topic(self) -> Arc<str> {
+        self.clone()
+    }
+}
+
 impl ProducerRecord {
     /// A keyless record with a value.
-    pub fn new(topic: impl Into<String>, value: impl Into<Bytes>) -> ProducerRecord {
+    pub fn new(topic: impl IntoTopic, value: impl Into<Bytes>) -> ProducerRecord {
         ProducerRecord {
-            topic: topic.into(),
+            topic: topic.into_topic(),
             partition: None,
             key: None,
             value: Some(value.into()),
@@ -97,9 +136,9 @@ impl ProducerRecord {
     }
 
     /// A tombstone for `key`.
-    pub fn tombstone(topic: impl Into<String>, key: impl Into<Bytes>) -> ProducerRecord {
+    pub fn tombstone(topic: impl IntoTopic, key: impl Into<Bytes>) -> ProducerRecord {
         ProducerRecord {
-            topic: topic.into(),
+            topic: topic.into_topic(),
             partition: None,
             key: Some(key.into()),
             value: None,
@@ -293,7 +332,7 @@ impl Producer {
         let mut total = 0usize;
         // The partition count of the topic of the record before (records of one
         // topic usually come together).
-        let mut known: Option<(String, u32)> = None;
+        let mut known: Option<(Arc<str>, u32)> = None;
         for record in records {
             let count = match &known {
                 Some((topic, count)) if *topic == record.topic => *count,
@@ -386,7 +425,7 @@ impl Producer {
         let (limit, max) = self.shared.size_bound();
         if size + rill_proto::batch::BATCH_HEADER_LEN > max {
             return Err(ClientError::RecordTooLarge {
-                topic: record.topic,
+                topic: record.topic.to_string(),
                 size,
                 limit,
                 max,
@@ -513,7 +552,7 @@ impl Producer {
         if size + rill_proto::batch::BATCH_HEADER_LEN > max {
             // The whole batch is the unit here, so its size is what is reported.
             return Err(ClientError::RecordTooLarge {
-                topic: topic_name,
+                topic: topic_name.to_string(),
                 size,
                 limit,
                 max,
@@ -719,4 +758,28 @@ fn not_transactional() -> ClientError {
     ClientError::Config(
         "this producer has no transactional_id: set ProducerConfig::transactional_id to use transactions".into(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_form_of_topic_name_names_the_same_topic_and_an_arc_is_shared() {
+        let owned = String::from("events");
+        let shared: Arc<str> = Arc::from("events");
+        let records = [
+            ProducerRecord::new("events", "v"),
+            ProducerRecord::new(&owned, "v"),
+            ProducerRecord::new(owned.clone(), "v"),
+            ProducerRecord::new(&shared, "v"),
+            ProducerRecord::tombstone(shared.clone(), "k"),
+        ];
+        for r in &records {
+            assert_eq!(&*r.topic, "events");
+        }
+        assert!(Arc::ptr_eq(&records[3].topic, &shared));
+        assert!(Arc::ptr_eq(&records[4].topic, &shared));
+        assert!(!Arc::ptr_eq(&records[0].topic, &shared));
+    }
 }
