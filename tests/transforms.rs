@@ -1187,6 +1187,24 @@ fn an_exactly_once_transform_keeps_every_id_once_while_brokers_fail() {
         ],
         b"",
     );
+    // A deployment's state topic lives on every broker here (up to three),
+    // not on the broker default's one: a restore after a failure finds its
+    // state on a broker that is up.
+    for t in [
+        "__transform-eos-faults-state",
+        "__transform-eos-counts-state",
+    ] {
+        let describe = c.rill_ok(&["topic", "describe", t], b"");
+        for p in 0..3 {
+            if let Some((_, replicas, _)) = support::cluster::partition_n(&describe, p) {
+                assert_eq!(replicas, vec![0, 1, 2], "{t}-{p}: {describe}");
+            }
+        }
+        assert!(
+            support::cluster::partition0(&describe).is_some(),
+            "{describe}"
+        );
+    }
     for round in 1..=ROUNDS {
         let victim = rng.below(3) as usize;
         let pause = rng.below(2) == 0;

@@ -39,6 +39,47 @@ pub async fn ensure_topic(
     partitions: u32,
     configs: Vec<(String, String)>,
 ) -> Result<bool, ClientError> {
+    create_if_missing(client, name, partitions, None, configs).await
+}
+
+/// Most replicas of a transform's own topics (registry, status, logs, state):
+/// as the broker's internal topics, three, or every live broker if fewer.
+pub const INTERNAL_REPLICATION_FACTOR_MAX: u16 = 3;
+
+/// [`ensure_topic`] for a topic transforms keep for themselves (the registry,
+/// status and logs, a deployment's state): replicated on up to
+/// [`INTERNAL_REPLICATION_FACTOR_MAX`] live brokers, not the broker's default
+/// (1 unless configured), so a transform restoring its state after a broker
+/// failed finds it on another broker.
+pub async fn ensure_internal_topic(
+    client: &Client,
+    name: &str,
+    partitions: u32,
+    configs: Vec<(String, String)>,
+) -> Result<bool, ClientError> {
+    if client.partition_count(name).await.is_ok() {
+        return Ok(false);
+    }
+    // Created by whoever comes first; the replica count is read only then.
+    let live = client
+        .admin()
+        .cluster()
+        .await?
+        .brokers
+        .iter()
+        .filter(|b| b.alive)
+        .count();
+    let rf = (live as u16).clamp(1, INTERNAL_REPLICATION_FACTOR_MAX);
+    create_if_missing(client, name, partitions, Some(rf), configs).await
+}
+
+async fn create_if_missing(
+    client: &Client,
+    name: &str,
+    partitions: u32,
+    replication_factor: Option<u16>,
+    configs: Vec<(String, String)>,
+) -> Result<bool, ClientError> {
     if client.partition_count(name).await.is_ok() {
         return Ok(false);
     }
@@ -47,7 +88,7 @@ pub async fn ensure_topic(
         .create_topic(NewTopic {
             name: name.to_string(),
             partitions: Some(partitions),
-            replication_factor: None,
+            replication_factor,
             configs,
         })
         .await;
@@ -79,9 +120,9 @@ pub async fn ensure_internal_topics(client: &Client) -> Result<(), ClientError> 
         "max.message.bytes".into(),
         TRANSFORMS_MESSAGE_BYTES_MAX.to_string(),
     ));
-    ensure_topic(client, TRANSFORMS_TOPIC, 1, transforms).await?;
-    ensure_topic(client, STATUS_TOPIC, 1, compacted()).await?;
-    ensure_topic(
+    ensure_internal_topic(client, TRANSFORMS_TOPIC, 1, transforms).await?;
+    ensure_internal_topic(client, STATUS_TOPIC, 1, compacted()).await?;
+    ensure_internal_topic(
         client,
         LOGS_TOPIC,
         1,

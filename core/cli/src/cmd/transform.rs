@@ -20,8 +20,8 @@ use rill_transforms::deployment::{
 };
 use rill_transforms::instance::{CALL_TIMEOUT_DEFAULT, MEMORY_BYTES_MAX_DEFAULT, now_ms};
 use rill_transforms::registry::{
-    self, STATUS_TOPIC, ensure_internal_topics, ensure_topic, load_deployment, load_deployments,
-    load_logs, load_status, store_deployment,
+    self, STATUS_TOPIC, ensure_internal_topic, ensure_internal_topics, ensure_topic,
+    load_deployment, load_deployments, load_logs, load_status, store_deployment,
 };
 use rill_transforms::{TransformModule, supervisor};
 
@@ -416,7 +416,7 @@ async fn deploy(a: DeployArgs) -> anyhow::Result<()> {
         created.push(dlq_topic(&d.name));
     }
     let compact = vec![("cleanup.policy".to_string(), "compact".to_string())];
-    ensure_topic(&client, &state_topic(&d.name), partitions_max, compact).await?;
+    ensure_internal_topic(&client, &state_topic(&d.name), partitions_max, compact).await?;
     d.module.shrink_to_fit();
     let runs_as = store_deployment(&client, &d, None).await?;
     println!(
