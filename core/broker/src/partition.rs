@@ -330,6 +330,21 @@ impl Partition {
         self.with_log(LogOp::Read, |log| Ok(log.truncation(leader)))
     }
 
+    /// Empties this replica's log and starts it at `offset` (a follower behind
+    /// the leader's log start); the high watermark follows.
+    pub fn restart_at(&self, offset: Offset) -> Result<(), ErrorInfo> {
+        self.with_log(LogOp::Maintain, |log| {
+            log.restart_at(offset)?;
+            let start = log.log_start_offset();
+            let end = log.log_end_offset();
+            self.log_start_offset.store(start.0, Ordering::Release);
+            self.log_end_offset.store(end.0, Ordering::Release);
+            self.note_first_unstable(log);
+            self.replica.lock().truncate(end);
+            Ok(())
+        })
+    }
+
     /// Removes records at or after `offset` (follower truncation); the high
     /// watermark is capped at the new log end.
     pub fn truncate_to(&self, offset: Offset) -> Result<(), ErrorInfo> {

@@ -112,13 +112,18 @@ impl LeaderEpochCache {
     }
 
     /// KIP-101: for the largest epoch <= `epoch` in the cache, its end offset: the start
-    /// offset of the next epoch, or `log_end` if it is the latest.
+    /// offset of the next epoch, or `log_end` if it is the latest. For an epoch
+    /// older than every entry (the log's start moved past it), as Kafka: that
+    /// epoch, ending where the first entry starts. `None` only when the cache
+    /// is empty.
     pub fn end_offset_for(
         &self,
         epoch: LeaderEpoch,
         log_end: Offset,
     ) -> Option<(LeaderEpoch, Offset)> {
-        let idx = self.entries.iter().rposition(|&(e, _)| e <= epoch)?;
+        let Some(idx) = self.entries.iter().rposition(|&(e, _)| e <= epoch) else {
+            return self.entries.first().map(|&(_, start)| (epoch, start));
+        };
         let found = self.entries[idx].0;
         let end = self.entries.get(idx + 1).map_or(log_end, |&(_, s)| s);
         Some((found, end))
@@ -138,8 +143,8 @@ impl LeaderEpochCache {
     /// the epoch it then ends in, until both name the same epoch.
     pub fn truncation(&self, leader: Option<(LeaderEpoch, Offset)>, log_end: Offset) -> Truncation {
         let Some((leader_epoch, leader_end)) = leader else {
-            // No epoch of the leader's at or before ours: none of ours is known
-            // to match (the fetch from 0 then starts at the leader's log start).
+            // The leader has no epochs at all (an empty log): none of ours is
+            // known to match.
             return Truncation {
                 to: Offset(0),
                 settled: true,
@@ -203,7 +208,11 @@ mod tests {
         c.assign(LeaderEpoch(3), Offset(10));
         c.assign(LeaderEpoch(4), Offset(25));
         let leo = Offset(40);
-        assert_eq!(c.end_offset_for(LeaderEpoch(0), leo), None);
+        assert_eq!(
+            c.end_offset_for(LeaderEpoch(0), leo),
+            Some((LeaderEpoch(0), Offset(0))),
+            "older than every entry: ends where the first starts"
+        );
         assert_eq!(
             c.end_offset_for(LeaderEpoch(1), leo),
             Some((LeaderEpoch(1), Offset(10)))

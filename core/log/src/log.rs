@@ -641,7 +641,8 @@ impl Log {
     pub fn truncate_to(&mut self, offset: Offset) -> Result<(), LogError> {
         let end = self.log_end_offset();
         if offset >= end {
-            // No record goes; an epoch entry at or past `offset` wrote none.
+            // No record goes, but an epoch entry starting at or past `offset`
+            // does (it holds no record any more, or never did).
             if self.epochs.truncate_from_end(offset) {
                 self.epochs.persist()?;
             }
@@ -682,6 +683,18 @@ impl Log {
         }
         fsync_dir(&self.dir)?;
         self.after_truncation(new_end)
+    }
+
+    /// Empties the log and starts it again at `offset` (a follower whose log
+    /// ends before the leader's log start: what it has is gone on the leader,
+    /// and it continues from there, as Kafka's follower does).
+    pub fn restart_at(&mut self, offset: Offset) -> Result<(), LogError> {
+        self.truncate_fully_and_start_at(offset)?;
+        // As Kafka's: no epoch of the old records applies to what comes next.
+        if self.epochs.truncate_from_end(Offset(i64::MIN)) {
+            self.epochs.persist()?;
+        }
+        Ok(())
     }
 
     fn truncate_fully_and_start_at(&mut self, offset: Offset) -> Result<(), LogError> {

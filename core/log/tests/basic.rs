@@ -127,7 +127,10 @@ fn epochs_and_truncation() {
         log.end_offset_for_epoch(LeaderEpoch(4)),
         Some((LeaderEpoch(4), o(50)))
     );
-    assert_eq!(log.end_offset_for_epoch(LeaderEpoch(0)), None);
+    assert_eq!(
+        log.end_offset_for_epoch(LeaderEpoch(0)),
+        Some((LeaderEpoch(0), o(0)))
+    );
     // Truncating inside a batch removes the whole batch.
     log.truncate_to(o(35)).unwrap();
     assert_eq!(log.log_end_offset(), o(30));
@@ -479,4 +482,36 @@ fn a_follower_cuts_back_through_an_epoch_the_leader_never_saw() {
     assert_eq!(follow(&a, &mut b), 1);
     assert_eq!(b.log_end_offset(), o(9));
     assert!(all_bytes(&a) == all_bytes(&b));
+}
+
+#[test]
+fn a_follower_behind_the_leaders_log_start_restarts_there() {
+    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let mut leader = Log::open(dirs[0].path(), small_config(), NOW).unwrap();
+    let mut follower = Log::open(dirs[1].path(), small_config(), NOW).unwrap();
+    follower
+        .append(&mut batch("old", 10, NOW), LeaderEpoch(9), NOW)
+        .unwrap();
+    // The leader's log starts at 50 (what came before went to retention).
+    leader.restart_at(o(50)).unwrap();
+    leader
+        .append(&mut batch("new", 5, NOW), LeaderEpoch(3), NOW)
+        .unwrap();
+    follower.restart_at(o(50)).unwrap();
+    assert_eq!(
+        (follower.log_start_offset(), follower.log_end_offset()),
+        (o(50), o(50))
+    );
+    assert!(
+        follower.epoch_entries().is_empty(),
+        "no epoch of the old records"
+    );
+    assert_eq!(follow(&leader, &mut follower), 1);
+    assert_eq!(follower.epoch_entries(), vec![(LeaderEpoch(3), o(50))]);
+    assert!(all_bytes(&leader) == all_bytes(&follower));
+    // Reopened, it still starts at 50.
+    drop(follower);
+    let follower = Log::open(dirs[1].path(), small_config(), NOW).unwrap();
+    assert_eq!(follower.log_start_offset(), o(50));
+    assert_eq!(follower.log_end_offset(), o(55));
 }

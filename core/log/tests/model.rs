@@ -463,6 +463,9 @@ fn run(ops: Vec<Op>) -> Model {
                     let s = m.start;
                     m.truncate_epochs_start(s);
                     m.cleaned = m.cleaned.clamp(m.start, m.end);
+                } else {
+                    // No record goes; an epoch entry from `to` on goes.
+                    m.truncate_epochs_end(to);
                 }
             }
             Op::Retention(by_time, v) => {
@@ -551,12 +554,13 @@ fn run(ops: Vec<Op>) -> Model {
         }
         check(log.as_ref().unwrap(), &m);
         let e = LeaderEpoch((now % 7) as i32);
-        let want = m.epochs.iter().rposition(|&(x, _)| x <= e.0).map(|i| {
-            (
+        let want = match m.epochs.iter().rposition(|&(x, _)| x <= e.0) {
+            Some(i) => Some((
                 LeaderEpoch(m.epochs[i].0),
                 Offset(m.epochs.get(i + 1).map_or(m.end, |x| x.1)),
-            )
-        });
+            )),
+            None => m.epochs.first().map(|&(_, s)| (e, Offset(s))),
+        };
         assert_eq!(log.as_ref().unwrap().end_offset_for_epoch(e), want);
     }
     log.take().unwrap().close().unwrap();

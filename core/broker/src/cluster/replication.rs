@@ -469,6 +469,28 @@ impl ReplicaFetcher {
                     self.back_off(key, *epoch);
                 }
                 None => appends.push((key.clone(), p.clone(), *epoch, bytes, fp.high_watermark)),
+                Some(e)
+                    if e.code == ErrorCode::OffsetOutOfRange
+                        && fp.log_start_offset > p.log_end_offset() =>
+                {
+                    // Everything this replica has is gone on the leader
+                    // (retention moved its log start past our end): start
+                    // again from the leader's log start.
+                    let tp = format!("{}-{}", p.topic(), p.index());
+                    tracing::info!(partition = %tp, from = %p.log_end_offset(), to = %fp.log_start_offset, "behind the leader's log start: restarting the replica there");
+                    let (p2, start) = (p.clone(), fp.log_start_offset);
+                    match tokio::task::spawn_blocking(move || p2.restart_at(start)).await {
+                        Ok(Ok(())) => {}
+                        Ok(Err(e)) => {
+                            tracing::error!(partition = %tp, error = %e, "cannot restart the replica");
+                            self.back_off(key, *epoch);
+                        }
+                        Err(e) => {
+                            tracing::error!(partition = %tp, error = %e, "replica restart task failed");
+                            self.back_off(key, *epoch);
+                        }
+                    }
+                }
                 Some(e) => {
                     tracing::debug!(partition = %format!("{}-{}", p.topic(), p.index()), error = %e, "replica fetch refused");
                     self.back_off(key, *epoch);
