@@ -1429,12 +1429,13 @@ fn batches(dir: &Path, hw: i64) -> BTreeMap<i64, (i64, Vec<u8>)> {
 /// Which header fields of two record batches differ, and whether their
 /// records do, for a divergence report (" (leader epoch 4 vs 5)").
 fn header_diff(x: &[u8], y: &[u8]) -> String {
-    const FIELDS: [(&str, usize, usize); 11] = [
+    const FIELDS: [(&str, usize, usize); 12] = [
         ("length", 8, 12),
         ("leader epoch", 12, 16),
         ("magic", 16, 17),
         ("crc", 17, 21),
         ("attributes", 21, 23),
+        ("last offset delta", 23, 27),
         ("base timestamp", 27, 35),
         ("max timestamp", 35, 43),
         ("producer id", 43, 51),
@@ -1442,7 +1443,12 @@ fn header_diff(x: &[u8], y: &[u8]) -> String {
         ("base sequence", 53, 57),
         ("record count", 57, 61),
     ];
-    let int = |b: &[u8]| b.iter().fold(0i64, |a, &v| (a << 8) | v as i64);
+    // Big-endian, signed (an epoch or sequence of -1 reads -1).
+    let int = |b: &[u8]| {
+        let u = b.iter().fold(0u64, |a, &v| (a << 8) | v as u64);
+        let shift = 64 - 8 * b.len() as u32;
+        ((u << shift) as i64) >> shift
+    };
     let mut out: Vec<String> = FIELDS
         .iter()
         .filter(|(_, s, e)| x.len() >= *e && y.len() >= *e && x[*s..*e] != y[*s..*e])
@@ -1531,6 +1537,7 @@ fn check_replicas(
                 for b in 0..BROKERS {
                     let from = cluster.data_dir(b).join(format!("{topic}-{p}"));
                     let to = keep.join(format!("broker-{b}-{topic}-{p}"));
+                    let _ = std::fs::remove_dir_all(&to);
                     let _ = std::fs::create_dir_all(&to);
                     for f in std::fs::read_dir(&from).into_iter().flatten().flatten() {
                         let _ = std::fs::copy(f.path(), to.join(f.file_name()));
