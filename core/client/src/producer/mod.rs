@@ -116,6 +116,18 @@ impl IntoTopic for Arc<str> {
     }
 }
 
+impl IntoTopic for std::borrow::Cow<'_, str> {
+    fn into_topic(self) -> Arc<str> {
+        Arc::from(self)
+    }
+}
+
+impl IntoTopic for Box<str> {
+    fn into_topic(self) -> Arc<str> {
+        Arc::from(self)
+    }
+}
+
 impl IntoTopic for &Arc<str> {
     fn into_topic(self) -> Arc<str> {
         self.clone()
