@@ -39,7 +39,7 @@ pub async fn ensure_topic(
     partitions: u32,
     configs: Vec<(String, String)>,
 ) -> Result<bool, ClientError> {
-    create_if_missing(client, name, partitions, None, configs).await
+    create_if_missing(client, name, partitions, false, configs).await
 }
 
 /// Most replicas of a transform's own topics (registry, status, logs, state):
@@ -57,32 +57,35 @@ pub async fn ensure_internal_topic(
     partitions: u32,
     configs: Vec<(String, String)>,
 ) -> Result<bool, ClientError> {
-    if client.partition_count(name).await.is_ok() {
-        return Ok(false);
-    }
-    // Created by whoever comes first; the replica count is read only then.
-    let live = client
-        .admin()
-        .cluster()
-        .await?
-        .brokers
-        .iter()
-        .filter(|b| b.alive)
-        .count();
-    let rf = (live as u16).clamp(1, INTERNAL_REPLICATION_FACTOR_MAX);
-    create_if_missing(client, name, partitions, Some(rf), configs).await
+    create_if_missing(client, name, partitions, true, configs).await
 }
 
+/// Creates `name` unless it exists, with the broker's default replication
+/// factor or (`internal`) on up to [`INTERNAL_REPLICATION_FACTOR_MAX`] live
+/// brokers, counted only when the topic is missing.
 async fn create_if_missing(
     client: &Client,
     name: &str,
     partitions: u32,
-    replication_factor: Option<u16>,
+    internal: bool,
     configs: Vec<(String, String)>,
 ) -> Result<bool, ClientError> {
     if client.partition_count(name).await.is_ok() {
         return Ok(false);
     }
+    let replication_factor = if internal {
+        let live = client
+            .admin()
+            .cluster()
+            .await?
+            .brokers
+            .iter()
+            .filter(|b| b.alive)
+            .count();
+        Some((live as u16).clamp(1, INTERNAL_REPLICATION_FACTOR_MAX))
+    } else {
+        None
+    };
     let result = client
         .admin()
         .create_topic(NewTopic {

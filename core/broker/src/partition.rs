@@ -335,14 +335,20 @@ impl Partition {
     pub fn restart_at(&self, offset: Offset) -> Result<(), ErrorInfo> {
         self.with_log(LogOp::Maintain, |log| {
             log.restart_at(offset)?;
-            let start = log.log_start_offset();
-            let end = log.log_end_offset();
-            self.log_start_offset.store(start.0, Ordering::Release);
-            self.log_end_offset.store(end.0, Ordering::Release);
-            self.note_first_unstable(log);
-            self.replica.lock().truncate(end);
+            self.after_cut(log);
             Ok(())
         })
+    }
+
+    /// After the log lost its end (truncation, restart): the offsets, the
+    /// first unstable offset and the replica state follow it.
+    fn after_cut(&self, log: &Log) {
+        let start = log.log_start_offset();
+        let end = log.log_end_offset();
+        self.log_start_offset.store(start.0, Ordering::Release);
+        self.log_end_offset.store(end.0, Ordering::Release);
+        self.note_first_unstable(log);
+        self.replica.lock().truncate(end);
     }
 
     /// Removes records at or after `offset` (follower truncation); the high
@@ -350,12 +356,7 @@ impl Partition {
     pub fn truncate_to(&self, offset: Offset) -> Result<(), ErrorInfo> {
         self.with_log(LogOp::Maintain, |log| {
             log.truncate_to(offset)?;
-            let start = log.log_start_offset();
-            let end = log.log_end_offset();
-            self.log_start_offset.store(start.0, Ordering::Release);
-            self.log_end_offset.store(end.0, Ordering::Release);
-            self.note_first_unstable(log);
-            self.replica.lock().truncate(end);
+            self.after_cut(log);
             Ok(())
         })
     }
