@@ -310,7 +310,12 @@ impl Producer {
         let shared = &self.shared;
         self.ensure_open()?;
         let count = self.partition_count(&record.topic).await?;
-        let queued = self.prepare(record, count, now_ms())?;
+        // The clock only for a record without its own timestamp.
+        let now = match record.timestamp_ms {
+            Some(ts) => ts,
+            None => now_ms(),
+        };
+        let queued = self.prepare(record, count, now)?;
         self.reserve(&queued.topic, queued.size).await?;
         let (future, wake) = self.append(&mut shared.acc.lock(), &queued);
         if wake {
