@@ -502,3 +502,109 @@ fn a_broker_keeps_logs_only_for_the_partitions_it_is_a_replica_of() {
     assert!(!stray_dir.exists(), "{} was kept", stray_dir.display());
     assert_eq!(dirs(&c, 2), expected(2));
 }
+
+/// The base offset of the oldest segment file in a partition directory.
+fn first_segment_base(dir: &std::path::Path) -> Option<i64> {
+    std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            name.strip_suffix(".log")?.parse::<i64>().ok()
+        })
+        .min()
+}
+
+/// A follower that was down while the leader's retention deleted every
+/// record it held comes back with a log that ends before the leader's log
+/// start. Its fetch is refused as out of range; it starts its log again at
+/// the leader's log start and rejoins the ISR (before, it retried the refused
+/// fetch forever and never rejoined).
+#[test]
+fn a_follower_behind_the_leaders_log_start_restarts_there_and_rejoins() {
+    let (_cfg_dir, cfg) = support::temp_file("rill.toml", "retention_check_interval_ms = 200\n");
+    // Three brokers so the metadata quorum keeps a majority with one down.
+    let mut c = TestCluster::start_joined(3, &["--config", cfg.to_str().unwrap()]);
+    c.wait_all_live();
+    // Small segments, and retention keeps only about the last two of them.
+    c.rill_ok(
+        &[
+            "topic",
+            "create",
+            "behind",
+            "--partitions",
+            "1",
+            "--replication-factor",
+            "2",
+            "--config",
+            "segment.bytes=1024",
+            "--config",
+            "retention.bytes=2048",
+            "--config",
+            "min.insync.replicas=1",
+            // The ISR drops the dead follower soon, so the high watermark
+            // (below which retention deletes) moves on without it.
+            "--config",
+            "replica.lag.time.max.ms=1000",
+        ],
+        b"",
+    );
+    let lines = |from: usize, to: usize| -> String {
+        (from..to)
+            .map(|i| format!("record-{i:05}-{}\n", "x".repeat(40)))
+            .collect()
+    };
+    c.rill_ok(&["produce", "behind"], lines(0, 50).as_bytes());
+    let in_sync = |d: &str| partition0(d).is_some_and(|(_, _, isr)| isr.len() == 2);
+    let describe = c.wait_for(
+        "both replicas in sync",
+        &["topic", "describe", "behind"],
+        in_sync,
+    );
+    let (leader, replicas, _) = partition0(&describe).unwrap();
+    let leader = leader.expect("a leader");
+    let follower = *replicas.iter().find(|r| **r != leader).unwrap() as usize;
+    let follower_end = 50;
+    c.kill(follower);
+    // The leader takes more while the follower is away, and its retention
+    // deletes every record the follower has.
+    // (One `rill produce` sends its lines as one batch, and a segment rolls
+    // only between batches: several calls make several segments.)
+    for from in (50..400).step_by(50) {
+        c.rill_ok(
+            &["produce", "behind", "--acks", "1"],
+            lines(from, from + 50).as_bytes(),
+        );
+    }
+    let leader_dir = c.data_dir(leader as usize).join("behind-0");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while first_segment_base(&leader_dir).is_none_or(|b| b <= follower_end) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the leader's retention did not move its log start past {follower_end}\n{}",
+            c.logs()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    c.wait_for(
+        "the ISR without the follower",
+        &["topic", "describe", "behind"],
+        |d| partition0(d).is_some_and(|(_, _, isr)| isr == vec![leader]),
+    );
+    c.spawn(follower);
+    c.wait_for(
+        "the follower back in the ISR",
+        &["topic", "describe", "behind"],
+        in_sync,
+    );
+    let start = first_segment_base(&c.data_dir(follower).join("behind-0")).unwrap();
+    assert!(
+        start > follower_end,
+        "the follower starts at the leader's log start, not {start}"
+    );
+    assert!(
+        c.logs().contains("restarting the replica there"),
+        "{}",
+        c.logs()
+    );
+}
