@@ -60,7 +60,7 @@ pub const TOPIC_REMOTE_DELETE_TIMEOUT: Duration = Duration::from_secs(30);
 pub const SOFTWARE: &str = concat!("rill-broker/", env!("CARGO_PKG_VERSION"));
 
 /// Runs blocking registry work on the blocking pool.
-async fn blocking<T: Send + 'static>(
+pub(crate) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, ErrorInfo> {
     tokio::task::spawn_blocking(f).await.map_err(|e| {

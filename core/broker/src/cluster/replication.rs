@@ -9,6 +9,7 @@
 //! The ISR decision is a pure transition of the partition's replication state
 //! ([`crate::replica::ReplicaState::isr_change`]), unit-tested without a runtime.
 
+use crate::handlers::blocking;
 use crate::partition::Partition;
 use crate::state::BrokerState;
 use futures::StreamExt;
@@ -356,16 +357,9 @@ impl ReplicaFetcher {
                     if t.to < p.log_end_offset() || !t.settled {
                         tracing::info!(partition = %tp, from = %p.log_end_offset(), to = %t.to, our_epoch = %ours, leaders_answer = ?resp.leader_epoch, leader_epoch = %epoch, settled = t.settled, "truncating to the leader's epoch boundary");
                         let p2 = p.clone();
-                        match tokio::task::spawn_blocking(move || p2.truncate_to(t.to)).await {
-                            Ok(Ok(())) => {}
-                            Ok(Err(e)) => {
-                                tracing::error!(partition = %tp, error = %e, "truncation failed");
-                                return (key, epoch, false);
-                            }
-                            Err(e) => {
-                                tracing::error!(partition = %tp, error = %e, "truncation task failed");
-                                return (key, epoch, false);
-                            }
+                        if let Err(e) = blocking(move || p2.truncate_to(t.to)).await.and_then(|r| r) {
+                            tracing::error!(partition = %tp, error = %e, "truncation failed");
+                            return (key, epoch, false);
                         }
                     }
                     if t.settled {
@@ -479,16 +473,9 @@ impl ReplicaFetcher {
                     let tp = format!("{}-{}", p.topic(), p.index());
                     tracing::info!(partition = %tp, from = %p.log_end_offset(), to = %fp.log_start_offset, "behind the leader's log start: restarting the replica there");
                     let (p2, start) = (p.clone(), fp.log_start_offset);
-                    match tokio::task::spawn_blocking(move || p2.restart_at(start)).await {
-                        Ok(Ok(())) => {}
-                        Ok(Err(e)) => {
-                            tracing::error!(partition = %tp, error = %e, "cannot restart the replica");
-                            self.back_off(key, *epoch);
-                        }
-                        Err(e) => {
-                            tracing::error!(partition = %tp, error = %e, "replica restart task failed");
-                            self.back_off(key, *epoch);
-                        }
+                    if let Err(e) = blocking(move || p2.restart_at(start)).await.and_then(|r| r) {
+                        tracing::error!(partition = %tp, error = %e, "cannot restart the replica");
+                        self.back_off(key, *epoch);
                     }
                 }
                 Some(e) => {
