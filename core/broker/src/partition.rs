@@ -301,11 +301,9 @@ impl Partition {
 
     /// The latest leader epoch in the log's epoch checkpoint.
     pub fn latest_epoch(&self) -> Option<LeaderEpoch> {
-        self.with_log(LogOp::Read, |log| {
-            Ok(log.epoch_entries().last().map(|e| e.0))
-        })
-        .ok()
-        .flatten()
+        self.with_log(LogOp::Read, |log| Ok(log.latest_epoch()))
+            .ok()
+            .flatten()
     }
 
     /// The idempotent producers this partition's log remembers, by id.

@@ -96,6 +96,13 @@ impl LeaderEpochCache {
         self.entries.len() != before
     }
 
+    /// Drops every entry (the log restarted with none of its old records).
+    pub fn clear(&mut self) -> bool {
+        let had = !self.entries.is_empty();
+        self.entries.clear();
+        had
+    }
+
     /// The log now starts at `start`: entries wholly before it go, and the latest of
     /// those is kept with its start moved up to `start`.
     pub fn truncate_from_start(&mut self, start: Offset) -> bool {

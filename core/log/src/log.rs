@@ -691,7 +691,7 @@ impl Log {
     pub fn restart_at(&mut self, offset: Offset) -> Result<(), LogError> {
         self.truncate_fully_and_start_at(offset)?;
         // As Kafka's: no epoch of the old records applies to what comes next.
-        if self.epochs.truncate_from_end(Offset(i64::MIN)) {
+        if self.epochs.clear() {
             self.epochs.persist()?;
         }
         Ok(())
