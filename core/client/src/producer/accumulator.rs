@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use rill_proto::{BatchBuilder, Compression, Record};
+use rill_proto::{BatchBuilder, Compression, Header, Record};
 use rustc_hash::FxHashMap;
 
 use super::delivery::BatchCompletion;
@@ -41,11 +41,19 @@ const BATCH_PREALLOCATE_MAX: usize = 1 << 20;
 
 /// The encoded-size estimate of a record, used for batch filling and buffer memory.
 pub(crate) fn record_size(record: &Record) -> usize {
+    encoded_size(
+        record.key.as_deref(),
+        record.value.as_deref(),
+        &record.headers,
+    )
+}
+
+/// [`record_size`] of a record with this key, value and headers.
+pub(crate) fn encoded_size(key: Option<&[u8]>, value: Option<&[u8]>, headers: &[Header]) -> usize {
     RECORD_OVERHEAD_BYTES
-        + record.key.as_ref().map_or(0, |k| k.len())
-        + record.value.as_ref().map_or(0, |v| v.len())
-        + record
-            .headers
+        + key.map_or(0, <[u8]>::len)
+        + value.map_or(0, <[u8]>::len)
+        + headers
             .iter()
             .map(|h| h.key.len() + h.value.len() + 10)
             .sum::<usize>()
@@ -141,21 +149,58 @@ impl TopicQueues {
     }
 }
 
-fn topic_mut<'a>(
-    topics: &'a mut FxHashMap<String, TopicQueues>,
-    topic: &str,
-) -> &'a mut TopicQueues {
-    if !topics.contains_key(topic) {
-        topics.insert(
-            topic.to_string(),
-            TopicQueues {
-                name: Arc::from(topic),
-                partitions: Vec::new(),
-                sticky: None,
-            },
-        );
+/// The topics with queued records: each topic's queues in a `Vec`, found by
+/// name through a map, or through the last name asked without hashing it.
+#[derive(Debug, Default)]
+struct Topics {
+    queues: Vec<TopicQueues>,
+    by_name: FxHashMap<Arc<str>, usize>,
+    /// The name (the caller's `Arc`) the last lookup was given, and its topic:
+    /// a producer sends many records with clones of one `Arc`'d name, and
+    /// comparing the pointer is cheaper than hashing and comparing the name
+    /// for every record. Held here, that allocation cannot be reused for
+    /// another name while it is compared against.
+    last: Option<(Arc<str>, usize)>,
+}
+
+impl Topics {
+    /// The queues of `topic`, made on first use.
+    fn get_or_insert(&mut self, topic: &Arc<str>) -> &mut TopicQueues {
+        if let Some((name, i)) = &self.last
+            && Arc::ptr_eq(name, topic)
+        {
+            return &mut self.queues[*i];
+        }
+        let i = self.index_of(topic, || topic.clone());
+        self.last = Some((topic.clone(), i));
+        &mut self.queues[i]
     }
-    topics.get_mut(topic).expect("inserted above")
+
+    /// The queues of `topic` (given by name only), made on first use.
+    fn get_or_insert_str(&mut self, topic: &str) -> &mut TopicQueues {
+        let i = self.index_of(topic, || Arc::from(topic));
+        &mut self.queues[i]
+    }
+
+    fn index_of(&mut self, topic: &str, name: impl FnOnce() -> Arc<str>) -> usize {
+        if let Some(i) = self.by_name.get(topic) {
+            return *i;
+        }
+        let name = name();
+        let i = self.queues.len();
+        self.queues.push(TopicQueues {
+            name: name.clone(),
+            partitions: Vec::new(),
+            sticky: None,
+        });
+        self.by_name.insert(name, i);
+        i
+    }
+
+    fn get_mut(&mut self, topic: &str) -> Option<&mut TopicQueues> {
+        let i = *self.by_name.get(topic)?;
+        Some(&mut self.queues[i])
+    }
 }
 
 /// Where `append` put a record.
@@ -188,8 +233,8 @@ pub(crate) struct Accumulator {
     compression: Compression,
     linger: Duration,
     delivery_timeout: Duration,
-    /// FxHash: looked up on every appended record.
-    topics: FxHashMap<String, TopicQueues>,
+    /// Looked up on every appended record.
+    topics: Topics,
     next_batch_id: u64,
     incomplete: BTreeSet<u64>,
     /// While above zero, every open batch is ready regardless of linger.
@@ -212,7 +257,7 @@ impl Accumulator {
             compression,
             linger,
             delivery_timeout,
-            topics: FxHashMap::default(),
+            topics: Topics::default(),
             next_batch_id: 0,
             incomplete: BTreeSet::new(),
             flushing: 0,
@@ -220,14 +265,18 @@ impl Accumulator {
     }
 
     fn queue(&mut self, topic: &str, partition: u32) -> &mut PartitionQueue {
-        topic_mut(&mut self.topics, topic).partition_mut(partition)
+        self.topics
+            .get_or_insert_str(topic)
+            .partition_mut(partition)
     }
 
     /// The sticky partition of a topic for keyless records, choosing one with
     /// `choose` when there is none.
     #[cfg(test)]
     pub fn sticky_partition(&mut self, topic: &str, choose: impl FnOnce() -> u32) -> u32 {
-        topic_mut(&mut self.topics, topic).sticky_partition(choose)
+        self.topics
+            .get_or_insert_str(topic)
+            .sticky_partition(choose)
     }
 
     fn close(&mut self, topic: &str, partition: u32) {
@@ -247,7 +296,7 @@ impl Accumulator {
         now: Instant,
     ) -> Appended {
         self.append_to(
-            topic,
+            &Arc::from(topic),
             Some(partition),
             || partition,
             record,
@@ -262,7 +311,7 @@ impl Accumulator {
     /// per record; `now` is read only when a new batch starts.
     pub fn append_to(
         &mut self,
-        topic: &str,
+        topic: &Arc<str>,
         partition: Option<u32>,
         choose: impl FnOnce() -> u32,
         record: &Record,
@@ -273,7 +322,7 @@ impl Accumulator {
         let batch_size = self.batch_size;
         let compression = self.compression;
         let id = self.next_batch_id;
-        let t = topic_mut(&mut self.topics, topic);
+        let t = self.topics.get_or_insert(topic);
         let would_overflow = |t: &mut TopicQueues, p: u32| {
             t.partition_mut(p).open.as_ref().is_some_and(|o| {
                 !o.builder.is_empty() && o.builder.estimated_size() + size > batch_size
@@ -362,7 +411,7 @@ impl Accumulator {
         self.next_batch_id += 1;
         self.incomplete.insert(id);
         let compression = self.compression;
-        let t = topic_mut(&mut self.topics, topic);
+        let t = self.topics.get_or_insert_str(topic);
         t.close(partition);
         let completion = BatchCompletion::new(t.name.clone(), partition);
         let mut builder = BatchBuilder::new(compression);
@@ -396,7 +445,7 @@ impl Accumulator {
         let mut building: HashMap<i32, (Vec<Vec<ClosedBatch>>, usize, usize)> = HashMap::new();
         let flush_all = self.flushing > 0;
         let mut to_close = Vec::new();
-        for (tname, t) in &mut self.topics {
+        for t in &mut self.topics.queues {
             for (p, q) in t.partitions.iter_mut().enumerate() {
                 if q.in_flight {
                     continue;
@@ -411,7 +460,7 @@ impl Accumulator {
                 }
                 if let Some(open) = &q.open {
                     if flush_all || now.duration_since(open.created) >= self.linger {
-                        to_close.push((tname.clone(), p as u32));
+                        to_close.push((t.name.clone(), p as u32));
                     } else {
                         out.next_wake = earliest(out.next_wake, open.created + self.linger);
                     }
@@ -421,7 +470,7 @@ impl Accumulator {
         for (topic, p) in to_close {
             self.close(&topic, p);
         }
-        for t in self.topics.values_mut() {
+        for t in &mut self.topics.queues {
             for (p, q) in t.partitions.iter_mut().enumerate() {
                 if q.in_flight || q.ready.is_empty() {
                     continue;
@@ -520,16 +569,17 @@ impl Accumulator {
     /// Closes and takes every batch still held (open or queued).
     #[cfg(test)]
     pub fn take_all(&mut self) -> Vec<ClosedBatch> {
-        let keys: Vec<(String, u32)> = self
+        let keys: Vec<(Arc<str>, u32)> = self
             .topics
+            .queues
             .iter()
-            .flat_map(|(n, t)| (0..t.partitions.len() as u32).map(move |p| (n.clone(), p)))
+            .flat_map(|t| (0..t.partitions.len() as u32).map(move |p| (t.name.clone(), p)))
             .collect();
         for (t, p) in &keys {
             self.close(t, *p);
         }
         let mut out = Vec::new();
-        for t in self.topics.values_mut() {
+        for t in &mut self.topics.queues {
             for q in &mut t.partitions {
                 out.extend(q.ready.drain(..));
             }
@@ -639,7 +689,8 @@ mod tests {
         // Partitions that did not fit stay queued, untouched.
         let queued: usize = a
             .topics
-            .values()
+            .queues
+            .iter()
             .flat_map(|t| &t.partitions)
             .map(|q| q.ready.len())
             .sum();
@@ -683,6 +734,50 @@ mod tests {
     }
 
     #[test]
+    fn records_find_their_topic_by_any_name_with_its_text() {
+        let mut a = acc(1 << 20);
+        let t0 = Instant::now();
+        let (one, two): (Arc<str>, Arc<str>) = ("one".into(), "two".into());
+        let append = |a: &mut Accumulator, topic: &Arc<str>, v: &str| {
+            a.append_to(topic, Some(0), || 0, &rec(v), 1, || t0)
+        };
+        append(&mut a, &one, "1a");
+        append(&mut a, &one, "1b");
+        append(&mut a, &two, "2a");
+        // Another allocation holding the same name is the same topic; after
+        // the remembered name's `Arc` is gone, its text still finds the topic.
+        let one_again: Arc<str> = String::from("one").into();
+        append(&mut a, &one_again, "1c");
+        drop(one);
+        append(&mut a, &"two".into(), "2b");
+        let mut by_topic: Vec<(String, Vec<String>)> = a
+            .take_all()
+            .into_iter()
+            .map(|b| {
+                let values = BatchView::new(&b.bytes)
+                    .unwrap()
+                    .records()
+                    .unwrap()
+                    .into_iter()
+                    .map(|r| String::from_utf8(r.value.unwrap().to_vec()).unwrap())
+                    .collect();
+                (b.topic.to_string(), values)
+            })
+            .collect();
+        by_topic.sort();
+        assert_eq!(
+            by_topic,
+            vec![
+                (
+                    "one".to_string(),
+                    vec!["1a".into(), "1b".into(), "1c".into()]
+                ),
+                ("two".to_string(), vec!["2a".into(), "2b".into()]),
+            ]
+        );
+    }
+
+    #[test]
     fn sticky_partition_moves_on_when_its_batch_closes() {
         let mut a = acc(100);
         let t0 = Instant::now();
@@ -702,7 +797,7 @@ mod tests {
         let mut a = acc(250);
         let t0 = Instant::now();
         let keyless = |a: &mut Accumulator, v: &str, choose: u32| {
-            a.append_to("t", None, || choose, &rec(v), 1, || t0)
+            a.append_to(&"t".into(), None, || choose, &rec(v), 1, || t0)
         };
         let first = keyless(&mut a, &"a".repeat(100), 0);
         assert!(first.new_batch && !first.batch_closed);
@@ -714,10 +809,10 @@ mod tests {
         assert_eq!(third.completion.partition, 1);
         assert_eq!(a.sticky_partition("t", || 9), 1);
         assert!(
-            a.topics["t"].partitions[0].open.is_none(),
+            a.topics.get_mut("t").unwrap().partitions[0].open.is_none(),
             "nothing is left alone on partition 0 to wait for linger"
         );
-        let closed = &a.topics["t"].partitions[0].ready;
+        let closed = &a.topics.get_mut("t").unwrap().partitions[0].ready;
         assert_eq!(closed.len(), 1);
         assert_eq!(closed[0].record_count, 2);
         // An explicit partition keeps its records whatever the sticky one is.

@@ -53,20 +53,29 @@ use crate::client::Client;
 use crate::config::ProducerConfig;
 use crate::error::ClientError;
 use crate::partitioner::partition_for_key;
-use accumulator::{Accumulator, Appended, record_size};
+use accumulator::{Accumulator, Appended, encoded_size, record_size};
 
 pub use delivery::{DeliveryFuture, RecordMetadata};
 
-/// A record checked and ready for the accumulator (see `Producer::prepare`).
-struct Queued {
-    topic: Arc<str>,
+/// Where a checked record goes and what it holds (see `Producer::place`).
+#[derive(Clone, Copy)]
+struct Placement {
     /// The partition when explicit or keyed; `None`: the topic's sticky one.
     explicit: Option<u32>,
     /// The topic's partition count (the sticky choice draws from it).
     count: u32,
-    rec: Record,
     /// Buffer-memory bytes held for it.
     size: usize,
+}
+
+/// The record a batch holds: timestamped `now_ms` unless it has its own.
+fn into_record(record: ProducerRecord, now_ms: TimestampMs) -> Record {
+    Record {
+        key: record.key,
+        value: record.value,
+        headers: record.headers,
+        timestamp_ms: record.timestamp_ms.unwrap_or(now_ms),
+    }
 }
 
 /// A record to send.
@@ -315,9 +324,11 @@ impl Producer {
             Some(ts) => ts,
             None => now_ms(),
         };
-        let queued = self.prepare(record, count, now)?;
-        self.reserve(&queued.topic, queued.size).await?;
-        let (future, wake) = self.append(&mut shared.acc.lock(), &queued);
+        let place = self.place(&record, count)?;
+        self.reserve(&record.topic, place.size).await?;
+        let topic = record.topic.clone();
+        let rec = into_record(record, now);
+        let (future, wake) = self.append(&mut shared.acc.lock(), &topic, place, &rec);
         if wake {
             shared.wake.notify_one();
         }
@@ -343,41 +354,44 @@ impl Producer {
         let Some(first) = records.first() else {
             return Ok(Vec::new());
         };
-        let first_topic = first.topic.clone();
         let now = now_ms();
-        let mut queued = Vec::with_capacity(records.len());
+        // Every record is checked before any is queued.
+        let mut places = Vec::with_capacity(records.len());
         let mut total = 0usize;
         // The partition count of the topic of the record before (records of one
         // topic usually come together).
-        let mut known: Option<(Arc<str>, u32)> = None;
-        for record in records {
-            let count = match &known {
-                Some((topic, count)) if *topic == record.topic => *count,
+        let mut known: Option<(&Arc<str>, u32)> = None;
+        for record in &records {
+            let count = match known {
+                Some((topic, count)) if *topic == record.topic => count,
                 _ => {
                     let count = self.partition_count(&record.topic).await?;
-                    known = Some((record.topic.clone(), count));
+                    known = Some((&record.topic, count));
                     count
                 }
             };
-            let q = self.prepare(record, count, now)?;
-            total += q.size;
-            queued.push(q);
+            let place = self.place(record, count)?;
+            total += place.size;
+            places.push(place);
         }
         if total > shared.config.buffer_memory {
             return Err(ClientError::Config(format!(
                 "send_all of {} records needs {total} bytes of buffer memory at once, more than buffer_memory ({} bytes): send fewer records per call",
-                queued.len(),
+                records.len(),
                 shared.config.buffer_memory
             )));
         }
-        self.reserve(&first_topic, total).await?;
+        self.reserve(&first.topic, total).await?;
         let mut wake = false;
         let futures = {
             let mut acc = shared.acc.lock();
-            queued
-                .iter()
-                .map(|q| {
-                    let (future, look) = self.append(&mut acc, q);
+            records
+                .into_iter()
+                .zip(places)
+                .map(|(record, place)| {
+                    let topic = record.topic.clone();
+                    let rec = into_record(record, now);
+                    let (future, look) = self.append(&mut acc, &topic, place, &rec);
                     wake |= look;
                     future
                 })
@@ -412,14 +426,8 @@ impl Producer {
     }
 
     /// Checks a record against its topic's `count` partitions and the size
-    /// bound, and makes it the record the batch holds (timestamped `now_ms`
-    /// unless it has its own).
-    fn prepare(
-        &self,
-        record: ProducerRecord,
-        count: u32,
-        now_ms: TimestampMs,
-    ) -> Result<Queued, ClientError> {
+    /// bound, and says where it goes.
+    fn place(&self, record: &ProducerRecord, count: u32) -> Result<Placement, ClientError> {
         let explicit = match (record.partition, &record.key) {
             (Some(p), _) if p >= count => {
                 return Err(ClientError::Config(format!(
@@ -432,13 +440,11 @@ impl Producer {
             (None, Some(key)) => Some(partition_for_key(key, count)),
             (None, None) => None,
         };
-        let rec = Record {
-            key: record.key,
-            value: record.value,
-            headers: record.headers,
-            timestamp_ms: record.timestamp_ms.unwrap_or(now_ms),
-        };
-        let size = record_size(&rec);
+        let size = encoded_size(
+            record.key.as_deref(),
+            record.value.as_deref(),
+            &record.headers,
+        );
         let (limit, max) = self.shared.size_bound();
         if size + rill_proto::batch::BATCH_HEADER_LEN > max {
             return Err(ClientError::RecordTooLarge {
@@ -448,39 +454,39 @@ impl Producer {
                 max,
             });
         }
-        Ok(Queued {
-            topic: record.topic,
+        Ok(Placement {
             explicit,
             count,
-            rec,
             size,
         })
     }
 
-    /// Appends a prepared record (its buffer memory already held) to the
+    /// Appends a placed record (its buffer memory already held) to the
     /// accumulator; returns its delivery future and whether the sender must
     /// look (a batch started or closed).
-    fn append(&self, acc: &mut Accumulator, q: &Queued) -> (DeliveryFuture, bool) {
-        let count = q.count;
+    fn append(
+        &self,
+        acc: &mut Accumulator,
+        topic: &Arc<str>,
+        place: Placement,
+        rec: &Record,
+    ) -> (DeliveryFuture, bool) {
+        let count = place.count;
         let Appended {
             completion,
             index,
             new_batch,
             batch_closed,
         } = acc.append_to(
-            &q.topic,
-            q.explicit,
+            topic,
+            place.explicit,
             || rand::random_range(0..count),
-            &q.rec,
-            q.size,
+            rec,
+            place.size,
             Instant::now,
         );
-        let future = DeliveryFuture::new(
-            completion,
-            index,
-            q.rec.timestamp_ms,
-            self.shared.config.acks,
-        );
+        let future =
+            DeliveryFuture::new(completion, index, rec.timestamp_ms, self.shared.config.acks);
         (future, new_batch || batch_closed)
     }
 
