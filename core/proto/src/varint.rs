@@ -24,6 +24,7 @@ fn write_unsigned(out: &mut Vec<u8>, mut v: u64) {
 /// Varints written to a small buffer on the stack, to copy into a `Vec` at
 /// once: room for a record's framing before its key (length, attributes,
 /// timestamp delta, offset delta, key length: at most 5 + 1 + 10 + 5 + 5 bytes).
+#[derive(Debug)]
 pub struct Scratch {
     buf: [u8; Scratch::CAPACITY],
     len: usize,

@@ -68,14 +68,24 @@ struct Placement {
     size: usize,
 }
 
-/// The record a batch holds: timestamped `now_ms` unless it has its own.
-fn into_record(record: ProducerRecord, now_ms: TimestampMs) -> Record {
-    Record {
-        key: record.key,
-        value: record.value,
-        headers: record.headers,
-        timestamp_ms: record.timestamp_ms.unwrap_or(now_ms),
-    }
+/// The record's topic, and the record a batch holds: timestamped `now_ms`
+/// unless it has its own.
+fn into_record(record: ProducerRecord, now_ms: TimestampMs) -> (Arc<str>, Record) {
+    let ProducerRecord {
+        topic,
+        partition: _,
+        key,
+        value,
+        headers,
+        timestamp_ms,
+    } = record;
+    let rec = Record {
+        key,
+        value,
+        headers,
+        timestamp_ms: timestamp_ms.unwrap_or(now_ms),
+    };
+    (topic, rec)
 }
 
 /// A record to send.
@@ -318,16 +328,22 @@ impl Producer {
     pub async fn send(&self, record: ProducerRecord) -> Result<DeliveryFuture, ClientError> {
         let shared = &self.shared;
         self.ensure_open()?;
-        let count = self.partition_count(&record.topic).await?;
+        // Without awaiting when the topic is known and there is buffer room
+        // (as almost always): this runs for every record.
+        let count = match shared.client.cached_partition_count(&record.topic) {
+            Some(count) if count > 0 => count,
+            _ => self.partition_count(&record.topic).await?,
+        };
         // The clock only for a record without its own timestamp.
         let now = match record.timestamp_ms {
             Some(ts) => ts,
             None => now_ms(),
         };
         let place = self.place(&record, count)?;
-        self.reserve(&record.topic, place.size).await?;
-        let topic = record.topic.clone();
-        let rec = into_record(record, now);
+        if !self.try_reserve(place.size)? {
+            self.reserve(&record.topic, place.size).await?; // tries once more, then waits
+        }
+        let (topic, rec) = into_record(record, now);
         let (future, wake) = self.append(&mut shared.acc.lock(), &topic, place, &rec);
         if wake {
             shared.wake.notify_one();
@@ -389,8 +405,7 @@ impl Producer {
                 .into_iter()
                 .zip(places)
                 .map(|(record, place)| {
-                    let topic = record.topic.clone();
-                    let rec = into_record(record, now);
+                    let (topic, rec) = into_record(record, now);
                     let (future, look) = self.append(&mut acc, &topic, place, &rec);
                     wake |= look;
                     future
@@ -490,35 +505,45 @@ impl Producer {
         (future, new_batch || batch_closed)
     }
 
+    /// Holds `size` bytes of buffer memory if they are free now; false when
+    /// the buffer is full (then [`Producer::reserve`] waits for them).
+    fn try_reserve(&self, size: usize) -> Result<bool, ClientError> {
+        match self.shared.buffer.try_acquire_many(size as u32) {
+            Ok(permit) => {
+                permit.forget();
+                Ok(true)
+            }
+            Err(tokio::sync::TryAcquireError::Closed) => Err(ClientError::Closed),
+            Err(tokio::sync::TryAcquireError::NoPermits) => Ok(false),
+        }
+    }
+
     /// Holds `size` bytes of buffer memory for records to `topic`; waits while
     /// the buffer is full, up to `delivery_timeout`.
     async fn reserve(&self, topic: &str, size: usize) -> Result<(), ClientError> {
-        let shared = &self.shared;
-        // Fast path without a timer when there is room; else wait, bounded.
-        match shared.buffer.try_acquire_many(size as u32) {
-            Ok(permit) => permit.forget(),
-            Err(tokio::sync::TryAcquireError::Closed) => return Err(ClientError::Closed),
-            Err(tokio::sync::TryAcquireError::NoPermits) => {
-                match tokio::time::timeout(
-                    shared.config.delivery_timeout,
-                    shared.buffer.acquire_many(size as u32),
-                )
-                .await
-                {
-                    Ok(Ok(permit)) => permit.forget(),
-                    Ok(Err(_)) => return Err(ClientError::Closed),
-                    Err(_) => {
-                        return Err(ClientError::Timeout {
-                            what: format!(
-                                "waiting for producer buffer space for a record to {topic} (buffer_memory {} bytes is full: is the broker slow or unreachable?)",
-                                shared.config.buffer_memory
-                            ),
-                        });
-                    }
-                }
-            }
+        // Without a timer when there is room; else wait, bounded.
+        if self.try_reserve(size)? {
+            return Ok(());
         }
-        Ok(())
+        let shared = &self.shared;
+        match tokio::time::timeout(
+            shared.config.delivery_timeout,
+            shared.buffer.acquire_many(size as u32),
+        )
+        .await
+        {
+            Ok(Ok(permit)) => {
+                permit.forget();
+                Ok(())
+            }
+            Ok(Err(_)) => Err(ClientError::Closed),
+            Err(_) => Err(ClientError::Timeout {
+                what: format!(
+                    "waiting for producer buffer space for a record to {topic} (buffer_memory {} bytes is full: is the broker slow or unreachable?)",
+                    shared.config.buffer_memory
+                ),
+            }),
+        }
     }
 
     /// Queues `records` as one batch that the broker appends whole or not at
