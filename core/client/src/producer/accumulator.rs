@@ -12,6 +12,10 @@
 //! were closed, retries included (they go back to the front of the queue), even
 //! though requests to one broker travel concurrently on separate QUIC streams.
 //!
+//! A drain visits partitions from where the last one ran out of in-flight
+//! requests (Kafka's drain index), so under saturation every partition takes
+//! its turn.
+//!
 //! Keyless records use a sticky partition per topic, forgotten when the batch on
 //! it closes; a keyless record that would overflow the sticky partition's batch
 //! goes to the next sticky partition (KIP-480), not into a batch of its own.
@@ -239,6 +243,10 @@ pub(crate) struct Accumulator {
     incomplete: BTreeSet<u64>,
     /// While above zero, every open batch is ready regardless of linger.
     pub flushing: usize,
+    /// Where the next drain starts in the order of all partitions (see `drain`).
+    drain_from: usize,
+    /// The order `drain` visits partitions in, kept to reuse its allocation.
+    drain_order: Vec<(u32, u32)>,
 }
 
 fn earliest(a: Option<Instant>, b: Instant) -> Option<Instant> {
@@ -261,6 +269,8 @@ impl Accumulator {
             next_batch_id: 0,
             incomplete: BTreeSet::new(),
             flushing: 0,
+            drain_from: 0,
+            drain_order: Vec::new(),
         }
     }
 
@@ -470,52 +480,75 @@ impl Accumulator {
         for (topic, p) in to_close {
             self.close(&topic, p);
         }
-        for t in &mut self.topics.queues {
-            for (p, q) in t.partitions.iter_mut().enumerate() {
-                if q.in_flight || q.ready.is_empty() {
-                    continue;
-                }
-                if let Some(until) = q.backoff_until {
-                    if until > now {
-                        out.next_wake = earliest(out.next_wake, until);
-                        continue;
-                    }
-                    q.backoff_until = None;
-                }
-                let Some(broker) = leader(&t.name, p as u32) else {
-                    out.leader_unknown = true;
-                    continue;
-                };
-                let (reqs, last_bytes, allowed) = building
-                    .entry(broker)
-                    .or_insert_with(|| (Vec::new(), 0, budget(broker)));
-                if reqs.is_empty() || *last_bytes + q.ready[0].bytes.len() > max_request_bytes {
-                    if reqs.len() >= *allowed {
-                        continue;
-                    }
-                    reqs.push(Vec::new());
-                    *last_bytes = 0;
-                }
-                let req = reqs.last_mut().expect("pushed above");
-                // A retried batch goes alone: the broker may hold some batches of
-                // the failed request (a follower that became leader had fetched
-                // part of it), and a batch alone is either written or not, so an
-                // idempotent producer's retry is answered whole.
-                let retry = q.ready[0].attempts > 0;
-                let mut taken = 0;
-                while let Some(b) = q.ready.front() {
-                    if (!req.is_empty() && *last_bytes + b.bytes.len() > max_request_bytes)
-                        || (taken > 0 && (retry || b.attempts > 0))
-                    {
-                        break;
-                    }
-                    *last_bytes += b.bytes.len();
-                    req.push(q.ready.pop_front().expect("front exists"));
-                    taken += 1;
-                }
-                q.in_flight = true;
-            }
+        // Every partition in a fixed order, visited from where the last drain
+        // first ran out of requests (Kafka's drain index): when the requests a
+        // broker may have in flight do not hold every partition's batches, the
+        // ones left out go first next time instead of after the same leaders
+        // again (which could starve them until their delivery timeout).
+        let mut order = std::mem::take(&mut self.drain_order);
+        order.clear();
+        for (ti, t) in self.topics.queues.iter().enumerate() {
+            order.extend((0..t.partitions.len() as u32).map(|p| (ti as u32, p)));
         }
+        let start = if order.is_empty() {
+            0
+        } else {
+            self.drain_from % order.len()
+        };
+        let mut first_left_out = None;
+        for k in 0..order.len() {
+            let slot = (start + k) % order.len();
+            let (ti, p) = order[slot];
+            let t = &mut self.topics.queues[ti as usize];
+            let q = &mut t.partitions[p as usize];
+            if q.in_flight || q.ready.is_empty() {
+                continue;
+            }
+            if let Some(until) = q.backoff_until {
+                if until > now {
+                    out.next_wake = earliest(out.next_wake, until);
+                    continue;
+                }
+                q.backoff_until = None;
+            }
+            let Some(broker) = leader(&t.name, p) else {
+                out.leader_unknown = true;
+                continue;
+            };
+            let (reqs, last_bytes, allowed) = building
+                .entry(broker)
+                .or_insert_with(|| (Vec::new(), 0, budget(broker)));
+            if reqs.is_empty() || *last_bytes + q.ready[0].bytes.len() > max_request_bytes {
+                if reqs.len() >= *allowed {
+                    first_left_out.get_or_insert(slot);
+                    continue;
+                }
+                reqs.push(Vec::new());
+                *last_bytes = 0;
+            }
+            let req = reqs.last_mut().expect("pushed above");
+            // A retried batch goes alone: the broker may hold some batches of
+            // the failed request (a follower that became leader had fetched
+            // part of it), and a batch alone is either written or not, so an
+            // idempotent producer's retry is answered whole.
+            let retry = q.ready[0].attempts > 0;
+            let mut taken = 0;
+            while let Some(b) = q.ready.front() {
+                if (!req.is_empty() && *last_bytes + b.bytes.len() > max_request_bytes)
+                    || (taken > 0 && (retry || b.attempts > 0))
+                {
+                    break;
+                }
+                *last_bytes += b.bytes.len();
+                req.push(q.ready.pop_front().expect("front exists"));
+                taken += 1;
+            }
+            q.in_flight = true;
+        }
+        if let Some(slot) = first_left_out {
+            self.drain_from = slot;
+        }
+        self.drain_order = order;
         for (broker, (reqs, _, _)) in building {
             for req in reqs {
                 if !req.is_empty() {
@@ -731,6 +764,33 @@ mod tests {
             assert_eq!(one.iter().map(|b| b.id).collect::<Vec<_>>(), vec![id]);
             a.finish_in_flight("t", 0, Vec::new(), None);
         }
+    }
+
+    #[test]
+    fn partitions_left_out_of_a_full_drain_go_first_next_time() {
+        let mut a = acc(1 << 20);
+        let t0 = Instant::now();
+        let later = t0 + Duration::from_secs(1);
+        let partitions = 6;
+        let mut drained = vec![0; partitions];
+        for round in 0..partitions {
+            // Every partition has a batch waiting (a producer that never lets
+            // up), and the broker takes one request of one batch at a time.
+            for p in 0..partitions as u32 {
+                a.append("t", p, &rec(&format!("r{round}-p{p}")), 1, t0);
+            }
+            let d = a.drain(later, 1, |_, _| Some(1), |_| 1);
+            for (_, request) in d.requests {
+                for b in request {
+                    drained[b.partition as usize] += 1;
+                    a.finish_in_flight("t", b.partition, Vec::new(), None);
+                    a.batch_done(b.id);
+                }
+            }
+        }
+        // Each partition had its turn; always starting from partition 0,
+        // partition 0 would have gone every time and the others never.
+        assert_eq!(drained, vec![1; partitions]);
     }
 
     #[test]
