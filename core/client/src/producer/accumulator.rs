@@ -12,9 +12,9 @@
 //! were closed, retries included (they go back to the front of the queue), even
 //! though requests to one broker travel concurrently on separate QUIC streams.
 //!
-//! A drain visits partitions from where the last one ran out of in-flight
-//! requests (Kafka's drain index), so under saturation every partition takes
-//! its turn.
+//! A drain visits each broker's partitions from where the last one ran out
+//! of that broker's in-flight requests (Kafka's per-node drain index), so
+//! under saturation every partition takes its turn.
 //!
 //! Keyless records use a sticky partition per topic, forgotten when the batch on
 //! it closes; a keyless record that would overflow the sticky partition's batch
@@ -243,8 +243,9 @@ pub(crate) struct Accumulator {
     incomplete: BTreeSet<u64>,
     /// While above zero, every open batch is ready regardless of linger.
     pub flushing: usize,
-    /// Where the next drain starts in the order of all partitions (see `drain`).
-    drain_from: usize,
+    /// Per broker, where the next drain starts in the order of all
+    /// partitions (see `drain`).
+    drain_from: HashMap<i32, usize>,
     /// The order `drain` visits partitions in, kept to reuse its allocation.
     drain_order: Vec<(u32, u32)>,
 }
@@ -269,7 +270,7 @@ impl Accumulator {
             next_batch_id: 0,
             incomplete: BTreeSet::new(),
             flushing: 0,
-            drain_from: 0,
+            drain_from: HashMap::new(),
             drain_order: Vec::new(),
         }
     }
@@ -480,25 +481,22 @@ impl Accumulator {
         for (topic, p) in to_close {
             self.close(&topic, p);
         }
-        // Every partition in a fixed order, visited from where the last drain
-        // first ran out of requests (Kafka's drain index): when the requests a
-        // broker may have in flight do not hold every partition's batches, the
-        // ones left out go first next time instead of after the same leaders
-        // again (which could starve them until their delivery timeout).
+        // Every partition in a fixed order; each broker's partitions visited
+        // from where the last drain first ran out of that broker's requests
+        // (Kafka's per-node drain index): when the requests a broker may have
+        // in flight do not hold all its partitions' batches, the ones left out
+        // go first next time instead of after the same ones again (which could
+        // starve them until their delivery timeout).
         let mut order = std::mem::take(&mut self.drain_order);
         order.clear();
         for (ti, t) in self.topics.queues.iter().enumerate() {
             order.extend((0..t.partitions.len() as u32).map(|p| (ti as u32, p)));
         }
-        let start = if order.is_empty() {
-            0
-        } else {
-            self.drain_from % order.len()
-        };
-        let mut first_left_out = None;
-        for k in 0..order.len() {
-            let slot = (start + k) % order.len();
-            let (ti, p) = order[slot];
+        let n = order.len();
+        // (broker, place in the broker's rotated order, slot) of each
+        // partition with batches to send now.
+        let mut candidates: Vec<(i32, usize, usize)> = Vec::new();
+        for (slot, &(ti, p)) in order.iter().enumerate() {
             let t = &mut self.topics.queues[ti as usize];
             let q = &mut t.partitions[p as usize];
             if q.in_flight || q.ready.is_empty() {
@@ -515,12 +513,20 @@ impl Accumulator {
                 out.leader_unknown = true;
                 continue;
             };
+            let from = self.drain_from.get(&broker).map_or(0, |f| f % n);
+            candidates.push((broker, (slot + n - from) % n, slot));
+        }
+        candidates.sort_unstable();
+        let mut left_out: HashMap<i32, usize> = HashMap::new();
+        for &(broker, _, slot) in &candidates {
+            let (ti, p) = order[slot];
+            let q = &mut self.topics.queues[ti as usize].partitions[p as usize];
             let (reqs, last_bytes, allowed) = building
                 .entry(broker)
                 .or_insert_with(|| (Vec::new(), 0, budget(broker)));
             if reqs.is_empty() || *last_bytes + q.ready[0].bytes.len() > max_request_bytes {
                 if reqs.len() >= *allowed {
-                    first_left_out.get_or_insert(slot);
+                    left_out.entry(broker).or_insert(slot);
                     continue;
                 }
                 reqs.push(Vec::new());
@@ -545,9 +551,7 @@ impl Accumulator {
             }
             q.in_flight = true;
         }
-        if let Some(slot) = first_left_out {
-            self.drain_from = slot;
-        }
+        self.drain_from.extend(left_out);
         self.drain_order = order;
         for (broker, (reqs, _, _)) in building {
             for req in reqs {
@@ -771,15 +775,17 @@ mod tests {
         let mut a = acc(1 << 20);
         let t0 = Instant::now();
         let later = t0 + Duration::from_secs(1);
-        let partitions = 6;
+        // Partitions 0-5 led by broker 1, 6-11 by broker 2.
+        let partitions = 12;
+        let leader = |_: &str, p: u32| Some(if p < 6 { 1 } else { 2 });
         let mut drained = vec![0; partitions];
-        for round in 0..partitions {
+        for round in 0..6 {
             // Every partition has a batch waiting (a producer that never lets
-            // up), and the broker takes one request of one batch at a time.
+            // up), and each broker takes one request of one batch at a time.
             for p in 0..partitions as u32 {
                 a.append("t", p, &rec(&format!("r{round}-p{p}")), 1, t0);
             }
-            let d = a.drain(later, 1, |_, _| Some(1), |_| 1);
+            let d = a.drain(later, 1, leader, |_| 1);
             for (_, request) in d.requests {
                 for b in request {
                     drained[b.partition as usize] += 1;
@@ -788,8 +794,9 @@ mod tests {
                 }
             }
         }
-        // Each partition had its turn; always starting from partition 0,
-        // partition 0 would have gone every time and the others never.
+        // Each partition had its turn on its broker. Always starting from the
+        // first partition, partitions 0 and 6 would have gone every time and
+        // the others never; one start for both brokers, 6 every time.
         assert_eq!(drained, vec![1; partitions]);
     }
 
