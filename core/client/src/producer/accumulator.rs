@@ -341,6 +341,8 @@ impl Accumulator {
         };
         let mut batch_closed = false;
         let keyless = partition.is_none();
+        // Whether the record is known to fit the chosen partition's batch.
+        let mut fits = false;
         let partition = match (partition, t.sticky) {
             (Some(p), _) => p,
             // A keyless record that would start a new batch on the sticky
@@ -352,9 +354,13 @@ impl Accumulator {
                 batch_closed = true;
                 t.sticky_partition(choose)
             }
-            (None, _) => t.sticky_partition(choose),
+            (None, Some(p)) => {
+                fits = true;
+                p
+            }
+            (None, None) => t.sticky_partition(choose),
         };
-        if would_overflow(t, partition) {
+        if !fits && would_overflow(t, partition) {
             // An explicit partition's batch is full (or the new sticky
             // partition's, filled by records sent to it by number).
             t.close(partition);
