@@ -201,6 +201,7 @@ impl Topics {
         i
     }
 
+    #[cfg(test)]
     fn get_mut(&mut self, topic: &str) -> Option<&mut TopicQueues> {
         let i = *self.by_name.get(topic)?;
         Some(&mut self.queues[i])
@@ -246,8 +247,6 @@ pub(crate) struct Accumulator {
     /// Per broker, where the next drain starts in the order of all
     /// partitions (see `drain`).
     drain_from: HashMap<i32, usize>,
-    /// The order `drain` visits partitions in, kept to reuse its allocation.
-    drain_order: Vec<(u32, u32)>,
 }
 
 fn earliest(a: Option<Instant>, b: Instant) -> Option<Instant> {
@@ -271,7 +270,6 @@ impl Accumulator {
             incomplete: BTreeSet::new(),
             flushing: 0,
             drain_from: HashMap::new(),
-            drain_order: Vec::new(),
         }
     }
 
@@ -288,12 +286,6 @@ impl Accumulator {
         self.topics
             .get_or_insert_str(topic)
             .sticky_partition(choose)
-    }
-
-    fn close(&mut self, topic: &str, partition: u32) {
-        if let Some(t) = self.topics.get_mut(topic) {
-            t.close(partition);
-        }
     }
 
     /// Appends a record to the partition's open batch (test shorthand).
@@ -461,9 +453,9 @@ impl Accumulator {
         // Per broker: requests being filled, and bytes of the last one.
         let mut building: HashMap<i32, (Vec<Vec<ClosedBatch>>, usize, usize)> = HashMap::new();
         let flush_all = self.flushing > 0;
-        let mut to_close = Vec::new();
         for t in &mut self.topics.queues {
-            for (p, q) in t.partitions.iter_mut().enumerate() {
+            for p in 0..t.partitions.len() {
+                let q = &mut t.partitions[p];
                 if q.in_flight {
                     continue;
                 }
@@ -477,56 +469,50 @@ impl Accumulator {
                 }
                 if let Some(open) = &q.open {
                     if flush_all || now.duration_since(open.created) >= self.linger {
-                        to_close.push((t.name.clone(), p as u32));
+                        t.close(p as u32);
                     } else {
                         out.next_wake = earliest(out.next_wake, open.created + self.linger);
                     }
                 }
             }
         }
-        for (topic, p) in to_close {
-            self.close(&topic, p);
-        }
-        // Every partition in a fixed order; each broker's partitions visited
-        // from where the last drain first ran out of that broker's requests
-        // (Kafka's per-node drain index): when the requests a broker may have
-        // in flight do not hold all its partitions' batches, the ones left out
-        // go first next time instead of after the same ones again (which could
-        // starve them until their delivery timeout).
-        let mut order = std::mem::take(&mut self.drain_order);
-        order.clear();
-        for (ti, t) in self.topics.queues.iter().enumerate() {
-            order.extend((0..t.partitions.len() as u32).map(|p| (ti as u32, p)));
-        }
-        let n = order.len();
-        // (broker, place in the broker's rotated order, slot) of each
-        // partition with batches to send now.
-        let mut candidates: Vec<(i32, usize, usize)> = Vec::new();
-        for (slot, &(ti, p)) in order.iter().enumerate() {
-            let t = &mut self.topics.queues[ti as usize];
-            let q = &mut t.partitions[p as usize];
-            if q.in_flight || q.ready.is_empty() {
-                continue;
-            }
-            if let Some(until) = q.backoff_until {
-                if until > now {
-                    out.next_wake = earliest(out.next_wake, until);
+        // Every partition in a fixed order (its slot); each broker's
+        // partitions visited from where the last drain first ran out of that
+        // broker's requests (Kafka's per-node drain index): when the requests a
+        // broker may have in flight do not hold all its partitions' batches,
+        // the ones left out go first next time instead of after the same ones
+        // again (which could starve them until their delivery timeout).
+        let n: usize = self.topics.queues.iter().map(|t| t.partitions.len()).sum();
+        // (broker, place in the broker's rotated order, slot, topic, partition)
+        // of each partition with batches to send now.
+        let mut candidates: Vec<(i32, usize, usize, usize, usize)> = Vec::new();
+        let mut slot = 0;
+        for (ti, t) in self.topics.queues.iter_mut().enumerate() {
+            for (p, q) in t.partitions.iter_mut().enumerate() {
+                let here = slot;
+                slot += 1;
+                if q.in_flight || q.ready.is_empty() {
                     continue;
                 }
-                q.backoff_until = None;
+                if let Some(until) = q.backoff_until {
+                    if until > now {
+                        out.next_wake = earliest(out.next_wake, until);
+                        continue;
+                    }
+                    q.backoff_until = None;
+                }
+                let Some(broker) = leader(&t.name, p as u32) else {
+                    out.leader_unknown = true;
+                    continue;
+                };
+                let from = self.drain_from.get(&broker).map_or(0, |f| f % n);
+                candidates.push((broker, (here + n - from) % n, here, ti, p));
             }
-            let Some(broker) = leader(&t.name, p) else {
-                out.leader_unknown = true;
-                continue;
-            };
-            let from = self.drain_from.get(&broker).map_or(0, |f| f % n);
-            candidates.push((broker, (slot + n - from) % n, slot));
         }
         candidates.sort_unstable();
         let mut left_out: HashMap<i32, usize> = HashMap::new();
-        for &(broker, _, slot) in &candidates {
-            let (ti, p) = order[slot];
-            let q = &mut self.topics.queues[ti as usize].partitions[p as usize];
+        for &(broker, _, slot, ti, p) in &candidates {
+            let q = &mut self.topics.queues[ti].partitions[p];
             let (reqs, last_bytes, allowed) = building
                 .entry(broker)
                 .or_insert_with(|| (Vec::new(), 0, budget(broker)));
@@ -558,7 +544,6 @@ impl Accumulator {
             q.in_flight = true;
         }
         self.drain_from.extend(left_out);
-        self.drain_order = order;
         for (broker, (reqs, _, _)) in building {
             for req in reqs {
                 if !req.is_empty() {
@@ -612,14 +597,10 @@ impl Accumulator {
     /// Closes and takes every batch still held (open or queued).
     #[cfg(test)]
     pub fn take_all(&mut self) -> Vec<ClosedBatch> {
-        let keys: Vec<(Arc<str>, u32)> = self
-            .topics
-            .queues
-            .iter()
-            .flat_map(|t| (0..t.partitions.len() as u32).map(move |p| (t.name.clone(), p)))
-            .collect();
-        for (t, p) in &keys {
-            self.close(t, *p);
+        for t in &mut self.topics.queues {
+            for p in 0..t.partitions.len() as u32 {
+                t.close(p);
+            }
         }
         let mut out = Vec::new();
         for t in &mut self.topics.queues {
