@@ -741,27 +741,14 @@ impl BatchBuilder {
                 nullable_bytes_len(Some(h.key.as_bytes())) + nullable_bytes_len(Some(&h.value));
         }
         let out = &mut self.records;
-        let len_len = varint_len(body_len as i32);
-        out.reserve(len_len + body_len);
-        let body_start = out.len() + len_len;
-        // The framing around the key and the value is encoded on the stack and
-        // copied in one piece each (this runs for every record a producer sends).
-        let mut head = varint::Scratch::new();
-        head.varint(body_len as i32);
-        head.byte(0); // record attributes: unused
-        head.varlong(ts_delta);
-        head.varint(offset_delta);
-        head.varint(key.map_or(-1, |k| k.len() as i32));
-        out.extend_from_slice(head.as_slice());
-        if let Some(key) = key {
-            out.extend_from_slice(key);
-        }
-        let mut mid = varint::Scratch::new();
-        mid.varint(value.map_or(-1, |v| v.len() as i32));
-        out.extend_from_slice(mid.as_slice());
-        if let Some(value) = value {
-            out.extend_from_slice(value);
-        }
+        out.reserve(varint_len(body_len as i32) + body_len);
+        varint::write_varint(out, body_len as i32);
+        let body_start = out.len();
+        out.push(0u8); // record attributes: unused
+        varint::write_varlong(out, ts_delta);
+        varint::write_varint(out, offset_delta);
+        write_nullable_bytes(out, key);
+        write_nullable_bytes(out, value);
         varint::write_varint(out, record.headers.len() as i32);
         for h in &record.headers {
             write_nullable_bytes(out, Some(h.key.as_bytes()));

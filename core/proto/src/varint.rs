@@ -21,58 +21,6 @@ fn write_unsigned(out: &mut Vec<u8>, mut v: u64) {
     out.push(v as u8);
 }
 
-/// Varints written to a small buffer on the stack, to copy into a `Vec` at
-/// once: room for a record's framing before its key (length, attributes,
-/// timestamp delta, offset delta, key length: at most 5 + 1 + 10 + 5 + 5 bytes).
-#[derive(Debug)]
-pub struct Scratch {
-    buf: [u8; Scratch::CAPACITY],
-    len: usize,
-}
-
-impl Default for Scratch {
-    fn default() -> Scratch {
-        Scratch::new()
-    }
-}
-
-impl Scratch {
-    pub const CAPACITY: usize = 26;
-
-    pub fn new() -> Scratch {
-        Scratch {
-            buf: [0; Scratch::CAPACITY],
-            len: 0,
-        }
-    }
-
-    /// Appends one byte. Panics past [`Scratch::CAPACITY`] bytes.
-    pub fn byte(&mut self, b: u8) {
-        self.buf[self.len] = b;
-        self.len += 1;
-    }
-
-    pub fn varint(&mut self, v: i32) {
-        self.unsigned(((v << 1) ^ (v >> 31)) as u32 as u64);
-    }
-
-    pub fn varlong(&mut self, v: i64) {
-        self.unsigned(((v << 1) ^ (v >> 63)) as u64);
-    }
-
-    fn unsigned(&mut self, mut v: u64) {
-        while v >= 0x80 {
-            self.byte((v as u8) | 0x80);
-            v >>= 7;
-        }
-        self.byte(v as u8);
-    }
-
-    pub fn as_slice(&self) -> &[u8] {
-        &self.buf[..self.len]
-    }
-}
-
 fn read_unsigned(
     buf: &mut &[u8],
     max_bytes: usize,
@@ -123,23 +71,6 @@ mod tests {
             let mut s = &out[..];
             prop_assert_eq!(read_varint(&mut s, "v").unwrap(), v);
             prop_assert!(s.is_empty());
-        }
-
-        #[test]
-        fn scratch_writes_what_the_vec_writers_write(a in any::<i32>(), b in any::<i64>(), c in any::<i32>(), d in any::<u8>()) {
-            let mut out = Vec::new();
-            write_varint(&mut out, a);
-            out.push(d);
-            write_varlong(&mut out, b);
-            write_varint(&mut out, c);
-            write_varint(&mut out, a);
-            let mut s = Scratch::new();
-            s.varint(a);
-            s.byte(d);
-            s.varlong(b);
-            s.varint(c);
-            s.varint(a);
-            prop_assert_eq!(s.as_slice(), &out[..]);
         }
 
         #[test]
