@@ -5,7 +5,7 @@
 #[path = "support/mod.rs"]
 mod support;
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::process::Stdio;
 use std::sync::mpsc;
 use std::thread;
@@ -302,6 +302,19 @@ fn fetch_long_poll_returns_when_data_arrives() {
             stderr.join().unwrap()
         );
     }
+    // The producer starts now, so that once a fetch is held the record goes
+    // in after one linger, not after a process start and a TLS handshake
+    // (which, on a loaded machine, could land it in the last moments of the
+    // held fetch's wait: then that fetch is answered at its end).
+    let mut producer = broker
+        .client_command(&["produce", "test"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn producer");
+    let producer_out = read_to_end_on_thread(producer.stdout.take().unwrap());
+    let producer_err = read_to_end_on_thread(producer.stderr.take().unwrap());
     // Wait until the broker answered two of the consumer's fetches at the end of
     // the empty topic: each was held for its whole 500 ms wait.
     let wait_for = |what: &str, ok: &dyn Fn() -> bool| {
@@ -326,7 +339,23 @@ fn fetch_long_poll_returns_when_data_arrives() {
     wait_for("a new fetch held", &|| {
         taken() > taken_before && taken() > answered()
     });
-    broker.rill_stdin_ok(&["produce", "test"], b"wake up\n");
+    {
+        let mut stdin = producer.stdin.take().unwrap();
+        stdin
+            .write_all(b"wake up\n")
+            .expect("write to the producer");
+        // Dropped: end of input, so the producer flushes and exits.
+    }
+    let produced = wait_bounded(&mut producer, Duration::from_secs(60)).unwrap_or_else(|| {
+        let _ = producer.kill();
+        panic!("producer did not exit");
+    });
+    let producer_out = String::from_utf8_lossy(&producer_out.join().unwrap()).into_owned();
+    let producer_err = String::from_utf8_lossy(&producer_err.join().unwrap()).into_owned();
+    assert!(
+        produced.success(),
+        "producer failed: {produced}; stdout: {producer_out}; stderr: {producer_err}"
+    );
 
     let status = wait_bounded(&mut consumer, Duration::from_secs(60)).unwrap_or_else(|| {
         let _ = consumer.kill();
