@@ -15,6 +15,7 @@ use crate::config::BrokerConfig;
 use crate::router::Router;
 use crate::state::BrokerState;
 use bytes::Bytes;
+use rill_proto::Rope;
 use rill_proto::wire::{ApiRequest, ErrorInfo};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -54,9 +55,9 @@ impl FrontDoor {
         &self,
         caller: &Arc<Caller>,
         request: &R,
-        payload: Bytes,
+        payload: impl Into<Rope>,
     ) -> Result<Option<(R::Response, Vec<Bytes>)>, ErrorInfo> {
-        self.router.call(caller, request, payload).await
+        self.router.call(caller, request, payload.into()).await
     }
 
     /// The broker's config (ids, limits, auth mode, the Kafka listener's addresses).

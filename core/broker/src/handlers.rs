@@ -30,7 +30,8 @@ use crate::router::Answer;
 use crate::state::BrokerState;
 use crate::topic_configs::RecordSettings;
 use crate::topics::TopicSpec;
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
+use rill_proto::Rope;
 use rill_proto::types::now_ms;
 use rill_proto::wire::AclOperation;
 use rill_proto::wire::*;
@@ -443,7 +444,7 @@ async fn produce_partition(
 /// (framing, counts, codec, timestamps), on the bytes as received.
 fn validate_records(
     p: &Partition,
-    bytes: &[u8],
+    bytes: &Rope,
     records: RecordSettings,
     now: TimestampMs,
 ) -> Result<(), ErrorInfo> {
@@ -471,22 +472,22 @@ fn validate_records(
 }
 
 /// Appends one partition's batches: the leader's checks, then the append from
-/// the request's own buffer (the log stamps offsets and the leader epoch into
-/// it in place).
+/// the buffers the request arrived in (the log stamps offsets and the leader
+/// epoch into the headers as it writes them).
 fn append(
     state: &BrokerState,
     p: &Partition,
-    mut buf: BytesMut,
+    batches: Rope,
     records: RecordSettings,
     now: TimestampMs,
 ) -> Result<(rill_log::AppendInfo, Offset), ErrorInfo> {
-    validate_records(p, &buf, records, now)?;
+    validate_records(p, &batches, records, now)?;
     if !crate::auth::is_internal_topic(p.topic()) {
         state
             .disk
-            .check_append(&format!("{}-{}", p.topic(), p.index()), buf.len())?;
+            .check_append(&format!("{}-{}", p.topic(), p.index()), batches.len())?;
     }
-    p.append(&mut buf, now)
+    p.append(&batches, now)
         .map(|info| (info, p.log_start_offset()))
 }
 
@@ -502,10 +503,12 @@ fn record_settings(state: &BrokerState, topic: &str) -> RecordSettings {
 pub(crate) async fn produce(
     state: &Arc<BrokerState>,
     req: ProduceRequest,
-    payload: Bytes,
+    payload: Rope,
 ) -> Result<Answer<ProduceResponse>, ErrorInfo> {
-    let parts =
-        split_payload(&payload, req.partitions.iter().map(|p| p.bytes_len)).map_err(|e| {
+    // Each partition's bytes as slices of the buffers they arrived in (no copy).
+    let parts = payload
+        .split(req.partitions.iter().map(|p| p.bytes_len))
+        .map_err(|e| {
             ErrorInfo::new(
                 ErrorCode::InvalidRequest,
                 format!(
@@ -513,15 +516,8 @@ pub(crate) async fn produce(
                 ),
             )
         })?;
-    // Each partition's bytes as a buffer of its own, split off the request's
-    // one unshared buffer (no copy): the log stamps offsets into it in place.
-    let lengths: Vec<usize> = parts.iter().map(Bytes::len).collect();
-    drop(parts);
     let payload_len = payload.len();
-    let mut whole = payload
-        .try_into_mut()
-        .unwrap_or_else(|shared| BytesMut::from(&shared[..]));
-    let parts: Vec<BytesMut> = lengths.iter().map(|n| whole.split_to(*n)).collect();
+    drop(payload);
 
     // Bound the bytes being appended at once, broker-wide.
     let wanted = payload_len.min(state.produce_budget_permits as usize) as u32;
@@ -1218,7 +1214,7 @@ pub(crate) async fn transform_write(
             bytes_len: payload.len() as u32,
         }],
     };
-    let response = match produce(state, request, payload).await? {
+    let response = match produce(state, request, Rope::from(payload)).await? {
         Answer::Response(r) | Answer::WithPayload(r, _) => r,
         Answer::Nothing => unreachable!("acks=all always answers"),
     };

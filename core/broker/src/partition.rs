@@ -29,7 +29,7 @@ use crate::tier::{RemoteLog, RemoteSegment};
 use parking_lot::{Mutex, RwLock};
 use rill_log::{AppendInfo, FileSlice, Log, LogConfig, LogError, TierableSegment};
 use rill_proto::wire::{ErrorCode, ErrorInfo};
-use rill_proto::{LeaderEpoch, Offset, TimestampMs};
+use rill_proto::{LeaderEpoch, Offset, Rope, TimestampMs};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -289,9 +289,9 @@ impl Partition {
     }
 
     /// Follower append of batches fetched from the leader (offsets and epochs kept).
-    pub fn append_replicated(&self, batches: &[u8], now_ms: TimestampMs) -> Result<(), ErrorInfo> {
+    pub fn append_replicated(&self, batches: &Rope, now_ms: TimestampMs) -> Result<(), ErrorInfo> {
         self.with_log(LogOp::Append, |log| {
-            log.append_replicated(batches, now_ms)?;
+            log.append_replicated_rope(batches, now_ms)?;
             self.refresh_offsets(log);
             Ok(())
         })?;
@@ -461,11 +461,12 @@ impl Partition {
         self.gauges.log_end_offset.set(end.0 as f64);
     }
 
-    /// Leader append of whole batches as a producer sent them; stamps offsets and
-    /// the leader epoch in place. Wakes waiting fetches.
-    pub fn append(&self, batches: &mut [u8], now_ms: TimestampMs) -> Result<AppendInfo, ErrorInfo> {
+    /// Leader append of whole batches as a producer sent them (in the pieces
+    /// they arrived in); stamps offsets and the leader epoch as it writes.
+    /// Wakes waiting fetches.
+    pub fn append(&self, batches: &Rope, now_ms: TimestampMs) -> Result<AppendInfo, ErrorInfo> {
         let info = self.with_log(LogOp::Append, |log| {
-            let info = log.append(batches, self.leader_epoch(), now_ms)?;
+            let info = log.append_rope(batches, self.leader_epoch(), now_ms)?;
             self.refresh_offsets(log);
             Ok(info)
         })?;
@@ -869,11 +870,13 @@ mod restart_tests {
         {
             let p = open(dir.path());
             p.set_role(Some(0), LeaderEpoch(4), &replicas, &isr);
-            p.append(&mut batch(0), 1).unwrap();
+            p.append(&Rope::from(bytes::Bytes::from(batch(0))), 1)
+                .unwrap();
             p.record_follower_fetch(1, Offset(1), Instant::now());
             assert_eq!(p.high_watermark(), Offset(1));
             // The follower never gets this one; the broker is killed.
-            p.append(&mut batch(1), 1).unwrap();
+            p.append(&Rope::from(bytes::Bytes::from(batch(1))), 1)
+                .unwrap();
             assert_eq!(p.high_watermark(), Offset(1));
             p.close().unwrap();
         }
@@ -887,7 +890,9 @@ mod restart_tests {
         );
         // The producer retries the batch: a duplicate at offset 1, which
         // acks=all may acknowledge only once the high watermark passed it.
-        let info = p.append(&mut batch(1), 1).unwrap();
+        let info = p
+            .append(&Rope::from(bytes::Bytes::from(batch(1))), 1)
+            .unwrap();
         assert!(info.duplicate);
         assert!(p.high_watermark() <= info.last_offset);
         // Alone in the ISR, the log end is committed at once.
@@ -905,7 +910,8 @@ mod restart_tests {
             let p = open(dir.path());
             p.set_role(Some(0), LeaderEpoch(4), &[0, 1, 2], &[0, 1]);
             for seq in 0..3 {
-                p.append(&mut batch(seq), 1).unwrap();
+                p.append(&Rope::from(bytes::Bytes::from(batch(seq))), 1)
+                    .unwrap();
             }
             p.record_follower_fetch(1, Offset(3), Instant::now());
             assert_eq!(p.high_watermark(), Offset(3), "acknowledged up to 3");

@@ -21,7 +21,7 @@
 //! - Every `ApiKey::ALL` entry is routed exactly once (registering a key twice
 //!   panics when the table is built; a unit test checks none is missing).
 //! - Record batches are not touched here: Produce gets the frame's payload as
-//!   it arrived (a `Bytes` slice of the stream's buffer) and Fetch's batches go
+//!   it arrived (a [`Rope`] of the stream's buffers) and Fetch's batches go
 //!   out as its handler read them; only the meta is decoded and encoded.
 //! - A bad request (unknown key, unsupported version, stray payload,
 //!   undecodable meta, refused by `authorize`, failed by its handler) becomes an
@@ -31,6 +31,7 @@ use crate::handlers;
 use crate::metrics::ApiMetrics;
 use crate::state::BrokerState;
 use bytes::Bytes;
+use rill_proto::Rope;
 use rill_proto::wire::AclOperation;
 use rill_proto::wire::*;
 use std::future::Future;
@@ -130,7 +131,7 @@ enum Payload {
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
 /// Decodes, authorizes and calls one api's handler, and encodes its answer.
-type Serve = dyn Fn(&Arc<Caller>, &Arc<BrokerState>, &[u8], Bytes) -> BoxFuture<Result<Reply, ErrorInfo>>
+type Serve = dyn Fn(&Arc<Caller>, &Arc<BrokerState>, &[u8], Rope) -> BoxFuture<Result<Reply, ErrorInfo>>
     + Send
     + Sync;
 
@@ -159,7 +160,7 @@ impl Table {
     where
         R: ApiRequest + Send + 'static,
         R::Response: Send + 'static,
-        F: Fn(Arc<BrokerState>, Arc<Caller>, R, Bytes) -> Fut + Send + Sync + 'static,
+        F: Fn(Arc<BrokerState>, Arc<Caller>, R, Rope) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<O, ErrorInfo>> + Send + 'static,
         O: Into<Answer<R::Response>>,
     {
@@ -171,7 +172,7 @@ impl Table {
         let serve = move |caller: &Arc<Caller>,
                           state: &Arc<BrokerState>,
                           meta: &[u8],
-                          bytes: Bytes|
+                          bytes: Rope|
               -> BoxFuture<Result<Reply, ErrorInfo>> {
             let request = match decode_meta::<R>(meta) {
                 Ok(r) => r,
@@ -546,7 +547,7 @@ impl Router {
         key: u16,
         version: u16,
         meta: Bytes,
-        payload: Bytes,
+        payload: Rope,
         started: Instant,
     ) -> Served {
         let state = &self.state;
@@ -614,7 +615,7 @@ impl Router {
         &self,
         caller: &Arc<Caller>,
         request: &R,
-        payload: Bytes,
+        payload: Rope,
     ) -> Result<Option<(R::Response, Vec<Bytes>)>, ErrorInfo> {
         let meta = Bytes::from(encode_meta(request));
         let served = self
@@ -675,7 +676,7 @@ async fn throttle(state: &BrokerState, caller: &Caller, api: ApiKey, produced: u
 
 /// The checks before decoding: the version, and a payload only where the api
 /// carries one.
-fn check(route: &Route, version: u16, payload: &Bytes) -> Result<(), ErrorInfo> {
+fn check(route: &Route, version: u16, payload: &Rope) -> Result<(), ErrorInfo> {
     let api = route.key;
     if version != route.version {
         return Err(ErrorInfo::new(

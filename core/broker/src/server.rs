@@ -27,8 +27,8 @@ use crate::router::{Caller, Principal, Reply, Router};
 use crate::state::BrokerState;
 use bytes::{Bytes, BytesMut};
 use quinn::VarInt;
-use rill_proto::DecodeError;
 use rill_proto::wire::{ApiKey, ErrorCode, ErrorInfo, FRAME_HEADER_LEN, FrameHeader};
+use rill_proto::{DecodeError, Rope};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -42,6 +42,10 @@ pub const CLOSE_SHUTDOWN: VarInt = VarInt::from_u32(0);
 /// Longest time to receive one request frame once its stream is open (the
 /// wait for the request memory budget included).
 pub const REQUEST_READ_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A request body's STREAM chunk this large is kept as it arrived rather than
+/// copied (see [`read_request`]): a quarter of the largest UDP receive.
+const KEPT_CHUNK_MIN: usize = 16 * 1024;
 /// Connections beyond `max_connections` that still get a handshake, only to be
 /// closed with a reason; beyond these they are refused before the handshake.
 pub const EXPLAINED_REFUSALS_MAX: usize = 64;
@@ -179,9 +183,9 @@ enum Incoming {
         key: u16,
         version: u16,
         meta: Bytes,
-        /// One buffer that nothing else shares (a produce's batches are
-        /// appended from it with no further copy).
-        payload: Bytes,
+        /// The body after the meta: large STREAM chunks as they arrived, small
+        /// ones copied together (see [`read_request`]).
+        payload: Rope,
         /// The body's charge to the request memory budget.
         budget: BudgetPermit,
     },
@@ -277,15 +281,17 @@ async fn read_request(
         }
     };
     let body_len = header.body_len as usize;
-    // One copy out of quinn's chunks into a buffer of exactly the charged
-    // size: keeping the chunks instead would let a client that sends tiny
-    // STREAM frames (each pinning its packet) hold far more memory than the
-    // request budget charged. The meta is copied out apart (it is small), so
-    // the payload buffer stays unshared and produce splits it per partition
-    // and appends from it without another copy.
+    // The meta is copied out (it is small). Of the payload, a chunk of at
+    // least KEPT_CHUNK_MIN bytes is kept as it arrived (a slice of quinn's
+    // receive buffer: a produce's batches are appended from it with no copy),
+    // and smaller ones are copied together. A chunk pins the buffer it came
+    // in, at most one UDP receive of 64 KiB, so a client that sends tiny
+    // STREAM frames (each pinning its packet) holds at most 4x the request
+    // budget's charge, not hundreds of times it.
     let meta_len = (header.meta_len as usize).min(body_len);
     let mut meta = BytesMut::with_capacity(meta_len);
-    let mut payload = BytesMut::new();
+    let mut payload = Rope::default();
+    let mut copied = BytesMut::new();
     let mut received = 0usize;
     while received < body_len {
         let chunk = match recv.read_chunk(body_len - received, true).await {
@@ -307,25 +313,34 @@ async fn read_request(
                 return Incoming::Gone;
             }
         };
-        let mut bytes = &chunk.bytes[..];
+        received += chunk.bytes.len();
+        let mut bytes = chunk.bytes;
         if meta.len() < meta_len {
             let take = (meta_len - meta.len()).min(bytes.len());
-            meta.extend_from_slice(&bytes[..take]);
-            bytes = &bytes[take..];
+            meta.extend_from_slice(&bytes.split_to(take));
         }
-        if !bytes.is_empty() {
-            if payload.capacity() == 0 {
-                payload.reserve(body_len - meta_len);
+        if bytes.len() >= KEPT_CHUNK_MIN {
+            if !copied.is_empty() {
+                payload.push(copied.split().freeze());
             }
-            payload.extend_from_slice(bytes);
+            payload.push(bytes);
+        } else if !bytes.is_empty() {
+            if copied.capacity() - copied.len() < bytes.len() {
+                // Room for the rest of the body: where every chunk is small
+                // (packets of a 1,500-byte MTU) the payload is one buffer.
+                copied.reserve(body_len - received + bytes.len());
+            }
+            copied.extend_from_slice(&bytes);
         }
-        received += chunk.bytes.len();
+    }
+    if !copied.is_empty() {
+        payload.push(copied.freeze());
     }
     Incoming::Request {
         key,
         version,
         meta: meta.freeze(),
-        payload: payload.freeze(),
+        payload,
         budget,
     }
 }

@@ -485,7 +485,8 @@ async fn produce(
     let mut answers: HashMap<(String, i32), rw::ProducePartitionResponse> = HashMap::new();
     let mut whole: Option<ErrorInfo> = None;
     if !partitions.is_empty() {
-        let payload = concat(chunks);
+        // Each partition's records as the Kafka decoder sliced them: no copy.
+        let payload = rill_proto::Rope::new(chunks);
         let request = rw::ProduceRequest {
             acks,
             timeout_ms: r.timeout_ms.max(0) as u32,

@@ -8,9 +8,10 @@
 //! Files go to `$RILL_BENCH_DIR` (default: the system temp dir) and are deleted.
 //! Set `RILL_BENCH_FSYNC_TOTAL_MB=0` to skip the one-shot fsync'd run.
 
+use bytes::Bytes;
 use criterion::{BenchmarkId, Criterion, Throughput};
 use rill_log::{Log, LogConfig};
-use rill_proto::{BatchBuilder, Compression, LeaderEpoch, Offset, Record};
+use rill_proto::{BatchBuilder, Compression, LeaderEpoch, Offset, Record, Rope};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
@@ -72,7 +73,8 @@ fn append_benches(c: &mut Criterion) {
         (1024, 16 << 10),
         (1024, 64 << 10),
     ] {
-        let (mut batch, records) = make_batch(record_bytes, batch_bytes);
+        let (batch, records) = make_batch(record_bytes, batch_bytes);
+        let batch = Rope::from(Bytes::from(batch));
         group.throughput(Throughput::Bytes(batch.len() as u64));
         let id = BenchmarkId::new(
             format!("{record_bytes}B_records"),
@@ -88,7 +90,7 @@ fn append_benches(c: &mut Criterion) {
                         log.truncate_to(Offset(0)).unwrap();
                     }
                     let t = Instant::now();
-                    black_box(log.append(&mut batch, LeaderEpoch(1), NOW).unwrap());
+                    black_box(log.append_rope(&batch, LeaderEpoch(1), NOW).unwrap());
                     spent += t.elapsed();
                 }
                 spent
@@ -115,6 +117,7 @@ fn validate_benches(c: &mut Criterion) {
     for codec in Compression::ALL {
         for (record_bytes, batch_bytes) in [(100, 64 << 10), (1024, 64 << 10)] {
             let (batch, records) = make_batch_with(codec, record_bytes, batch_bytes);
+            let batch = Rope::from(Bytes::from(batch));
             // Throughput in uncompressed bytes, comparable to the append figures.
             group.throughput(Throughput::Bytes((records * (record_bytes + 12)) as u64));
             let id = BenchmarkId::new(
@@ -136,11 +139,12 @@ fn read_benches(c: &mut Criterion) {
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3));
     for (record_bytes, batch_bytes) in [(100, 16 << 10), (1024, 64 << 10)] {
-        let (mut batch, records) = make_batch(record_bytes, batch_bytes);
+        let (batch, records) = make_batch(record_bytes, batch_bytes);
+        let batch = Rope::from(Bytes::from(batch));
         let dir = bench_dir();
         let mut log = Log::open(dir.path(), config(), NOW).unwrap();
         while log.size_bytes() < 128 << 20 {
-            log.append(&mut batch, LeaderEpoch(1), NOW).unwrap();
+            log.append_rope(&batch, LeaderEpoch(1), NOW).unwrap();
         }
         log.flush().unwrap();
         let end = log.log_end_offset();
@@ -181,14 +185,15 @@ fn fsync_total() {
     if total_mb == 0 {
         return;
     }
-    let (mut batch, records) = make_batch(1024, 64 << 10);
+    let (batch, records) = make_batch(1024, 64 << 10);
+    let batch = Rope::from(Bytes::from(batch));
     let dir = bench_dir();
     let mut log = Log::open(dir.path(), config(), NOW).unwrap();
     let total = total_mb << 20;
     let t = Instant::now();
     let mut batches = 0u64;
     while log.size_bytes() < total {
-        log.append(&mut batch, LeaderEpoch(1), NOW).unwrap();
+        log.append_rope(&batch, LeaderEpoch(1), NOW).unwrap();
         batches += 1;
     }
     let appended = t.elapsed();

@@ -30,9 +30,10 @@ use crate::segment::{
 };
 use crate::txn::{AbortedTxn, TxnIndex, read_aborted};
 use bytes::Bytes;
-use rill_proto::batch::{BatchHeader, batches, set_base_offset, set_leader_epoch};
-use rill_proto::{DecodeError, LeaderEpoch, Offset, TimestampMs};
+use rill_proto::batch::{BatchHeader, rope_batches, verify_crc_at};
+use rill_proto::{DecodeError, LeaderEpoch, Offset, Rope, TimestampMs};
 use std::fs::File;
+use std::io::IoSlice;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -90,6 +91,19 @@ pub struct Log {
 
 /// A batch checked for append: its header and position within the input.
 type Checked = Vec<(BatchHeader, u64)>;
+
+/// The bytes of a batch's header an append may stamp: base offset, batch
+/// length and partition leader epoch (before the CRC's range).
+const STAMPED_LEN: usize = 16;
+
+/// The first [`STAMPED_LEN`] bytes of the batch whose header is `h`.
+fn stamped(h: &BatchHeader) -> [u8; STAMPED_LEN] {
+    let mut out = [0u8; STAMPED_LEN];
+    out[0..8].copy_from_slice(&h.base_offset.0.to_be_bytes());
+    out[8..12].copy_from_slice(&h.batch_length.to_be_bytes());
+    out[12..16].copy_from_slice(&h.leader_epoch.0.to_be_bytes());
+    out
+}
 
 /// Upper bound on the bytes of one append call (segment positions are u32, and
 /// Kafka's request sizes are i32).
@@ -186,7 +200,7 @@ impl Log {
     }
 
     /// Checks every batch of an append by header and CRC (no record decoding).
-    fn check_batches(&self, input: &[u8], check_size: bool) -> Result<Checked, LogError> {
+    fn check_batches(&self, input: &Rope, check_size: bool) -> Result<Checked, LogError> {
         if input.len() > APPEND_BYTES_MAX {
             return Err(DecodeError::TooLarge {
                 field: "append",
@@ -196,10 +210,8 @@ impl Log {
             .into());
         }
         let mut out = Vec::new();
-        let mut pos = 0u64;
-        for view in batches(input) {
-            let view = view?;
-            let h = view.header;
+        for found in rope_batches(input) {
+            let (pos, h) = found?;
             let size = h.total_size();
             if check_size && size > self.config.max_message_bytes as usize {
                 return Err(LogError::RecordTooLarge {
@@ -232,9 +244,8 @@ impl Log {
                 }
                 .into());
             }
-            view.verify_crc()?;
-            out.push((h, pos));
-            pos += size as u64;
+            verify_crc_at(input, pos, &h)?;
+            out.push((h, pos as u64));
         }
         if out.is_empty() {
             return Err(DecodeError::Malformed {
@@ -246,12 +257,25 @@ impl Log {
         Ok(out)
     }
 
-    /// Leader append: `batches` holds one or more whole batches as a producer sent
-    /// them. Validates each (CRC, size <= max.message.bytes), stamps base offsets from
-    /// the log end offset and the leader epoch into the bytes in place, appends.
+    /// [`Log::append_rope`] of batches in one buffer (copied first: the hot
+    /// paths hand over the buffers the bytes arrived in, as a [`Rope`]).
     pub fn append(
         &mut self,
-        batches: &mut [u8],
+        batches: &[u8],
+        epoch: LeaderEpoch,
+        now_ms: TimestampMs,
+    ) -> Result<AppendInfo, LogError> {
+        self.append_rope(&Rope::from(Bytes::copy_from_slice(batches)), epoch, now_ms)
+    }
+
+    /// Leader append: `batches` holds one or more whole batches as a producer sent
+    /// them, in the pieces they arrived in. Validates each (CRC, size <=
+    /// max.message.bytes), stamps base offsets from the log end offset and the
+    /// leader epoch into the headers as they are written (the pieces are not
+    /// changed), appends.
+    pub fn append_rope(
+        &mut self,
+        batches: &Rope,
         epoch: LeaderEpoch,
         now_ms: TimestampMs,
     ) -> Result<AppendInfo, LogError> {
@@ -276,10 +300,7 @@ impl Log {
         }
         let first = self.log_end_offset();
         let mut next = first;
-        for (h, pos) in &mut checked {
-            let bytes = &mut batches[*pos as usize..];
-            set_base_offset(bytes, next);
-            set_leader_epoch(bytes, epoch);
+        for (h, _) in &mut checked {
             h.base_offset = next;
             h.leader_epoch = epoch;
             next = h.next_offset();
@@ -299,6 +320,15 @@ impl Log {
     pub fn append_replicated(
         &mut self,
         batches: &[u8],
+        now_ms: TimestampMs,
+    ) -> Result<AppendInfo, LogError> {
+        self.append_replicated_rope(&Rope::from(Bytes::copy_from_slice(batches)), now_ms)
+    }
+
+    /// [`Log::append_replicated`] of batches in the pieces they arrived in.
+    pub fn append_replicated_rope(
+        &mut self,
+        batches: &Rope,
         now_ms: TimestampMs,
     ) -> Result<AppendInfo, LogError> {
         let checked = self.check_batches(batches, false)?;
@@ -322,9 +352,11 @@ impl Log {
         self.append_checked(batches, &checked, now_ms)
     }
 
+    /// Writes checked batches, each with its header as `checked` holds it
+    /// (the leader's stamped offset and epoch).
     fn append_checked(
         &mut self,
-        bytes: &[u8],
+        bytes: &Rope,
         checked: &Checked,
         now_ms: TimestampMs,
     ) -> Result<AppendInfo, LogError> {
@@ -345,7 +377,7 @@ impl Log {
         // batch larger than segment.bytes gets a segment of its own).
         let mut start = 0;
         while start < checked.len() {
-            let end = self.place_run(bytes, &checked[start..], now_ms)? + start;
+            let end = self.place_run(bytes.len() as u64, &checked[start..], now_ms)? + start;
             let from = checked[start].1;
             let to = checked.get(end).map_or(bytes.len() as u64, |(_, pos)| *pos);
             let run: std::borrow::Cow<'_, [(BatchHeader, u64)]> = if from == 0 {
@@ -356,19 +388,36 @@ impl Log {
                     .map(|(h, pos)| (*h, pos - from))
                     .collect()
             };
+            // Each batch's first bytes (base offset, length, leader epoch) from
+            // its header, then the rest of it from the pieces.
+            let heads: Vec<[u8; STAMPED_LEN]> = checked[start..end]
+                .iter()
+                .map(|(h, _)| stamped(h))
+                .collect();
+            let mut parts = Vec::with_capacity(2 * heads.len() + bytes.pieces().len());
+            for (head, (h, pos)) in heads.iter().zip(&checked[start..end]) {
+                let pos = *pos as usize;
+                parts.push(IoSlice::new(head));
+                parts.extend(
+                    bytes
+                        .slices(pos + STAMPED_LEN, pos + h.total_size())
+                        .map(IoSlice::new),
+                );
+            }
+            debug_assert_eq!(parts.iter().map(|p| p.len() as u64).sum::<u64>(), to - from);
             let interval = self.config.index_interval_bytes;
             let active = self.active_mut();
             if active.is_empty() {
                 // segment.ms counts from the first append, not from when the file was made.
                 active.created_ms = now_ms;
             }
-            active.append(&bytes[from as usize..to as usize], &run, interval)?;
+            active.append_vectored(&mut parts, &run, interval)?;
             start = end;
         }
         let mut aborted = false;
         for (h, pos) in checked {
             self.producers.record(h);
-            aborted |= self.record_txn(h, &bytes[*pos as usize..])?;
+            aborted |= self.record_txn(h, bytes, *pos as usize)?;
         }
         if aborted {
             self.txns.persist(&self.dir)?;
@@ -403,16 +452,17 @@ impl Log {
     }
 
     /// Rolls the segment when the first of `run` (batches at their positions in
-    /// `bytes`) does not fit the active one, then returns how many of `run`, from
-    /// the first, go into the active segment together.
+    /// the `bytes_len` bytes of an append) does not fit the active one, then
+    /// returns how many of `run`, from the first, go into the active segment
+    /// together.
     fn place_run(
         &mut self,
-        bytes: &[u8],
+        bytes_len: u64,
         run: &[(BatchHeader, u64)],
         now_ms: TimestampMs,
     ) -> Result<usize, LogError> {
         let len_of = |i: usize| -> u64 {
-            let end = run.get(i + 1).map_or(bytes.len() as u64, |(_, pos)| *pos);
+            let end = run.get(i + 1).map_or(bytes_len, |(_, pos)| *pos);
             end - run[i].1
         };
         let (first, _) = &run[0];
@@ -769,12 +819,14 @@ impl Log {
 
     /// Updates the transaction state for a batch now in the log (`bytes` starts
     /// with it); true when it was an abort marker.
-    fn record_txn(&mut self, h: &BatchHeader, bytes: &[u8]) -> Result<bool, LogError> {
+    fn record_txn(&mut self, h: &BatchHeader, bytes: &Rope, at: usize) -> Result<bool, LogError> {
         if !rill_proto::control::is_marker_header(h) {
             self.txns.record_data(h);
             return Ok(false);
         }
-        let marker = rill_proto::control::parse_marker(&bytes[..h.total_size().min(bytes.len())])?;
+        // A marker is one small batch: read from a copy.
+        let batch = bytes.slice(at, (at + h.total_size()).min(bytes.len()));
+        let marker = rill_proto::control::parse_marker(&batch.to_bytes())?;
         Ok(marker.and_then(|m| self.txns.record_marker(h, m)).is_some())
     }
 
@@ -789,9 +841,8 @@ impl Log {
         epoch: LeaderEpoch,
         now_ms: TimestampMs,
     ) -> Result<AppendInfo, LogError> {
-        let mut batch =
-            rill_proto::control::marker_batch(producer, producer_epoch, marker, now_ms).to_vec();
-        self.append(&mut batch, epoch, now_ms)
+        let batch = rill_proto::control::marker_batch(producer, producer_epoch, marker, now_ms);
+        self.append_rope(&Rope::from(batch), epoch, now_ms)
     }
 
     /// The first offset of the oldest open transaction: records from there on are

@@ -17,6 +17,7 @@ use crate::index::{OffsetEntry, OffsetIndex, TimeEntry, TimeIndex, relative};
 use rill_proto::batch::{BATCH_HEADER_LEN, BatchHeader, BatchView};
 use rill_proto::{Offset, TimestampMs};
 use std::fs::{File, OpenOptions};
+use std::io::IoSlice;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -252,26 +253,35 @@ impl Segment {
         headers: &[(BatchHeader, u64)],
         index_interval_bytes: u32,
     ) -> Result<(), LogError> {
+        self.append_vectored(&mut [IoSlice::new(bytes)], headers, index_interval_bytes)
+    }
+
+    /// [`Segment::append`] of batches held in several buffers (`parts`, in
+    /// order; emptied as they are written): one `pwritev` where the kernel
+    /// takes them all at once.
+    pub fn append_vectored(
+        &mut self,
+        parts: &mut [IoSlice<'_>],
+        headers: &[(BatchHeader, u64)],
+        index_interval_bytes: u32,
+    ) -> Result<(), LogError> {
         let at = self.size;
+        let len: u64 = parts.iter().map(|p| p.len() as u64).sum();
         assert!(
-            at + bytes.len() as u64 <= u32::MAX as u64,
+            at + len <= u32::MAX as u64,
             "segment positions must fit u32"
         );
-        if let Err(e) = self.file.write_all_at(bytes, at) {
+        if let Err(e) = write_all_vectored_at(&self.file, parts, at) {
             // A short write (a full disk) leaves part of a batch past the end:
             // cut it, so the segment never holds it when it is rolled and
             // later trusted by recovery (the next append would overwrite it,
             // a roll would not).
             let _ = self.file.set_len(at);
             return Err(io_context(|| {
-                format!(
-                    "appending {} bytes to {} at {at}",
-                    bytes.len(),
-                    self.path.display()
-                )
+                format!("appending {len} bytes to {} at {at}", self.path.display())
             })(e));
         }
-        self.size += bytes.len() as u64;
+        self.size += len;
         for (h, rel_pos) in headers {
             self.note_batch(h, at + rel_pos, index_interval_bytes);
         }
@@ -568,6 +578,37 @@ pub fn scan_batches(
         pos += size;
     }
     Ok((pos, ScanStop::End))
+}
+
+/// Most buffers one `pwritev` takes (Linux's `IOV_MAX`).
+const IOV_MAX: usize = 1024;
+
+/// Writes all of `parts`, in order, at `at` in `file` (`pwritev`, repeated
+/// after a short write or for more than [`IOV_MAX`] buffers).
+fn write_all_vectored_at(
+    file: &File,
+    mut parts: &mut [IoSlice<'_>],
+    mut at: u64,
+) -> std::io::Result<()> {
+    IoSlice::advance_slices(&mut parts, 0);
+    while !parts.is_empty() {
+        let n = parts.len().min(IOV_MAX);
+        match rustix::io::pwritev(file, &parts[..n], at) {
+            Ok(0) => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::WriteZero,
+                    "failed to write whole buffer",
+                ));
+            }
+            Ok(written) => {
+                at += written as u64;
+                IoSlice::advance_slices(&mut parts, written);
+            }
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -515,3 +515,64 @@ fn a_follower_behind_the_leaders_log_start_restarts_there() {
     assert_eq!(follower.log_start_offset(), o(50));
     assert_eq!(follower.log_end_offset(), o(55));
 }
+
+#[test]
+fn batches_in_pieces_are_stored_as_stamped_in_one_buffer() {
+    // A produce request's batches arrive in network buffers cut anywhere
+    // (inside headers, inside records). Appended from those pieces, the log
+    // holds exactly the batches with their offsets and the leader's epoch
+    // stamped, across segment rolls inside one append and with more pieces
+    // than one pwritev takes.
+    use bytes::Bytes;
+    use rill_proto::Rope;
+    use rill_proto::batch::{set_base_offset, set_leader_epoch};
+    let cut =
+        |bytes: &[u8], every: usize| Rope::new(bytes.chunks(every).map(Bytes::copy_from_slice));
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = small_config();
+    cfg.segment_bytes = 2048;
+    let mut leader = Log::open(dir.path().join("leader").as_path(), cfg.clone(), NOW).unwrap();
+    let mut expected = Vec::new();
+    let mut next = 0i64;
+    for (round, every) in [(0, 3), (1, 7), (2, 64), (3, 1000)] {
+        let mut many = Vec::new();
+        for i in 0..30 {
+            let mut b = batch(&format!("r{round}b{i}"), 1 + i % 4, NOW + i as i64);
+            many.extend_from_slice(&b);
+            set_base_offset(&mut b, o(next));
+            set_leader_epoch(&mut b, E1);
+            next += (1 + i % 4) as i64;
+            expected.extend_from_slice(&b);
+        }
+        let info = leader.append_rope(&cut(&many, every), E1, NOW).unwrap();
+        assert_eq!(info.last_offset, o(next - 1));
+        assert_eq!(info.bytes, many.len() as u64);
+    }
+    assert!(leader.segment_count() > 3, "appends rolled segments");
+    assert_eq!(all_bytes(&leader), expected);
+    // A follower appending the leader's bytes in pieces holds the same bytes.
+    let mut follower = Log::open(dir.path().join("follower").as_path(), cfg.clone(), NOW).unwrap();
+    for every in [5, 4096] {
+        let from = follower.log_end_offset();
+        let end = if from == o(0) {
+            o(next / 2)
+        } else {
+            leader.log_end_offset()
+        };
+        while follower.log_end_offset() < end {
+            let bytes = leader
+                .read(follower.log_end_offset(), 1 << 20, end)
+                .unwrap()
+                .unwrap()
+                .read()
+                .unwrap();
+            follower
+                .append_replicated_rope(&cut(&bytes, every), NOW)
+                .unwrap();
+        }
+    }
+    assert_eq!(all_bytes(&follower), expected);
+    drop(leader);
+    let reopened = Log::open(dir.path().join("leader").as_path(), cfg, NOW).unwrap();
+    assert_eq!(all_bytes(&reopened), expected);
+}

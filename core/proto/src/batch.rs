@@ -332,6 +332,73 @@ impl<'a> Iterator for BatchIter<'a> {
     }
 }
 
+/// [`batches`] of bytes held in pieces: each whole batch as (its position,
+/// its header), read without joining the pieces (only a header that straddles
+/// two is copied, onto the stack). Yields an error (and stops) at the first
+/// batch that does not parse; a trailing partial batch is an error too.
+pub fn rope_batches(rope: &Rope) -> RopeBatchIter<'_> {
+    RopeBatchIter {
+        rope,
+        at: 0,
+        failed: false,
+    }
+}
+
+#[derive(Debug)]
+pub struct RopeBatchIter<'a> {
+    rope: &'a Rope,
+    at: usize,
+    failed: bool,
+}
+
+impl Iterator for RopeBatchIter<'_> {
+    type Item = Result<(usize, BatchHeader), DecodeError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let left = self.rope.len() - self.at;
+        if left == 0 || self.failed {
+            return None;
+        }
+        let mut head = [0u8; BATCH_HEADER_LEN];
+        let n = left.min(BATCH_HEADER_LEN);
+        self.rope.copy_to(self.at, &mut head[..n]);
+        let parsed = BatchHeader::parse(&head[..n]).and_then(|h| {
+            let size = h.total_size();
+            if left < size {
+                return Err(DecodeError::Truncated {
+                    field: "batch body",
+                    needed: size,
+                    available: left,
+                });
+            }
+            Ok(h)
+        });
+        match parsed {
+            Ok(h) => {
+                let at = self.at;
+                self.at += h.total_size();
+                Some(Ok((at, h)))
+            }
+            Err(e) => {
+                self.failed = true;
+                Some(Err(e))
+            }
+        }
+    }
+}
+
+/// Checks the CRC of the whole batch at `at` in `rope` (its header `header`).
+pub fn verify_crc_at(rope: &Rope, at: usize, header: &BatchHeader) -> Result<(), DecodeError> {
+    let computed = rope.crc32c_range(at + ATTRIBUTES_OFFSET, at + header.total_size());
+    if computed != header.crc {
+        return Err(DecodeError::CrcMismatch {
+            stored: header.crc,
+            computed,
+        });
+    }
+    Ok(())
+}
+
 /// Stamps the base offset into a batch's bytes (outside the CRC).
 pub fn set_base_offset(batch: &mut [u8], offset: Offset) {
     batch[0..8].copy_from_slice(&offset.0.to_be_bytes());
@@ -431,18 +498,6 @@ pub fn records_section_rope(header: &BatchHeader, batch: &Rope) -> Result<Rope, 
     }
 }
 
-/// [`BatchView::verify_crc`] of one whole batch held in pieces.
-pub fn verify_crc_rope(header: &BatchHeader, batch: &Rope) -> Result<(), DecodeError> {
-    let computed = batch.crc32c_from(ATTRIBUTES_OFFSET);
-    if computed != header.crc {
-        return Err(DecodeError::CrcMismatch {
-            stored: header.crc,
-            computed,
-        });
-    }
-    Ok(())
-}
-
 /// Decodes a (decompressed) records section without copying: keys, values and
 /// header values are slices of `section`. Calls `f` for each record at or after
 /// `from`; records below it are checked for framing and offset order only. Checks
@@ -493,18 +548,7 @@ pub fn decode_records_rope(
     let mut reader = RopeReader::new(section);
     let mut last_delta: i64 = -1;
     for _ in 0..header.record_count {
-        // A varint is at most 5 bytes; read it from a copy if it may straddle.
-        let mut head = [0u8; 5];
-        let mut peek: &[u8] = if reader.current().len() >= head.len() {
-            reader.current()
-        } else {
-            let n = reader.remaining().min(head.len());
-            reader.copy_into(&mut head[..n]);
-            &head[..n]
-        };
-        let before = peek.len();
-        let len = varint::read_varint(&mut peek, "record length")?;
-        reader.advance(before - peek.len());
+        let len = reader.read_varint("record length")?;
         if len < 0 || len as usize > reader.remaining() {
             return Err(DecodeError::InvalidLength {
                 field: "record length",
@@ -1012,7 +1056,7 @@ mod tests {
             let whole = Bytes::from(bytes.clone());
             let header = BatchHeader::parse(&whole).unwrap();
             let rope = cut(&bytes, &cuts);
-            prop_assert!(verify_crc_rope(&header, &rope).is_ok());
+            prop_assert!(verify_crc_at(&rope, 0, &header).is_ok());
             let mut expected = Vec::new();
             let joined = records_section_bytes(&header, &whole)
                 .and_then(|s| decode_records(&header, &s, Offset(from), |r| expected.push(r)));
@@ -1028,6 +1072,46 @@ mod tests {
     }
 
     #[test]
+    fn batches_in_pieces_are_found_as_in_one_buffer() {
+        let mut bytes = Vec::new();
+        for n in 1..=3 {
+            let mut b = BatchBuilder::new(Compression::None);
+            for i in 0..n {
+                b.push(&Record::from_value(format!("record {i} of {n}"), 1));
+            }
+            bytes.extend_from_slice(&b.build());
+        }
+        let expected: Vec<(usize, BatchHeader)> = {
+            let mut at = 0;
+            batches(&bytes)
+                .map(|v| {
+                    let v = v.unwrap();
+                    let found = (at, v.header);
+                    at += v.as_bytes().len();
+                    found
+                })
+                .collect()
+        };
+        for cuts in [&[][..], &[3, 70, 71], &[61, 62, 150]] {
+            let rope = cut(&bytes, cuts);
+            let got: Vec<_> = rope_batches(&rope).map(Result::unwrap).collect();
+            assert_eq!(got, expected, "cut at {cuts:?}");
+            for (at, h) in &got {
+                verify_crc_at(&rope, *at, h).unwrap();
+            }
+            // A trailing partial batch, or a partial header, is an error.
+            for short in [bytes.len() - 1, bytes.len() - 100, 30] {
+                let part = rope.slice(0, short);
+                let last = rope_batches(&part).last().unwrap();
+                assert!(
+                    matches!(last, Err(DecodeError::Truncated { .. })),
+                    "{short}: {last:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
     fn a_damaged_batch_in_pieces_fails_its_crc() {
         let mut b = BatchBuilder::new(Compression::None);
         b.push(&Record::from_value("hello, pieces", 1));
@@ -1035,7 +1119,7 @@ mod tests {
         let header = BatchHeader::parse(&bytes).unwrap();
         let last = bytes.len() - 1;
         bytes[last] ^= 0xff;
-        let err = verify_crc_rope(&header, &cut(&bytes, &[3, 70, 71])).unwrap_err();
+        let err = verify_crc_at(&cut(&bytes, &[3, 70, 71]), 0, &header).unwrap_err();
         assert!(matches!(err, DecodeError::CrcMismatch { .. }), "{err}");
     }
 

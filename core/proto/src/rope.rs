@@ -138,16 +138,56 @@ impl Rope {
 
     /// CRC32C of bytes `start..len`, across pieces.
     pub fn crc32c_from(&self, start: usize) -> u32 {
+        self.crc32c_range(start.min(self.len), self.len)
+    }
+
+    /// CRC32C of bytes `start..end`, across pieces.
+    ///
+    /// Panics if the range is out of bounds, like slicing.
+    pub fn crc32c_range(&self, start: usize, end: usize) -> u32 {
+        assert!(
+            start <= end && end <= self.len,
+            "rope range {start}..{end} out of 0..{}",
+            self.len
+        );
         let mut crc = 0;
-        let mut at = 0;
-        for piece in &self.pieces {
-            let end = at + piece.len();
-            if end > start {
-                crc = crc32c::crc32c_append(crc, &piece[start.saturating_sub(at)..]);
-            }
-            at = end;
+        let (mut i, mut pos) = self.locate(start);
+        let mut left = end - start;
+        while left > 0 {
+            let piece = &self.pieces[i];
+            let take = (piece.len() - pos).min(left);
+            crc = crc32c::crc32c_append(crc, &piece[pos..pos + take]);
+            left -= take;
+            i += 1;
+            pos = 0;
         }
         crc
+    }
+
+    /// Bytes `start..end` as slices of the pieces, in order (no copy, no
+    /// allocation): what a vectored write of that range takes.
+    ///
+    /// Panics if the range is out of bounds, like slicing.
+    pub fn slices(&self, start: usize, end: usize) -> impl Iterator<Item = &[u8]> + '_ {
+        assert!(
+            start <= end && end <= self.len,
+            "rope range {start}..{end} out of 0..{}",
+            self.len
+        );
+        let (first, pos) = self.locate(start);
+        let mut left = end - start;
+        self.pieces[first.min(self.pieces.len())..]
+            .iter()
+            .enumerate()
+            .map_while(move |(k, piece)| {
+                if left == 0 {
+                    return None;
+                }
+                let from = if k == 0 { pos } else { 0 };
+                let take = (piece.len() - from).min(left);
+                left -= take;
+                Some(&piece[from..from + take])
+            })
     }
 
     /// Splits the rope into consecutive parts of `lengths` bytes (a fetch
@@ -245,6 +285,24 @@ impl<'a> RopeReader<'a> {
         }
     }
 
+    /// Reads a varint (zigzag, as record framing uses), copying it first if it
+    /// may straddle pieces.
+    pub fn read_varint(&mut self, field: &'static str) -> Result<i32, DecodeError> {
+        // A varint is at most 5 bytes.
+        let mut head = [0u8; 5];
+        let mut peek: &[u8] = if self.current().len() >= head.len() {
+            self.current()
+        } else {
+            let n = self.remaining().min(head.len());
+            self.copy_into(&mut head[..n]);
+            &head[..n]
+        };
+        let before = peek.len();
+        let value = crate::varint::read_varint(&mut peek, field)?;
+        self.advance(before - peek.len());
+        Ok(value)
+    }
+
     /// The next `n` bytes as (`source`, range in it): the rope's own piece
     /// (borrowed, so taking costs no reference count) when they lie inside one,
     /// else a new buffer holding a copy. `None` if fewer than `n` remain.
@@ -294,6 +352,9 @@ mod tests {
             let mut out = vec![0; e - s];
             assert!(rope.copy_to(s, &mut out));
             assert_eq!(out, &whole[s..e]);
+            assert_eq!(rope.slices(s, e).collect::<Vec<_>>().concat(), &whole[s..e]);
+            assert!(rope.slices(s, e).all(|piece| !piece.is_empty()));
+            assert_eq!(rope.crc32c_range(s, e), crc32c::crc32c(&whole[s..e]));
         }
         assert!(!rope.copy_to(999, &mut [0; 2]));
         for start in [0, 1, 6, 7, 500, 999, 1000] {

@@ -2,9 +2,10 @@
 //! `LogValidator` does: record framing and counts, the compression codec, and
 //! the record timestamps against the topic's bounds.
 //!
-//! [`validate_produced`] reads the bytes in place (a compressed batch is
-//! decompressed once, bounded by [`MAX_UNCOMPRESSED_RECORDS_BYTES`]); it never
-//! copies an uncompressed batch and allocates nothing for one. It does not
+//! [`validate_produced`] reads the bytes in place, in the pieces they arrived
+//! in (a compressed batch is joined and decompressed once, bounded by
+//! [`MAX_UNCOMPRESSED_RECORDS_BYTES`]); of an uncompressed batch it copies only
+//! a record or varint that straddles two pieces. It does not
 //! check the CRC on the way to success (the log checks it on append, once);
 //! a batch that fails a check here is checked against its CRC first, so
 //! damaged bytes are reported as a CRC mismatch, not as what the damage looks
@@ -27,10 +28,11 @@
 //! the request, the record where there is one, and the field.
 
 use crate::batch::{
-    BATCH_HEADER_LEN, BatchHeader, BatchView, MAX_UNCOMPRESSED_RECORDS_BYTES, batches,
+    BATCH_HEADER_LEN, BatchHeader, MAX_UNCOMPRESSED_RECORDS_BYTES, rope_batches, verify_crc_at,
 };
 use crate::compression::{self, Compression};
 use crate::error::DecodeError;
+use crate::rope::{Rope, RopeReader};
 use crate::types::TimestampMs;
 use crate::varint;
 use thiserror::Error;
@@ -123,20 +125,21 @@ pub struct InvalidBatch {
     pub fault: BatchFault,
 }
 
-/// Checks every batch in `buf` (one partition's bytes of a produce request)
-/// as the leader must before appending them. `timestamps`: the topic's bounds
-/// (`None`: no bound, only the `max_timestamp` consistency check).
+/// Checks every batch in `batches` (one partition's bytes of a produce
+/// request, in the pieces they arrived in) as the leader must before appending
+/// them. `timestamps`: the topic's bounds (`None`: no bound, only the
+/// `max_timestamp` consistency check).
 pub fn validate_produced(
-    buf: &[u8],
+    batches: &Rope,
     timestamps: Option<TimestampBounds>,
     now_ms: TimestampMs,
 ) -> Result<(), InvalidBatch> {
-    for (position, view) in batches(buf).enumerate() {
+    for (position, found) in rope_batches(batches).enumerate() {
         let fail = |fault| InvalidBatch { position, fault };
-        let view = view.map_err(|e| fail(BatchFault::Corrupt(e)))?;
-        if let Err(fault) = validate_batch(&view, timestamps, now_ms) {
+        let (at, header) = found.map_err(|e| fail(BatchFault::Corrupt(e)))?;
+        if let Err(fault) = validate_batch(&header, batches, at, timestamps, now_ms) {
             // Damaged bytes can look like anything: say so rather than what.
-            return Err(fail(match view.verify_crc() {
+            return Err(fail(match verify_crc_at(batches, at, &header) {
                 Err(crc) => BatchFault::Corrupt(crc),
                 Ok(()) => fault,
             }));
@@ -149,13 +152,14 @@ fn invalid(field: &'static str, value: i64) -> BatchFault {
     BatchFault::Invalid(DecodeError::InvalidValue { field, value })
 }
 
-/// One whole batch (without its CRC).
+/// The whole batch at `at` in `batches`, whose header is `h` (without its CRC).
 fn validate_batch(
-    view: &BatchView<'_>,
+    h: &BatchHeader,
+    batches: &Rope,
+    at: usize,
     timestamps: Option<TimestampBounds>,
     now_ms: TimestampMs,
 ) -> Result<(), BatchFault> {
-    let h = &view.header;
     if h.is_control() {
         // Transaction markers and the like are the brokers' own (Kafka's
         // LogValidator refuses them from clients too).
@@ -207,18 +211,7 @@ fn validate_batch(
         }
     };
     check_ts(None, h.max_timestamp)?;
-    let stored = view.records_section();
-    let decompressed;
-    let section: &[u8] = match codec {
-        Compression::None => stored,
-        codec => {
-            decompressed = compression::decompress(codec, stored, MAX_UNCOMPRESSED_RECORDS_BYTES)
-                .map_err(BatchFault::Invalid)?;
-            &decompressed
-        }
-    };
-    debug_assert_eq!(stored.len(), h.total_size() - BATCH_HEADER_LEN);
-    walk_records(h, section, |index, ts| {
+    let check_record = |index, ts| {
         if h.is_log_append_time() {
             // Every record reads as the batch's time, checked above.
             return Ok(());
@@ -232,75 +225,133 @@ fn validate_batch(
             });
         }
         Ok(())
-    })
+    };
+    let stored = batches.slice(at + BATCH_HEADER_LEN, at + h.total_size());
+    match (codec, stored.pieces()) {
+        (Compression::None, []) => walk_records(h, &mut &[][..], check_record),
+        (Compression::None, [one]) => walk_records(h, &mut &one[..], check_record),
+        (Compression::None, _) => walk_records(h, &mut RopeReader::new(&stored), check_record),
+        (codec, _) => {
+            let section =
+                compression::decompress(codec, &stored.to_bytes(), MAX_UNCOMPRESSED_RECORDS_BYTES)
+                    .map_err(BatchFault::Invalid)?;
+            walk_records(h, &mut &section[..], check_record)
+        }
+    }
+}
+
+/// Where [`walk_records`] reads records from: one section in place, or one in
+/// pieces.
+trait Section {
+    fn remaining(&self) -> usize;
+    /// Reads a record's length.
+    fn record_len(&mut self) -> Result<i32, DecodeError>;
+    /// Hands the next `n` bytes (`n <= remaining`) to `f`, as one slice.
+    fn with_next<R>(&mut self, n: usize, f: impl FnOnce(&[u8]) -> R) -> R;
+}
+
+impl Section for &[u8] {
+    fn remaining(&self) -> usize {
+        self.len()
+    }
+
+    fn record_len(&mut self) -> Result<i32, DecodeError> {
+        varint::read_varint(self, "record length")
+    }
+
+    fn with_next<R>(&mut self, n: usize, f: impl FnOnce(&[u8]) -> R) -> R {
+        let (head, rest) = self.split_at(n);
+        *self = rest;
+        f(head)
+    }
+}
+
+impl Section for RopeReader<'_> {
+    fn remaining(&self) -> usize {
+        RopeReader::remaining(self)
+    }
+
+    fn record_len(&mut self) -> Result<i32, DecodeError> {
+        self.read_varint("record length")
+    }
+
+    fn with_next<R>(&mut self, n: usize, f: impl FnOnce(&[u8]) -> R) -> R {
+        let (source, range) = self.take(n).expect("n <= remaining");
+        f(&source[range])
+    }
 }
 
 /// Walks the records of a decompressed section, checking exact framing and
 /// sequential offset deltas; calls `f(index, timestamp)` for each record.
 fn walk_records(
     h: &BatchHeader,
-    section: &[u8],
+    section: &mut impl Section,
     mut f: impl FnMut(i32, TimestampMs) -> Result<(), BatchFault>,
 ) -> Result<(), BatchFault> {
-    let bad = BatchFault::Invalid;
-    let mut buf = section;
     for index in 0..h.record_count {
-        let len = varint::read_varint(&mut buf, "record length").map_err(bad)?;
-        if len < 0 || len as usize > buf.len() {
+        let len = section.record_len().map_err(BatchFault::Invalid)?;
+        if len < 0 || len as usize > section.remaining() {
             return Err(BatchFault::Invalid(DecodeError::InvalidLength {
                 field: "record length",
                 value: len as i64,
             }));
         }
-        let (mut rec, rest) = buf.split_at(len as usize);
-        buf = rest;
-        take(&mut rec, 1, "record attributes")?;
-        let ts_delta = varint::read_varlong(&mut rec, "record timestamp delta").map_err(bad)?;
-        let offset_delta = varint::read_varint(&mut rec, "record offset delta").map_err(bad)?;
-        if offset_delta != index {
-            return Err(invalid(
-                "record offset delta (must be the record's index: 0, 1, 2, ...)",
-                offset_delta as i64,
-            ));
-        }
-        skip_nullable(&mut rec, "record key")?;
-        skip_nullable(&mut rec, "record value")?;
-        let header_count = varint::read_varint(&mut rec, "record header count").map_err(bad)?;
-        if header_count < 0 || header_count as usize > rec.len() {
-            return Err(BatchFault::Invalid(DecodeError::InvalidLength {
-                field: "record header count",
-                value: header_count as i64,
-            }));
-        }
-        for _ in 0..header_count {
-            let key = skip_nullable(&mut rec, "header key")?.ok_or(BatchFault::Invalid(
-                DecodeError::InvalidLength {
-                    field: "header key",
-                    value: -1,
-                },
-            ))?;
-            std::str::from_utf8(key).map_err(|_| {
-                BatchFault::Invalid(DecodeError::InvalidUtf8 {
-                    field: "header key",
-                })
-            })?;
-            skip_nullable(&mut rec, "header value")?;
-        }
-        if !rec.is_empty() {
-            return Err(BatchFault::Invalid(DecodeError::TrailingBytes {
-                field: "record (its length says more than its fields hold)",
-                count: rec.len(),
-            }));
-        }
+        let ts_delta = section.with_next(len as usize, |rec| check_record(index, rec))?;
         f(index, h.base_timestamp.wrapping_add(ts_delta))?;
     }
-    if !buf.is_empty() {
+    if section.remaining() > 0 {
         return Err(BatchFault::Invalid(DecodeError::TrailingBytes {
             field: "records (more bytes than record_count records)",
-            count: buf.len(),
+            count: section.remaining(),
         }));
     }
     Ok(())
+}
+
+/// Checks the framing of one record (`rec`: its bytes after the length) whose
+/// index in the batch is `index`; returns its timestamp delta.
+fn check_record(index: i32, mut rec: &[u8]) -> Result<i64, BatchFault> {
+    let bad = BatchFault::Invalid;
+    let rec = &mut rec;
+    take(rec, 1, "record attributes")?;
+    let ts_delta = varint::read_varlong(rec, "record timestamp delta").map_err(bad)?;
+    let offset_delta = varint::read_varint(rec, "record offset delta").map_err(bad)?;
+    if offset_delta != index {
+        return Err(invalid(
+            "record offset delta (must be the record's index: 0, 1, 2, ...)",
+            offset_delta as i64,
+        ));
+    }
+    skip_nullable(rec, "record key")?;
+    skip_nullable(rec, "record value")?;
+    let header_count = varint::read_varint(rec, "record header count").map_err(bad)?;
+    if header_count < 0 || header_count as usize > rec.len() {
+        return Err(BatchFault::Invalid(DecodeError::InvalidLength {
+            field: "record header count",
+            value: header_count as i64,
+        }));
+    }
+    for _ in 0..header_count {
+        let key = skip_nullable(rec, "header key")?.ok_or(BatchFault::Invalid(
+            DecodeError::InvalidLength {
+                field: "header key",
+                value: -1,
+            },
+        ))?;
+        std::str::from_utf8(key).map_err(|_| {
+            BatchFault::Invalid(DecodeError::InvalidUtf8 {
+                field: "header key",
+            })
+        })?;
+        skip_nullable(rec, "header value")?;
+    }
+    if !rec.is_empty() {
+        return Err(BatchFault::Invalid(DecodeError::TrailingBytes {
+            field: "record (its length says more than its fields hold)",
+            count: rec.len(),
+        }));
+    }
+    Ok(ts_delta)
 }
 
 fn take<'a>(buf: &mut &'a [u8], n: usize, field: &'static str) -> Result<&'a [u8], BatchFault> {
@@ -338,6 +389,7 @@ mod tests {
     use crate::batch::{BatchBuilder, Record};
     use crate::types::Offset;
     use crate::{LeaderEpoch, batch};
+    use bytes::Bytes;
 
     const NOW: i64 = 1_700_000_000_000;
     const HOUR: i64 = 3_600_000;
@@ -360,8 +412,28 @@ mod tests {
         bytes[17..21].copy_from_slice(&crc.to_be_bytes());
     }
 
+    /// [`validate_produced`] of `bytes` whole, checked to agree with the same
+    /// bytes cut into pieces of 1, 7 and 64 bytes (records and varints that
+    /// straddle pieces).
+    fn validate(
+        bytes: &[u8],
+        bounds: Option<TimestampBounds>,
+        now: TimestampMs,
+    ) -> Result<(), InvalidBatch> {
+        let whole = validate_produced(&Rope::from(Bytes::copy_from_slice(bytes)), bounds, now);
+        for step in [1, 7, 64] {
+            let pieces = Rope::new(bytes.chunks(step).map(Bytes::copy_from_slice));
+            assert_eq!(
+                validate_produced(&pieces, bounds, now),
+                whole,
+                "cut every {step} bytes"
+            );
+        }
+        whole
+    }
+
     fn fault(bytes: &[u8], bounds: Option<TimestampBounds>) -> InvalidBatch {
-        validate_produced(bytes, bounds, NOW).unwrap_err()
+        validate(bytes, bounds, NOW).unwrap_err()
     }
 
     #[test]
@@ -369,14 +441,14 @@ mod tests {
         for codec in Compression::ALL {
             let mut two = build(codec, &[NOW, NOW - 5, NOW + 10]);
             two.extend(build(codec, &[1, NO_TIMESTAMP]));
-            validate_produced(&two, BOUNDS, NOW).unwrap();
+            validate(&two, BOUNDS, NOW).unwrap();
             // And what passes decodes.
             for v in batch::batches(&two) {
                 v.unwrap().records().unwrap();
             }
         }
         // Old timestamps pass under Kafka's default (no lower bound).
-        validate_produced(&build(Compression::None, &[0, 1, 1000]), BOUNDS, NOW).unwrap();
+        validate(&build(Compression::None, &[0, 1, 1000]), BOUNDS, NOW).unwrap();
     }
 
     #[test]
@@ -464,7 +536,7 @@ mod tests {
             "{e}"
         );
         // Exactly at the bounds passes; NO_TIMESTAMP is exempt.
-        validate_produced(
+        validate(
             &build(Compression::None, &[NOW - HOUR, NOW + HOUR, NO_TIMESTAMP]),
             bounds,
             NOW,
@@ -479,7 +551,7 @@ mod tests {
         bytes[35..43].copy_from_slice(&NOW.to_be_bytes());
         reseal(&mut bytes);
         // Records read as the batch's time, NOW: passes.
-        validate_produced(&bytes, BOUNDS, NOW).unwrap();
+        validate(&bytes, BOUNDS, NOW).unwrap();
         bytes[35..43].copy_from_slice(&i64::MAX.to_be_bytes());
         reseal(&mut bytes);
         assert!(matches!(
@@ -597,7 +669,7 @@ mod tests {
         let mut bytes = build(Compression::None, &[NOW]);
         let last = bytes.len() - 2;
         bytes[last] ^= 0xff;
-        validate_produced(&bytes, BOUNDS, NOW).unwrap();
+        validate(&bytes, BOUNDS, NOW).unwrap();
     }
 
     #[test]
@@ -626,7 +698,7 @@ mod tests {
             if next() % 2 == 0 {
                 reseal(&mut bytes);
             }
-            if validate_produced(&bytes, BOUNDS, NOW).is_ok() {
+            if validate(&bytes, BOUNDS, NOW).is_ok() {
                 let view = batch::BatchView::new(&bytes).unwrap();
                 if view.verify_crc().is_ok() {
                     let records = view.records().unwrap_or_else(|e| {

@@ -23,7 +23,7 @@ use proptest::prelude::*;
 use rill_proto::batch::BATCH_HEADER_LEN;
 use rill_proto::compression::{compress, decompress};
 use rill_proto::validation::validate_produced;
-use rill_proto::{BatchBuilder, BatchView, Compression, DecodeError, Header, Offset, Record};
+use rill_proto::{BatchBuilder, BatchView, Compression, DecodeError, Header, Offset, Record, Rope};
 
 /// Kafka v2 layout: the CRC at byte 17 covers everything from the attributes
 /// at byte 21 on.
@@ -91,7 +91,12 @@ fn check_client_batch(bytes: &[u8], codec: Compression, value: &str) {
     let view = BatchView::new(bytes).unwrap();
     assert_eq!(view.header.compression().unwrap(), codec);
     view.verify_crc().unwrap();
-    validate_produced(bytes, None, 1_700_000_000_000).unwrap();
+    validate_produced(
+        &Rope::from(Bytes::copy_from_slice(bytes)),
+        None,
+        1_700_000_000_000,
+    )
+    .unwrap();
     let records = view.records().unwrap();
     assert_eq!(records.len(), 3);
     for (i, r) in records.iter().enumerate() {
@@ -284,7 +289,7 @@ fn legacy_lz4_blocks_still_read() {
     let view = BatchView::new(&old).unwrap();
     view.verify_crc().unwrap();
     assert_eq!(view.records().unwrap(), expected);
-    validate_produced(&old, None, 5_000).unwrap();
+    validate_produced(&Rope::from(Bytes::from(old)), None, 5_000).unwrap();
 }
 
 /// A legacy batch rewritten for Kafka clients: same header fields and records,

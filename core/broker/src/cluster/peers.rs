@@ -4,9 +4,9 @@
 //! One connection per peer address, made on first use and re-made after it
 //! fails; every call is bounded by a timeout and a response size limit.
 
-use bytes::Bytes;
 use parking_lot::Mutex;
 use rill_net::{ClientTls, NetError, TransportLimits};
+use rill_proto::Rope;
 use rill_proto::wire::{ApiRequest, ErrorCode, ErrorInfo, ResponseMeta, decode_meta, encode_meta};
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -82,16 +82,17 @@ impl PeerLinks {
     }
 
     /// Sends one request to the broker at `addr` and decodes the response; the
-    /// payload of the response frame is returned beside it.
+    /// payload of the response frame is returned beside it, in the pieces it
+    /// arrived in (a replica fetch's batches are appended from them).
     pub async fn call<R: ApiRequest>(
         &self,
         addr: &str,
         request: &R,
         timeout: Duration,
-    ) -> Result<(R::Response, Bytes), PeerError> {
+    ) -> Result<(R::Response, Rope), PeerError> {
         let conn = self.connection(addr).await?;
         let meta = encode_meta(request);
-        let frame = rill_net::call_timeout(
+        let frame = rill_net::call_timeout_rope(
             &conn,
             R::KEY as u16,
             R::VERSION,

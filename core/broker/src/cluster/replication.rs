@@ -426,7 +426,7 @@ impl ReplicaFetcher {
         let mut appends = Vec::new();
         for ((key, p, epoch), fp) in partitions.iter().zip(&resp.partitions) {
             let len = fp.bytes_len as usize;
-            let bytes = payload.slice(at.min(payload.len())..(at + len).min(payload.len()));
+            let bytes = payload.slice(at.min(payload.len()), (at + len).min(payload.len()));
             at += len;
             if fp.topic != p.topic() || fp.partition != p.index() {
                 tracing::warn!(

@@ -48,8 +48,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use parking_lot::Mutex;
+use rill_proto::Rope;
 use rill_proto::types::now_ms;
 use rill_proto::wire::*;
 use rill_proto::{BatchBuilder, Compression, LeaderEpoch, Offset, Record};
@@ -464,9 +465,8 @@ impl GroupService {
                 .map_err(not_coordinator_if_moved)?;
             let bytes: Bytes = builder.build();
             let write = move || {
-                let mut buf = BytesMut::from(&bytes[..]);
                 partition
-                    .append(&mut buf, now)
+                    .append(&Rope::from(bytes), now)
                     .map(|_| {
                         let end = partition.log_end_offset();
                         (partition, end)

@@ -105,8 +105,16 @@ mod tests {
             kind: MarkerKind::Commit,
             ..abort
         };
-        p.append(&mut txn_batch(1, 0, 2), 1).unwrap(); // 0..=1
-        p.append(&mut txn_batch(2, 0, 2), 1).unwrap(); // 2..=3
+        p.append(
+            &rill_proto::Rope::from(bytes::Bytes::from(txn_batch(1, 0, 2))),
+            1,
+        )
+        .unwrap(); // 0..=1
+        p.append(
+            &rill_proto::Rope::from(bytes::Bytes::from(txn_batch(2, 0, 2))),
+            1,
+        )
+        .unwrap(); // 2..=3
         assert_eq!(
             p.append_marker(ProducerId(1), 0, abort, 1).unwrap(),
             Offset(4)

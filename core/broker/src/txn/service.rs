@@ -37,7 +37,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
+use rill_proto::Rope;
 use rill_proto::control::{Marker, MarkerKind};
 use rill_proto::types::now_ms;
 use rill_proto::wire::*;
@@ -317,10 +318,10 @@ async fn persist(state: &BrokerState, topic: &Topic, meta: &TxnMeta) -> Result<(
         headers: Vec::new(),
         timestamp_ms: now,
     });
-    let mut buf = BytesMut::from(&b.build()[..]);
+    let batch = Rope::from(b.build());
     let info = if p.syncs_on_append() {
         let p = p.clone();
-        tokio::task::spawn_blocking(move || p.append(&mut buf, now))
+        tokio::task::spawn_blocking(move || p.append(&batch, now))
             .await
             .map_err(|e| {
                 ErrorInfo::new(
@@ -329,7 +330,7 @@ async fn persist(state: &BrokerState, topic: &Topic, meta: &TxnMeta) -> Result<(
                 )
             })??
     } else {
-        p.append(&mut buf, now)?
+        p.append(&batch, now)?
     };
     cluster_api::wait_replicated(
         state,

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use rill_proto::batch::{
-    BATCH_HEADER_LEN, BatchHeader, decode_records_rope, records_section_rope, verify_crc_rope,
+    BATCH_HEADER_LEN, BatchHeader, decode_records_rope, records_section_rope, verify_crc_at,
 };
 use rill_proto::types::TimestampMs;
 use rill_proto::wire::AbortedRange;
@@ -118,7 +118,7 @@ pub(crate) fn decode_batches(
             offset: header.base_offset,
             error,
         };
-        verify_crc_rope(&header, &batch).map_err(err)?;
+        verify_crc_at(&batch, 0, &header).map_err(err)?;
         let section = records_section_rope(&header, &batch).map_err(err)?;
         decode_records_rope(&header, &section, from, |r| {
             out.push(ConsumerRecord {
