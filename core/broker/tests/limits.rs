@@ -301,3 +301,138 @@ async fn a_request_over_an_element_cap_is_refused_naming_api_field_and_cap() {
         .unwrap();
     broker.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_produce_body_in_small_and_large_stream_chunks_is_stored_whole() {
+    // The broker copies a request body's small STREAM chunks together and
+    // keeps large ones as they arrived (bounding what tiny frames can pin).
+    // A body written in uneven pieces, each sent before the next is written,
+    // arrives as small and large chunks mixed; it must be stored as sent,
+    // with offsets stamped from 0.
+    use rill_proto::{BatchBuilder, Compression, Record};
+    let env = Env::new();
+    let broker = env.start(env.config()).await;
+    let endpoint = env.endpoint(&TransportLimits::default());
+    let conn = env.connect(&endpoint, broker.local_addr()).await.unwrap();
+    call(
+        &conn,
+        &CreateTopicsRequest {
+            topics: vec![NewTopic {
+                name: "pieces".into(),
+                partitions: Some(1),
+                replication_factor: None,
+                configs: Vec::new(),
+            }],
+            validate_only: false,
+        },
+    )
+    .await
+    .unwrap();
+    let mut batches = Vec::new();
+    let mut records = 0;
+    for b in 0..12 {
+        let mut builder = BatchBuilder::new(Compression::None);
+        for r in 0..40 {
+            let value: Vec<u8> = (0..300 + 97 * r).map(|i| (i * 7 + b) as u8).collect();
+            builder.push(&Record::from_value(value, 1_700_000_000_000));
+            records += 1;
+        }
+        batches.extend_from_slice(&builder.build());
+    }
+    let meta = encode_meta(&ProduceRequest {
+        acks: Acks::Leader,
+        timeout_ms: 10_000,
+        partitions: vec![ProducePartition {
+            topic: "pieces".into(),
+            partition: 0,
+            bytes_len: batches.len() as u32,
+        }],
+    });
+    let head = FrameHeader::encode(ApiKey::Produce as u16, 0, meta.len(), batches.len());
+    let (mut send, mut recv) = conn.open_bi().await.unwrap();
+    let answer = tokio::time::timeout(STEP, async {
+        send.write_all(&head).await.unwrap();
+        send.write_all(&meta).await.unwrap();
+        let mut rest = &batches[..];
+        for size in [3_000, 40_000, 500, 20_000, 7, 70_000, 1_000, 30_000]
+            .iter()
+            .cycle()
+        {
+            if rest.is_empty() {
+                break;
+            }
+            let (piece, after) = rest.split_at((*size).min(rest.len()));
+            send.write_all(piece).await.unwrap();
+            rest = after;
+            // Sent (its own packets) before the next piece is written.
+            tokio::time::sleep(Duration::from_millis(15)).await;
+        }
+        send.finish().unwrap();
+        rill_net::read_frame(&mut recv, DEFAULT_MAX_RESPONSE_BYTES).await
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    let answer: ResponseMeta<ProduceResponse> = decode_meta(&answer.meta).unwrap();
+    let answer = answer.unwrap();
+    assert_eq!(answer.partitions[0].error, None);
+    assert_eq!(answer.partitions[0].base_offset, rill_proto::Offset(0));
+
+    let frame = tokio::time::timeout(
+        STEP,
+        rill_net::call(
+            &conn,
+            FetchRequest::KEY as u16,
+            FetchRequest::VERSION,
+            &encode_meta(&FetchRequest {
+                max_wait_ms: 0,
+                min_bytes: 0,
+                max_bytes: 8 << 20,
+                replica_id: None,
+                isolation: Isolation::default(),
+                partitions: vec![FetchPartition {
+                    topic: "pieces".into(),
+                    partition: 0,
+                    offset: rill_proto::Offset(0),
+                    max_bytes: 8 << 20,
+                    current_leader_epoch: None,
+                }],
+            }),
+            &[],
+            DEFAULT_MAX_RESPONSE_BYTES,
+        ),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let fetched: ResponseMeta<FetchResponse> = decode_meta(&frame.meta).unwrap();
+    assert_eq!(fetched.unwrap().partitions[0].error, None);
+    // As sent, but for the base offsets and the leader epoch the broker
+    // stamped (the topic's first epoch).
+    let epoch = rill_proto::BatchHeader::parse(&frame.payload)
+        .unwrap()
+        .leader_epoch;
+    let mut expected = batches.clone();
+    let mut at = 0;
+    let mut next = 0;
+    while at < expected.len() {
+        let view = rill_proto::BatchView::new(&expected[at..]).unwrap();
+        let (size, count) = (view.as_bytes().len(), view.header.record_count);
+        rill_proto::batch::set_base_offset(&mut expected[at..], rill_proto::Offset(next));
+        rill_proto::batch::set_leader_epoch(&mut expected[at..], epoch);
+        next += count as i64;
+        at += size;
+    }
+    assert_eq!(next, records);
+    let first_difference = expected
+        .iter()
+        .zip(&frame.payload[..])
+        .position(|(a, b)| a != b);
+    assert!(
+        frame.payload[..] == expected[..],
+        "the stored batches differ from those sent: {} bytes stored, {} sent, first difference at {first_difference:?}",
+        frame.payload.len(),
+        expected.len()
+    );
+    broker.shutdown().await.unwrap();
+}

@@ -1190,3 +1190,77 @@ async fn group_offsets_commit_with_the_transaction_and_not_with_an_abort() {
     let seen = read_to_end(&client, "txn-out", 1, rill_client::Isolation::ReadCommitted).await;
     assert_eq!(seen, vec!["out-b"]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_produce_requests_arrive_whole_in_small_and_large_packets() {
+    // The broker keeps a request's large STREAM chunks as they arrived and
+    // copies small ones together: with 1,200-byte packets every chunk is
+    // copied, with loopback's 64 KiB packets most are kept, and batches and
+    // records straddle chunks either way. Every byte must be stored as sent.
+    let env = Env::start().await;
+    for (i, packet) in [rill_net::UDP_PAYLOAD_MIN, rill_net::MTU_UPPER_BOUND_DEFAULT]
+        .into_iter()
+        .enumerate()
+    {
+        let mut config = env.config();
+        config.max_udp_payload_bytes = packet;
+        let client = step("client connect", Client::connect(config))
+            .await
+            .unwrap();
+        let name = format!("pieces{i}");
+        step("create", client.admin().create_topic(topic(&name, 2)))
+            .await
+            .unwrap();
+        let producer = client
+            .producer(ProducerConfig {
+                batch_size: 256 * 1024,
+                linger: Duration::from_millis(20),
+                ..ProducerConfig::default()
+            })
+            .unwrap();
+        // Values of uneven sizes whose bytes say where they belong.
+        let value = |n: usize| -> Vec<u8> {
+            let len = 100 + (n * 7919) % 3000;
+            let mut v = (n as u32).to_be_bytes().to_vec();
+            v.extend((0..len).map(|j| (n * 31 + j) as u8));
+            v
+        };
+        let mut deliveries = Vec::new();
+        for n in 0..3000 {
+            deliveries.push(
+                producer
+                    .send(ProducerRecord::new(name.as_str(), value(n)).key(format!("k{}", n % 2)))
+                    .await
+                    .unwrap(),
+            );
+        }
+        for d in deliveries {
+            step("delivery", d).await.unwrap();
+        }
+        step("close", producer.close()).await.unwrap();
+        let mut consumer = client.consumer(ConsumerConfig::default()).unwrap();
+        consumer.assign_topic(&name).await.unwrap();
+        let records = consume_n(&mut consumer, 3000).await;
+        let mut seen = vec![false; 3000];
+        let mut last: HashMap<u32, i64> = HashMap::new();
+        for r in &records {
+            let got = r.value.as_ref().unwrap();
+            let n = u32::from_be_bytes(got[..4].try_into().unwrap()) as usize;
+            assert!(
+                n < 3000 && !seen[n] && value(n)[..] == got[..],
+                "packets of {packet}: a value that was not sent ({} bytes at {}-{})",
+                got.len(),
+                r.partition,
+                r.offset.0
+            );
+            seen[n] = true;
+            let prev = last.insert(r.partition, r.offset.0);
+            assert!(prev.is_none_or(|p| p < r.offset.0), "offsets increase");
+        }
+        assert!(
+            seen.iter().all(|s| *s),
+            "packets of {packet}: every record came back"
+        );
+    }
+    env.shutdown().await;
+}
