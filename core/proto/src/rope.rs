@@ -226,37 +226,38 @@ impl From<Bytes> for Rope {
 
 /// Reads a rope front to back, handing out what lies inside one piece as a
 /// slice of it and copying only what straddles pieces.
+///
+/// The rest of the current piece is kept as a slice, so reading inside a
+/// piece (almost every record) costs what reading a `&[u8]` does.
 #[derive(Debug)]
 pub struct RopeReader<'a> {
     rope: &'a Rope,
-    /// Current piece and position in it.
+    /// Current piece, and what is left of it (empty only at the end).
     piece: usize,
-    pos: usize,
-    /// Bytes consumed so far.
-    consumed: usize,
+    cur: &'a [u8],
+    /// Bytes after the current piece.
+    after: usize,
 }
 
 impl<'a> RopeReader<'a> {
     pub fn new(rope: &'a Rope) -> RopeReader<'a> {
+        let cur = rope.pieces.first().map_or(&[][..], |p| &p[..]);
         RopeReader {
             rope,
             piece: 0,
-            pos: 0,
-            consumed: 0,
+            cur,
+            after: rope.len - cur.len(),
         }
     }
 
     /// Bytes not yet read.
     pub fn remaining(&self) -> usize {
-        self.rope.len - self.consumed
+        self.cur.len() + self.after
     }
 
     /// The rest of the current piece (empty at the end).
     pub fn current(&self) -> &'a [u8] {
-        self.rope
-            .pieces
-            .get(self.piece)
-            .map_or(&[][..], |p| &p[self.pos..])
+        self.cur
     }
 
     /// Copies the next `out.len()` bytes into `out` without consuming them;
@@ -265,24 +266,28 @@ impl<'a> RopeReader<'a> {
         if out.len() > self.remaining() {
             return false;
         }
-        self.rope.copy_from(self.piece, self.pos, out);
+        if out.is_empty() {
+            return true;
+        }
+        let pos = self.rope.pieces[self.piece].len() - self.cur.len();
+        self.rope.copy_from(self.piece, pos, out);
         true
     }
 
     /// Skips `n` bytes (at most what remains).
     pub fn advance(&mut self, mut n: usize) {
-        n = n.min(self.remaining());
-        self.consumed += n;
-        while n > 0 {
-            let left = self.rope.pieces[self.piece].len() - self.pos;
-            if n < left {
-                self.pos += n;
-                return;
-            }
-            n -= left;
-            self.piece += 1;
-            self.pos = 0;
+        if n < self.cur.len() {
+            self.cur = &self.cur[n..];
+            return;
         }
+        n = n.min(self.remaining());
+        while n >= self.cur.len() && self.after > 0 {
+            n -= self.cur.len();
+            self.piece += 1;
+            self.cur = &self.rope.pieces[self.piece][..];
+            self.after -= self.cur.len();
+        }
+        self.cur = &self.cur[n.min(self.cur.len())..];
     }
 
     /// Reads a varint (zigzag, as record framing uses), copying it first if it
@@ -290,8 +295,8 @@ impl<'a> RopeReader<'a> {
     pub fn read_varint(&mut self, field: &'static str) -> Result<i32, DecodeError> {
         // A varint is at most 5 bytes.
         let mut head = [0u8; 5];
-        let mut peek: &[u8] = if self.current().len() >= head.len() {
-            self.current()
+        let mut peek: &[u8] = if self.cur.len() >= head.len() {
+            self.cur
         } else {
             let n = self.remaining().min(head.len());
             self.copy_into(&mut head[..n]);
@@ -314,16 +319,38 @@ impl<'a> RopeReader<'a> {
             return Some((Cow::Owned(Bytes::new()), 0..0));
         }
         let rope: &'a Rope = self.rope;
-        let piece = &rope.pieces[self.piece];
-        let taken = if piece.len() - self.pos >= n {
-            (Cow::Borrowed(piece), self.pos..self.pos + n)
+        let taken = if self.cur.len() >= n {
+            let piece = &rope.pieces[self.piece];
+            let pos = piece.len() - self.cur.len();
+            (Cow::Borrowed(piece), pos..pos + n)
         } else {
             let mut copy = vec![0u8; n];
-            rope.copy_from(self.piece, self.pos, &mut copy);
+            self.copy_into(&mut copy);
             (Cow::Owned(Bytes::from(copy)), 0..n)
         };
         self.advance(n);
         Some(taken)
+    }
+
+    /// Hands the next `n` bytes (`n <= remaining`) to `f` as one slice: in
+    /// place inside a piece, else from a copy.
+    pub fn with_next<R>(&mut self, n: usize, f: impl FnOnce(&[u8]) -> R) -> R {
+        assert!(n <= self.remaining(), "{n} bytes past the rope's end");
+        if self.cur.len() >= n {
+            let (head, rest) = self.cur.split_at(n);
+            let out = f(head);
+            if rest.is_empty() {
+                self.advance(n);
+            } else {
+                self.cur = rest;
+            }
+            out
+        } else {
+            let mut copy = vec![0u8; n];
+            self.copy_into(&mut copy);
+            self.advance(n);
+            f(&copy)
+        }
     }
 }
 

@@ -276,8 +276,7 @@ impl Section for RopeReader<'_> {
     }
 
     fn with_next<R>(&mut self, n: usize, f: impl FnOnce(&[u8]) -> R) -> R {
-        let (source, range) = self.take(n).expect("n <= remaining");
-        f(&source[range])
+        RopeReader::with_next(self, n, f)
     }
 }
 
