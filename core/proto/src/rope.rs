@@ -251,11 +251,13 @@ impl<'a> RopeReader<'a> {
     }
 
     /// Bytes not yet read.
+    #[inline]
     pub fn remaining(&self) -> usize {
         self.cur.len() + self.after
     }
 
     /// The rest of the current piece (empty at the end).
+    #[inline]
     pub fn current(&self) -> &'a [u8] {
         self.cur
     }
@@ -275,6 +277,7 @@ impl<'a> RopeReader<'a> {
     }
 
     /// Skips `n` bytes (at most what remains).
+    #[inline]
     pub fn advance(&mut self, mut n: usize) {
         if n < self.cur.len() {
             self.cur = &self.cur[n..];
@@ -292,6 +295,7 @@ impl<'a> RopeReader<'a> {
 
     /// Reads a varint (zigzag, as record framing uses), copying it first if it
     /// may straddle pieces.
+    #[inline]
     pub fn read_varint(&mut self, field: &'static str) -> Result<i32, DecodeError> {
         // A varint is at most 5 bytes.
         let mut head = [0u8; 5];
@@ -334,6 +338,7 @@ impl<'a> RopeReader<'a> {
 
     /// Hands the next `n` bytes (`n <= remaining`) to `f` as one slice: in
     /// place inside a piece, else from a copy.
+    #[inline]
     pub fn with_next<R>(&mut self, n: usize, f: impl FnOnce(&[u8]) -> R) -> R {
         assert!(n <= self.remaining(), "{n} bytes past the rope's end");
         if self.cur.len() >= n {
@@ -346,11 +351,18 @@ impl<'a> RopeReader<'a> {
             }
             out
         } else {
-            let mut copy = vec![0u8; n];
-            self.copy_into(&mut copy);
-            self.advance(n);
-            f(&copy)
+            self.with_copy(n, f)
         }
+    }
+
+    /// [`RopeReader::with_next`] of bytes that straddle pieces.
+    #[cold]
+    #[inline(never)]
+    fn with_copy<R>(&mut self, n: usize, f: impl FnOnce(&[u8]) -> R) -> R {
+        let mut copy = vec![0u8; n];
+        self.copy_into(&mut copy);
+        self.advance(n);
+        f(&copy)
     }
 }
 

@@ -251,14 +251,17 @@ trait Section {
 }
 
 impl Section for &[u8] {
+    #[inline]
     fn remaining(&self) -> usize {
         self.len()
     }
 
+    #[inline]
     fn record_len(&mut self) -> Result<i32, DecodeError> {
         varint::read_varint(self, "record length")
     }
 
+    #[inline]
     fn with_next<R>(&mut self, n: usize, f: impl FnOnce(&[u8]) -> R) -> R {
         let (head, rest) = self.split_at(n);
         *self = rest;
@@ -267,14 +270,17 @@ impl Section for &[u8] {
 }
 
 impl Section for RopeReader<'_> {
+    #[inline]
     fn remaining(&self) -> usize {
         RopeReader::remaining(self)
     }
 
+    #[inline]
     fn record_len(&mut self) -> Result<i32, DecodeError> {
         self.read_varint("record length")
     }
 
+    #[inline]
     fn with_next<R>(&mut self, n: usize, f: impl FnOnce(&[u8]) -> R) -> R {
         RopeReader::with_next(self, n, f)
     }
@@ -309,6 +315,7 @@ fn walk_records(
 
 /// Checks the framing of one record (`rec`: its bytes after the length) whose
 /// index in the batch is `index`; returns its timestamp delta.
+#[inline]
 fn check_record(index: i32, mut rec: &[u8]) -> Result<i64, BatchFault> {
     let bad = BatchFault::Invalid;
     let rec = &mut rec;

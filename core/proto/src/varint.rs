@@ -44,6 +44,7 @@ fn read_unsigned(
     Err(DecodeError::VarintTooLong { field })
 }
 
+#[inline]
 pub fn read_varint(buf: &mut &[u8], field: &'static str) -> Result<i32, DecodeError> {
     let raw = read_unsigned(buf, 5, field)?;
     if raw > u32::MAX as u64 {
@@ -53,6 +54,7 @@ pub fn read_varint(buf: &mut &[u8], field: &'static str) -> Result<i32, DecodeEr
     Ok(((raw >> 1) as i32) ^ -((raw & 1) as i32))
 }
 
+#[inline]
 pub fn read_varlong(buf: &mut &[u8], field: &'static str) -> Result<i64, DecodeError> {
     let raw = read_unsigned(buf, 10, field)?;
     Ok(((raw >> 1) as i64) ^ -((raw & 1) as i64))
