@@ -44,8 +44,10 @@ pub const CLOSE_SHUTDOWN: VarInt = VarInt::from_u32(0);
 pub const REQUEST_READ_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// A request body's STREAM chunk this large is kept as it arrived rather than
-/// copied (see [`read_request`]): a quarter of the largest UDP receive.
-const KEPT_CHUNK_MIN: usize = 16 * 1024;
+/// copied (see [`read_request`]): a quarter of the largest UDP receive. A
+/// follower keeps a replica fetch answer's pieces when they are this large on
+/// average.
+pub(crate) const KEPT_CHUNK_MIN: usize = 16 * 1024;
 /// Connections beyond `max_connections` that still get a handshake, only to be
 /// closed with a reason; beyond these they are refused before the handshake.
 pub const EXPLAINED_REFUSALS_MAX: usize = 64;
@@ -284,10 +286,13 @@ async fn read_request(
     // The meta is copied out (it is small). Of the payload, a chunk of at
     // least KEPT_CHUNK_MIN bytes is kept as it arrived (a slice of quinn's
     // receive buffer: a produce's batches are appended from it with no copy),
-    // and smaller ones are copied together. A chunk pins the buffer it came
-    // in, at most one UDP receive of 64 KiB, so a client that sends tiny
-    // STREAM frames (each pinning its packet) holds at most 4x the request
-    // budget's charge, not hundreds of times it.
+    // and smaller ones are copied together into one buffer of at most the
+    // payload's size. A kept chunk pins the buffer it came in: one UDP
+    // receive of at most 64 KiB (4x the chunk at most), or a buffer quinn's
+    // reassembly made of this stream's own data. So a client that sends tiny
+    // STREAM frames (each pinning its packet) holds at most about 5x the
+    // request budget's charge (the copy buffer plus 4x), not hundreds of
+    // times it.
     let meta_len = (header.meta_len as usize).min(body_len);
     let mut meta = BytesMut::with_capacity(meta_len);
     let mut payload = Rope::default();

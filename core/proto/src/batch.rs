@@ -387,8 +387,17 @@ impl Iterator for RopeBatchIter<'_> {
     }
 }
 
-/// Checks the CRC of the whole batch at `at` in `rope` (its header `header`).
+/// Checks the CRC of the whole batch at `at` in `rope` (its header `header`);
+/// a batch that runs past the rope's end is an error, not a panic.
 pub fn verify_crc_at(rope: &Rope, at: usize, header: &BatchHeader) -> Result<(), DecodeError> {
+    let available = rope.len().saturating_sub(at);
+    if available < header.total_size() {
+        return Err(DecodeError::Truncated {
+            field: "batch body",
+            needed: header.total_size(),
+            available,
+        });
+    }
     let computed = rope.crc32c_range(at + ATTRIBUTES_OFFSET, at + header.total_size());
     if computed != header.crc {
         return Err(DecodeError::CrcMismatch {
@@ -1121,6 +1130,9 @@ mod tests {
         bytes[last] ^= 0xff;
         let err = verify_crc_at(&cut(&bytes, &[3, 70, 71]), 0, &header).unwrap_err();
         assert!(matches!(err, DecodeError::CrcMismatch { .. }), "{err}");
+        let short = cut(&bytes[..bytes.len() - 1], &[3, 70]);
+        let err = verify_crc_at(&short, 0, &header).unwrap_err();
+        assert!(matches!(err, DecodeError::Truncated { .. }), "{err}");
     }
 
     #[test]

@@ -421,6 +421,15 @@ impl ReplicaFetcher {
                 return;
             }
         };
+        // Appended from the pieces it arrived in where they are large (as a
+        // produce body's are); pieces of an Ethernet-sized packet are joined,
+        // as each would pin its receive buffer and cost an iovec.
+        let pieces = payload.pieces().len();
+        let payload = if pieces > 1 && payload.len() / pieces < crate::server::KEPT_CHUNK_MIN {
+            rill_proto::Rope::from(payload.to_bytes())
+        } else {
+            payload
+        };
         // The payload holds each partition's bytes in order (bytes_len each).
         let mut at = 0usize;
         let mut appends = Vec::new();
