@@ -30,7 +30,9 @@ use crate::segment::{
 };
 use crate::txn::{AbortedTxn, TxnIndex, read_aborted};
 use bytes::Bytes;
-use rill_proto::batch::{BatchHeader, rope_batches, verify_crc_at};
+use rill_proto::batch::{
+    BatchHeader, rope_batches, set_base_offset, set_leader_epoch, verify_crc_at,
+};
 use rill_proto::{DecodeError, LeaderEpoch, Offset, Rope, TimestampMs};
 use std::fs::File;
 use std::io::IoSlice;
@@ -96,12 +98,13 @@ type Checked = Vec<(BatchHeader, u64)>;
 /// length and partition leader epoch (before the CRC's range).
 const STAMPED_LEN: usize = 16;
 
-/// The first [`STAMPED_LEN`] bytes of the batch whose header is `h`.
-fn stamped(h: &BatchHeader) -> [u8; STAMPED_LEN] {
+/// The first [`STAMPED_LEN`] bytes of the batch at `at` in `bytes`, with the
+/// base offset and leader epoch of `h` stamped in.
+fn stamped(bytes: &Rope, at: usize, h: &BatchHeader) -> [u8; STAMPED_LEN] {
     let mut out = [0u8; STAMPED_LEN];
-    out[0..8].copy_from_slice(&h.base_offset.0.to_be_bytes());
-    out[8..12].copy_from_slice(&h.batch_length.to_be_bytes());
-    out[12..16].copy_from_slice(&h.leader_epoch.0.to_be_bytes());
+    bytes.copy_to(at, &mut out);
+    set_base_offset(&mut out, h.base_offset);
+    set_leader_epoch(&mut out, h.leader_epoch);
     out
 }
 
@@ -392,7 +395,7 @@ impl Log {
             // its header, then the rest of it from the pieces.
             let heads: Vec<[u8; STAMPED_LEN]> = checked[start..end]
                 .iter()
-                .map(|(h, _)| stamped(h))
+                .map(|(h, pos)| stamped(bytes, *pos as usize, h))
                 .collect();
             let mut parts = Vec::with_capacity(2 * heads.len() + bytes.pieces().len());
             for (head, (h, pos)) in heads.iter().zip(&checked[start..end]) {

@@ -83,92 +83,15 @@ impl Rope {
         (i, at - self.starts[i])
     }
 
-    /// Copies into `out` from piece `i`, position `pos` on (the bytes are there).
-    fn copy_from(&self, mut i: usize, mut pos: usize, out: &mut [u8]) {
-        let mut done = 0;
-        while done < out.len() {
-            let piece = &self.pieces[i];
-            let take = (piece.len() - pos).min(out.len() - done);
-            out[done..done + take].copy_from_slice(&piece[pos..pos + take]);
-            done += take;
-            i += 1;
-            pos = 0;
-        }
-    }
-
-    /// Bytes `start..end` as a rope of slices of the pieces (no copy).
+    /// The parts of the pieces that hold bytes `start..end`, in order, as
+    /// (piece, range within it); none is empty.
     ///
     /// Panics if the range is out of bounds, like slicing.
-    pub fn slice(&self, start: usize, end: usize) -> Rope {
-        assert!(
-            start <= end && end <= self.len,
-            "rope range {start}..{end} out of 0..{}",
-            self.len
-        );
-        let mut out = Rope::default();
-        if start == end {
-            return out;
-        }
-        let (mut i, mut pos) = self.locate(start);
-        let mut left = end - start;
-        while left > 0 {
-            let piece = &self.pieces[i];
-            let take = (piece.len() - pos).min(left);
-            out.push(piece.slice(pos..pos + take));
-            left -= take;
-            i += 1;
-            pos = 0;
-        }
-        out
-    }
-
-    /// Copies `out.len()` bytes starting at `at` into `out`; `false` (and `out`
-    /// partly written) if the rope is shorter.
-    pub fn copy_to(&self, at: usize, out: &mut [u8]) -> bool {
-        if at + out.len() > self.len {
-            return false;
-        }
-        if out.is_empty() {
-            return true;
-        }
-        let (i, pos) = self.locate(at);
-        self.copy_from(i, pos, out);
-        true
-    }
-
-    /// CRC32C of bytes `start..len`, across pieces.
-    pub fn crc32c_from(&self, start: usize) -> u32 {
-        self.crc32c_range(start.min(self.len), self.len)
-    }
-
-    /// CRC32C of bytes `start..end`, across pieces.
-    ///
-    /// Panics if the range is out of bounds, like slicing.
-    pub fn crc32c_range(&self, start: usize, end: usize) -> u32 {
-        assert!(
-            start <= end && end <= self.len,
-            "rope range {start}..{end} out of 0..{}",
-            self.len
-        );
-        let mut crc = 0;
-        let (mut i, mut pos) = self.locate(start);
-        let mut left = end - start;
-        while left > 0 {
-            let piece = &self.pieces[i];
-            let take = (piece.len() - pos).min(left);
-            crc = crc32c::crc32c_append(crc, &piece[pos..pos + take]);
-            left -= take;
-            i += 1;
-            pos = 0;
-        }
-        crc
-    }
-
-    /// Bytes `start..end` as slices of the pieces, in order (no copy, no
-    /// allocation): what a vectored write of that range takes.
-    ///
-    /// Panics if the range is out of bounds, like slicing.
-    pub fn slices(&self, start: usize, end: usize) -> impl Iterator<Item = &[u8]> + '_ {
+    fn parts(
+        &self,
+        start: usize,
+        end: usize,
+    ) -> impl Iterator<Item = (&Bytes, std::ops::Range<usize>)> + '_ {
         assert!(
             start <= end && end <= self.len,
             "rope range {start}..{end} out of 0..{}",
@@ -176,7 +99,7 @@ impl Rope {
         );
         let (first, pos) = self.locate(start);
         let mut left = end - start;
-        self.pieces[first.min(self.pieces.len())..]
+        self.pieces[first..]
             .iter()
             .enumerate()
             .map_while(move |(k, piece)| {
@@ -186,8 +109,49 @@ impl Rope {
                 let from = if k == 0 { pos } else { 0 };
                 let take = (piece.len() - from).min(left);
                 left -= take;
-                Some(&piece[from..from + take])
+                Some((piece, from..from + take))
             })
+    }
+
+    /// Bytes `start..end` as a rope of slices of the pieces (no copy).
+    ///
+    /// Panics if the range is out of bounds, like slicing.
+    pub fn slice(&self, start: usize, end: usize) -> Rope {
+        Rope::new(
+            self.parts(start, end)
+                .map(|(piece, range)| piece.slice(range)),
+        )
+    }
+
+    /// Copies `out.len()` bytes starting at `at` into `out`; `false` (and `out`
+    /// untouched) if the rope is shorter.
+    pub fn copy_to(&self, at: usize, out: &mut [u8]) -> bool {
+        if at + out.len() > self.len {
+            return false;
+        }
+        let mut done = 0;
+        for (piece, range) in self.parts(at, at + out.len()) {
+            out[done..done + range.len()].copy_from_slice(&piece[range.clone()]);
+            done += range.len();
+        }
+        true
+    }
+
+    /// CRC32C of bytes `start..end`, across pieces.
+    ///
+    /// Panics if the range is out of bounds, like slicing.
+    pub fn crc32c_range(&self, start: usize, end: usize) -> u32 {
+        self.parts(start, end).fold(0, |crc, (piece, range)| {
+            crc32c::crc32c_append(crc, &piece[range])
+        })
+    }
+
+    /// Bytes `start..end` as slices of the pieces, in order (no copy, no
+    /// allocation): what a vectored write of that range takes.
+    ///
+    /// Panics if the range is out of bounds, like slicing.
+    pub fn slices(&self, start: usize, end: usize) -> impl Iterator<Item = &[u8]> + '_ {
+        self.parts(start, end).map(|(piece, range)| &piece[range])
     }
 
     /// Splits the rope into consecutive parts of `lengths` bytes (a fetch
@@ -265,15 +229,7 @@ impl<'a> RopeReader<'a> {
     /// Copies the next `out.len()` bytes into `out` without consuming them;
     /// `false` if fewer remain.
     pub fn copy_into(&self, out: &mut [u8]) -> bool {
-        if out.len() > self.remaining() {
-            return false;
-        }
-        if out.is_empty() {
-            return true;
-        }
-        let pos = self.rope.pieces[self.piece].len() - self.cur.len();
-        self.rope.copy_from(self.piece, pos, out);
-        true
+        self.rope.copy_to(self.rope.len - self.remaining(), out)
     }
 
     /// Skips `n` bytes (at most what remains).
@@ -397,7 +353,10 @@ mod tests {
         }
         assert!(!rope.copy_to(999, &mut [0; 2]));
         for start in [0, 1, 6, 7, 500, 999, 1000] {
-            assert_eq!(rope.crc32c_from(start), crc32c::crc32c(&whole[start..]));
+            assert_eq!(
+                rope.crc32c_range(start, 1000),
+                crc32c::crc32c(&whole[start..])
+            );
         }
     }
 

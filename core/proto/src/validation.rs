@@ -228,7 +228,6 @@ fn validate_batch(
     };
     let stored = batches.slice(at + BATCH_HEADER_LEN, at + h.total_size());
     match (codec, stored.pieces()) {
-        (Compression::None, []) => walk_records(h, &mut &[][..], check_record),
         (Compression::None, [one]) => walk_records(h, &mut &one[..], check_record),
         (Compression::None, _) => walk_records(h, &mut RopeReader::new(&stored), check_record),
         (codec, _) => {
