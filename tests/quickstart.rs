@@ -426,6 +426,39 @@ fn bench_produce_at_a_fixed_rate_keeps_its_schedule() {
     assert_eq!(records.len(), 3000);
 }
 
+/// `rill bench produce --warmup-records N` sends N records (split over the
+/// producers) and waits for them before the clock starts: they reach the
+/// topic, but the figures count only the measured records; the run says how
+/// many warm-up records it sent.
+#[test]
+fn bench_produce_warm_up_records_are_sent_but_not_counted() {
+    let broker = TestBroker::start();
+    let out = broker.rill_ok(&[
+        "bench",
+        "produce",
+        "--topic",
+        "warmed",
+        "--records",
+        "900",
+        "--warmup-records",
+        "500",
+        "--producers",
+        "3",
+        "--rate",
+        "6000",
+        "--acks",
+        "all",
+    ]);
+    let last = out.lines().last().unwrap_or_default();
+    assert!(last.starts_with("records=900 "), "{out}");
+    assert!(out.contains("produce: 900 records"), "{out}");
+    assert!(
+        out.contains("warm-up: 500 records in"),
+        "no warm-up line: {out}"
+    );
+    assert_eq!(broker.read_to_end("warmed").len(), 1400);
+}
+
 /// `rill bench consume` with a consumer whose partition holds nothing: that
 /// consumer waits in long polls while the other reads every record, and the
 /// run ends once the records asked for arrived (the consumers still waiting

@@ -21,6 +21,9 @@
 //!   a sample is timed from when it was due, so falling behind shows as latency
 //!   (no coordinated omission); run it below the saturated rate to see the
 //!   broker's and the network's latency rather than the producer's queue.
+//!   `--warmup-records N` sends N records first and waits for them, outside
+//!   every figure, so the producers' start (producer id, metadata, the
+//!   first batches) does not count as the steady state's latency.
 //! - consume: the duration of each `poll` call that returned records.
 //! - e2e: from the moment the producer handed the record to `send` to the moment the
 //!   consumer received it (both in this process, one monotonic clock; the send time
@@ -136,6 +139,13 @@ pub struct ProduceBench {
     /// record is due.
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub send_batch: usize,
+    /// Send this many records first (shared by the producers, each waiting
+    /// for its own to be acknowledged), not timed and not counted, as
+    /// Kafka's `producer-perf-test --warmup-records`: the producers' start
+    /// (their producer ids, metadata, first batches) is then outside the
+    /// figures, which describe the steady state.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub warmup_records: u64,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -348,11 +358,17 @@ async fn bench_produce(b: ProduceBench) -> anyhow::Result<()> {
     for _ in 0..b.producers {
         clients.push(b.common.client.connect().await?);
     }
-    let start = Instant::now();
-    let mut tasks = Vec::new();
+    // The clock starts when every producer is through its warm-up.
+    let warmed = Arc::new(Warmup {
+        barrier: tokio::sync::Barrier::new(b.producers),
+        start: OnceLock::new(),
+    });
+    let warmup_began = Instant::now();
+    // A JoinSet: on the first failure the others are dropped, not awaited (one
+    // could be waiting at the warm-up's barrier for the one that failed).
+    let mut tasks = tokio::task::JoinSet::new();
     for (i, client) in clients.into_iter().enumerate() {
-        let share = b.common.records / b.producers as u64
-            + u64::from((i as u64) < b.common.records % b.producers as u64);
+        let share = split(b.common.records, b.producers, i);
         let mut config = producer_config(&b.producer, Duration::from_millis(5));
         let topic = b.common.topic.clone();
         let transaction_interval = b.transaction_interval_ms.map(|ms| {
@@ -363,21 +379,34 @@ async fn bench_produce(b: ProduceBench) -> anyhow::Result<()> {
             transaction_interval,
             rate: b.rate.map(|r| r as f64 / b.producers as f64),
             send_batch: b.send_batch,
+            warmup: split(b.warmup_records, b.producers, i),
+            warmed: warmed.clone(),
         };
         let value = value.clone();
         let done = done.clone();
-        tasks.push(tokio::spawn(async move {
+        tasks.spawn(async move {
             produce_share(client, config, topic, value, share, done, pacing).await
-        }));
+        });
     }
     let mut latency = new_histogram();
-    for t in tasks {
-        let h = t.await.context("a producer task panicked")??;
+    while let Some(t) = tasks.join_next().await {
+        let h = t.context("a producer task panicked")??;
         latency.add(&h).expect("histograms with equal bounds add");
     }
+    let start = *warmed
+        .start
+        .get()
+        .context("no producer reached the end of the warm-up")?;
     let elapsed = start.elapsed();
     ticker.abort();
     bar.finish_and_clear();
+    if b.warmup_records > 0 {
+        println!(
+            "warm-up: {} records in {:.2?}, acknowledged before the clock started (not counted)",
+            b.warmup_records,
+            start.duration_since(warmup_began)
+        );
+    }
     let summary = Summary {
         label: "produce",
         records: b.common.records,
@@ -392,8 +421,20 @@ async fn bench_produce(b: ProduceBench) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Share `i` of `total` split over `n`.
+fn split(total: u64, n: usize, i: usize) -> u64 {
+    total / n as u64 + u64::from((i as u64) < total % n as u64)
+}
+
+/// Where the producers wait for each other after their warm-up, and when the
+/// last one arrived (the measured run's start).
+struct Warmup {
+    barrier: tokio::sync::Barrier,
+    start: OnceLock<Instant>,
+}
+
 /// How one producer's share is sent.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone)]
 struct ShareOptions {
     /// Commit a transaction this often (a transactional producer).
     transaction_interval: Option<Duration>,
@@ -401,6 +442,9 @@ struct ShareOptions {
     rate: Option<f64>,
     /// Records handed to the producer per call (`send_all` above 1).
     send_batch: usize,
+    /// Records sent and acknowledged before the measured ones.
+    warmup: u64,
+    warmed: Arc<Warmup>,
 }
 
 /// One producer's acknowledgements: one record in `PRODUCE_LATENCY_SAMPLE_EVERY`
@@ -464,6 +508,38 @@ impl AckTracker {
     }
 }
 
+/// Sends `count` records as fast as the producer takes them and waits until
+/// each is acknowledged (a failed one fails the bench).
+async fn warm_up(
+    producer: &rill_client::Producer,
+    topic: &Arc<str>,
+    value: &Bytes,
+    count: u64,
+) -> anyhow::Result<()> {
+    const CHUNK: u64 = 1000;
+    let mut acks = Vec::new();
+    let mut sent = 0;
+    while sent < count {
+        let n = CHUNK.min(count - sent);
+        let records = (0..n)
+            .map(|_| ProducerRecord::new(topic, value.clone()))
+            .collect();
+        let futs = producer
+            .send_all(records)
+            .await
+            .map_err(|e| client_error(format!("cannot send the warm-up records to {topic}"), e))?;
+        // A batch's records resolve together: one future per chunk's last
+        // record would miss an earlier failed batch, so keep them all.
+        acks.extend(futs);
+        sent += n;
+    }
+    for fut in acks {
+        fut.await
+            .map_err(|e| client_error("a warm-up record was not delivered", e))?;
+    }
+    Ok(())
+}
+
 /// One producer's share: sends `count` records and times each acknowledgement.
 async fn produce_share(
     client: Client,
@@ -478,17 +554,24 @@ async fn produce_share(
         transaction_interval,
         rate,
         send_batch,
+        warmup,
+        warmed,
     } = options;
     let acks_none = config.acks == Acks::None;
     let producer = client
         .producer(config)
         .map_err(|e| client_error("cannot start a producer", e))?;
     let txn_error = |e| client_error("a transaction failed", e);
-    let mut txn_started = Instant::now();
     if transaction_interval.is_some() {
         producer.init_transactions().await.map_err(txn_error)?;
         producer.begin_transaction().await.map_err(txn_error)?;
     }
+    let topic_name: Arc<str> = topic.as_str().into();
+    warm_up(&producer, &topic_name, &value, warmup).await?;
+    warmed.barrier.wait().await;
+    // The same start for every producer: the first through the barrier sets it.
+    let schedule_start = *warmed.start.get_or_init(Instant::now);
+    let mut txn_started = schedule_start;
     let (tx, mut rx) = mpsc::channel::<(Instant, DeliveryFuture)>(PENDING_ACKS_MAX);
     let done_c = done.clone();
     let collector = tokio::spawn(async move {
@@ -506,9 +589,6 @@ async fn produce_share(
         untimed: VecDeque::new(),
         done: done.clone(),
     };
-    // One shared name: no record allocates its own.
-    let topic_name: Arc<str> = topic.as_str().into();
-    let schedule_start = Instant::now();
     // At a fixed rate, record i is due at start + i / rate.
     let due_at = |i: u64| rate.map(|r| schedule_start + Duration::from_secs_f64(i as f64 / r));
     // Records due at the last look at the clock (all of them without a rate):
