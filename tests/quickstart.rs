@@ -459,6 +459,81 @@ fn bench_produce_warm_up_records_are_sent_but_not_counted() {
     assert_eq!(broker.read_to_end("warmed").len(), 1400);
 }
 
+/// The warm-up holds up where its records are large or transactional: 100
+/// records of 700 kB (70 MB, more than the producer's 64 MiB buffer memory
+/// takes in one call) go a few at a time; a transactional producer's warm-up
+/// is committed before its measured records; fewer warm-up records than
+/// producers is refused, naming both options.
+#[test]
+fn bench_produce_warm_up_with_large_records_and_transactions() {
+    let broker = TestBroker::start();
+    let out = broker.rill_ok(&[
+        "bench",
+        "produce",
+        "--topic",
+        "warm-large",
+        "--records",
+        "2",
+        "--record-size",
+        "700000",
+        "--warmup-records",
+        "100",
+        "--producers",
+        "1",
+    ]);
+    assert!(
+        out.lines()
+            .last()
+            .unwrap_or_default()
+            .starts_with("records=2 "),
+        "{out}"
+    );
+    assert_eq!(broker.read_to_end("warm-large").len(), 102);
+
+    let out = broker.rill_ok(&[
+        "bench",
+        "produce",
+        "--topic",
+        "warm-txn",
+        "--records",
+        "300",
+        "--warmup-records",
+        "200",
+        "--producers",
+        "2",
+        "--transaction-interval-ms",
+        "100",
+        "--acks",
+        "all",
+    ]);
+    assert!(out.contains("warm-up: 200 records in"), "{out}");
+    assert!(
+        out.lines()
+            .last()
+            .unwrap_or_default()
+            .starts_with("records=300 "),
+        "{out}"
+    );
+    assert_eq!(broker.read_to_end("warm-txn").len(), 500);
+
+    let refused = broker.rill(&[
+        "bench",
+        "produce",
+        "--topic",
+        "warm-few",
+        "--warmup-records",
+        "1",
+        "--producers",
+        "2",
+    ]);
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{err}");
+    assert!(
+        err.contains("--warmup-records 1 is fewer than --producers 2"),
+        "{err}"
+    );
+}
+
 /// `rill bench consume` with a consumer whose partition holds nothing: that
 /// consumer waits in long polls while the other reads every record, and the
 /// run ends once the records asked for arrived (the consumers still waiting

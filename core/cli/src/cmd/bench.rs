@@ -139,11 +139,12 @@ pub struct ProduceBench {
     /// record is due.
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub send_batch: usize,
-    /// Send this many records first (shared by the producers, each waiting
-    /// for its own to be acknowledged), not timed and not counted, as
-    /// Kafka's `producer-perf-test --warmup-records`: the producers' start
-    /// (their producer ids, metadata, first batches) is then outside the
-    /// figures, which describe the steady state.
+    /// Send this many records first (shared by the producers, at --rate
+    /// when given, each producer waiting for its own to be acknowledged and,
+    /// if transactional, committed), not timed and not counted, as Kafka's
+    /// `producer-perf-test --warmup-records`: the producers' start (their
+    /// producer ids, metadata, first batches) is then outside the figures,
+    /// which describe the steady state. At least one per producer, or 0.
     #[arg(long, default_value_t = 0, value_name = "N")]
     pub warmup_records: u64,
 }
@@ -346,6 +347,14 @@ async fn bench_produce(b: ProduceBench) -> anyhow::Result<()> {
     if b.send_batch == 0 {
         bail!("--send-batch must be at least 1");
     }
+    if b.warmup_records > 0 && b.warmup_records < b.producers as u64 {
+        // Some producers would start cold, in the measured run.
+        bail!(
+            "--warmup-records {} is fewer than --producers {}: give each producer at least one warm-up record (or 0 for none)",
+            b.warmup_records,
+            b.producers
+        );
+    }
     let admin_client = b.common.client.connect().await?;
     ensure_topic(&admin_client, &b.common).await?;
     let value = payload(b.producer.record_size);
@@ -508,19 +517,39 @@ impl AckTracker {
     }
 }
 
-/// Sends `count` records as fast as the producer takes them and waits until
-/// each is acknowledged (a failed one fails the bench).
+/// Sends `count` records (at `rate` records/s when given, in chunks the
+/// producer's buffer memory holds) and waits until each is acknowledged; a
+/// failed one fails the bench. Nothing is timed or counted.
 async fn warm_up(
     producer: &rill_client::Producer,
     topic: &Arc<str>,
     value: &Bytes,
     count: u64,
+    rate: Option<f64>,
 ) -> anyhow::Result<()> {
-    const CHUNK: u64 = 1000;
-    let mut acks = Vec::new();
+    // `send_all` takes a chunk's buffer memory at once: a chunk fills at most
+    // half of it, so large records go a few (or one) at a time. (64 bytes is
+    // above what the producer counts for a keyless record's framing.)
+    let record_bytes = (value.len() + 64) as u64;
+    let chunk_max = (producer.config().buffer_memory as u64 / 2 / record_bytes).clamp(1, 1000);
+    let started = Instant::now();
+    // One future per batch: a batch's records resolve together.
+    let mut acks: Vec<DeliveryFuture> = Vec::new();
     let mut sent = 0;
     while sent < count {
-        let n = CHUNK.min(count - sent);
+        // Paced as the measured run is (records due by now, 1 ms ahead).
+        let due = match rate {
+            Some(r) => {
+                let horizon = started.elapsed() + Duration::from_millis(1);
+                ((horizon.as_secs_f64() * r) as u64 + 1).min(count)
+            }
+            None => count,
+        };
+        if due <= sent {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            continue;
+        }
+        let n = chunk_max.min(due - sent);
         let records = (0..n)
             .map(|_| ProducerRecord::new(topic, value.clone()))
             .collect();
@@ -528,9 +557,11 @@ async fn warm_up(
             .send_all(records)
             .await
             .map_err(|e| client_error(format!("cannot send the warm-up records to {topic}"), e))?;
-        // A batch's records resolve together: one future per chunk's last
-        // record would miss an earlier failed batch, so keep them all.
-        acks.extend(futs);
+        for fut in futs {
+            if !acks.last().is_some_and(|last| last.same_batch(&fut)) {
+                acks.push(fut);
+            }
+        }
         sent += n;
     }
     for fut in acks {
@@ -567,7 +598,15 @@ async fn produce_share(
         producer.begin_transaction().await.map_err(txn_error)?;
     }
     let topic_name: Arc<str> = topic.as_str().into();
-    warm_up(&producer, &topic_name, &value, warmup).await?;
+    if warmup > 0 {
+        warm_up(&producer, &topic_name, &value, warmup, rate).await?;
+        if transaction_interval.is_some() {
+            // The warm-up's records are committed before the clock, and the
+            // first commit is part of the warm-up, not of the measured run.
+            producer.commit_transaction().await.map_err(txn_error)?;
+            producer.begin_transaction().await.map_err(txn_error)?;
+        }
+    }
     warmed.barrier.wait().await;
     // The same start for every producer: the first through the barrier sets it.
     let schedule_start = *warmed.start.get_or_init(Instant::now);
