@@ -517,6 +517,13 @@ impl AckTracker {
     }
 }
 
+/// Of `count` records sent at `rate` records/s from `start`, how many are due
+/// by now, looking the timer's grain (1 ms) ahead.
+fn due_by_now(start: Instant, rate: f64, count: u64) -> u64 {
+    let horizon = start.elapsed() + Duration::from_millis(1);
+    ((horizon.as_secs_f64() * rate) as u64 + 1).min(count)
+}
+
 /// Sends `count` records (at `rate` records/s when given, in chunks the
 /// producer's buffer memory holds) and waits until each is acknowledged; a
 /// failed one fails the bench. Nothing is timed or counted.
@@ -537,12 +544,9 @@ async fn warm_up(
     let mut acks: Vec<DeliveryFuture> = Vec::new();
     let mut sent = 0;
     while sent < count {
-        // Paced as the measured run is (records due by now, 1 ms ahead).
+        // Paced as the measured run is.
         let due = match rate {
-            Some(r) => {
-                let horizon = started.elapsed() + Duration::from_millis(1);
-                ((horizon.as_secs_f64() * r) as u64 + 1).min(count)
-            }
+            Some(r) => due_by_now(started, r, count),
             None => count,
         };
         if due <= sent {
@@ -640,8 +644,7 @@ async fn produce_share(
         // grain (1 ms) before: sleeping to the exact instant would wake late.
         while due_count < i + n {
             let r = rate.expect("without a rate every record is due");
-            let horizon = schedule_start.elapsed() + Duration::from_millis(1);
-            due_count = ((horizon.as_secs_f64() * r) as u64 + 1).min(count);
+            due_count = due_by_now(schedule_start, r, count);
             if due_count < i + n
                 && let Some(due) = due_at(i + n - 1)
             {
