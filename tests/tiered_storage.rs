@@ -569,6 +569,7 @@ fn s3_server_tiers_survives_a_broker_kill_mid_upload_and_reads_back_everything()
             _ => Err("nothing uploaded".into()),
         },
     );
+    std::thread::sleep(Duration::from_secs(3));
     broker.sigkill();
     let before = manifest_bases(s3.port);
     assert!(!before.is_empty());
@@ -578,10 +579,22 @@ fn s3_server_tiers_survives_a_broker_kill_mid_upload_and_reads_back_everything()
     let (start, local_start, remote_size) = wait_tiered(&broker, "tiered", 0);
     assert_eq!(start, 0);
     assert!(local_start > 0 && remote_size > 0);
-    let after = manifest_bases(s3.port);
-    assert!(
-        after.len() > before.len(),
-        "uploads continued after the restart"
+    // The condition above can hold before the segment closed after the
+    // restart is uploaded (the kill may land when the uploader had caught up
+    // with everything closed so far), so wait for the manifest to grow.
+    let after = poll_until(
+        Duration::from_millis(100),
+        || broker.log(),
+        || {
+            let after = manifest_bases(s3.port);
+            if after.len() > before.len() {
+                Ok(after)
+            } else {
+                Err(format!(
+                    "uploads did not continue after the restart: manifest still {after:?}"
+                ))
+            }
+        },
     );
     assert_eq!(
         &after[..before.len()],
