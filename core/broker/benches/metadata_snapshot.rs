@@ -162,7 +162,7 @@ fn snapshot_benches(c: &mut Criterion) {
         })
     });
     group.bench_function("rkyv/crc32c only", |b| {
-        b.iter(|| crc32c::crc32c(black_box(&aligned[raft_format::SNAPSHOT_HEADER_LEN..])))
+        b.iter(|| rill_proto::crc::crc32c(black_box(&aligned[raft_format::SNAPSHOT_HEADER_LEN..])))
     });
     group.bench_function("json/load from file", |b| {
         b.iter(|| {

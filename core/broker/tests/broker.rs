@@ -546,7 +546,7 @@ async fn a_batch_from_the_far_future_is_refused_and_nothing_is_appended() {
     let mut miscounted = batch(&["a", "b"], now).to_vec();
     miscounted[57..61].copy_from_slice(&3i32.to_be_bytes());
     miscounted[23..27].copy_from_slice(&2i32.to_be_bytes());
-    let crc = crc32c::crc32c(&miscounted[21..]);
+    let crc = rill_proto::crc::crc32c(&miscounted[21..]);
     miscounted[17..21].copy_from_slice(&crc.to_be_bytes());
     let p = client.produce("t", 0, Bytes::from(miscounted)).await;
     let e = p.error.expect("refused");

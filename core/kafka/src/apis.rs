@@ -1453,7 +1453,7 @@ mod tests {
         out[8..12].copy_from_slice(&length.to_be_bytes());
         let attributes = i16::from_be_bytes([out[21], out[22]]) | 3;
         out[21..23].copy_from_slice(&attributes.to_be_bytes());
-        let crc = crc32c::crc32c(&out[21..]);
+        let crc = rill_proto::crc::crc32c(&out[21..]);
         out[17..21].copy_from_slice(&crc.to_be_bytes());
         out
     }

@@ -242,7 +242,7 @@ impl<'a> BatchView<'a> {
 
     /// CRC32C of everything after the crc field, as it should be stored.
     pub fn computed_crc(&self) -> u32 {
-        crc32c::crc32c(&self.bytes[ATTRIBUTES_OFFSET..])
+        crate::crc::crc32c(&self.bytes[ATTRIBUTES_OFFSET..])
     }
 
     /// Checks the stored CRC against the bytes.
@@ -421,7 +421,7 @@ pub fn set_leader_epoch(batch: &mut [u8], epoch: LeaderEpoch) {
 /// Recomputes the CRC of one whole batch (at the start of `batch`) after a
 /// field inside the checksummed part changed.
 fn reseal_crc(batch: &mut [u8]) {
-    let crc = crc32c::crc32c(&batch[ATTRIBUTES_OFFSET..]);
+    let crc = crate::crc::crc32c(&batch[ATTRIBUTES_OFFSET..]);
     batch[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
 }
 

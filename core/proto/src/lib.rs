@@ -12,6 +12,7 @@
 pub mod batch;
 pub mod compression;
 pub mod control;
+pub mod crc;
 pub mod error;
 pub mod rope;
 pub mod scram;

@@ -142,7 +142,7 @@ impl Rope {
     /// Panics if the range is out of bounds, like slicing.
     pub fn crc32c_range(&self, start: usize, end: usize) -> u32 {
         self.parts(start, end).fold(0, |crc, (piece, range)| {
-            crc32c::crc32c_append(crc, &piece[range])
+            crate::crc::crc32c_append(crc, &piece[range])
         })
     }
 
@@ -349,13 +349,13 @@ mod tests {
             assert_eq!(out, &whole[s..e]);
             assert_eq!(rope.slices(s, e).collect::<Vec<_>>().concat(), &whole[s..e]);
             assert!(rope.slices(s, e).all(|piece| !piece.is_empty()));
-            assert_eq!(rope.crc32c_range(s, e), crc32c::crc32c(&whole[s..e]));
+            assert_eq!(rope.crc32c_range(s, e), crate::crc::crc32c(&whole[s..e]));
         }
         assert!(!rope.copy_to(999, &mut [0; 2]));
         for start in [0, 1, 6, 7, 500, 999, 1000] {
             assert_eq!(
                 rope.crc32c_range(start, 1000),
-                crc32c::crc32c(&whole[start..])
+                crate::crc::crc32c(&whole[start..])
             );
         }
     }

@@ -413,7 +413,7 @@ mod tests {
 
     /// Recomputes the CRC after a test edited the bytes inside it.
     fn reseal(bytes: &mut [u8]) {
-        let crc = crc32c::crc32c(&bytes[21..]);
+        let crc = crate::crc::crc32c(&bytes[21..]);
         bytes[17..21].copy_from_slice(&crc.to_be_bytes());
     }
 

@@ -145,7 +145,7 @@ fn with_section(batch: &[u8], codec: Compression, new_section: &[u8]) -> Vec<u8>
     let attrs = i16::from_be_bytes([out[ATTRIBUTES_OFFSET], out[ATTRIBUTES_OFFSET + 1]]);
     let attrs = (attrs & !7) | codec.attribute() as i16;
     out[ATTRIBUTES_OFFSET..ATTRIBUTES_OFFSET + 2].copy_from_slice(&attrs.to_be_bytes());
-    let crc = crc32c::crc32c(&out[ATTRIBUTES_OFFSET..]);
+    let crc = rill_proto::crc::crc32c(&out[ATTRIBUTES_OFFSET..]);
     out[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
     out
 }

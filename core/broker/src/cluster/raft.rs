@@ -101,7 +101,7 @@ fn frame(record: &LogFrame) -> std::io::Result<Vec<u8>> {
     let body = raft_format::encode_log_frame(record)?;
     let mut out = Vec::with_capacity(body.len() + 8);
     out.extend_from_slice(&(body.len() as u32).to_le_bytes());
-    out.extend_from_slice(&crc32c::crc32c(&body).to_le_bytes());
+    out.extend_from_slice(&rill_proto::crc::crc32c(&body).to_le_bytes());
     out.extend_from_slice(&body);
     Ok(out)
 }
@@ -178,7 +178,7 @@ impl LogStore {
                 break;
             }
             let body = &bytes[at + 8..end];
-            if crc32c::crc32c(body) != crc {
+            if rill_proto::crc::crc32c(body) != crc {
                 break;
             }
             let record = match format {
@@ -827,7 +827,7 @@ mod tests {
     fn legacy_frame(record: &LogRecord) -> Vec<u8> {
         let body = serde_json::to_vec(record).unwrap();
         let mut out = (body.len() as u32).to_le_bytes().to_vec();
-        out.extend_from_slice(&crc32c::crc32c(&body).to_le_bytes());
+        out.extend_from_slice(&rill_proto::crc::crc32c(&body).to_le_bytes());
         out.extend_from_slice(&body);
         out
     }
@@ -925,7 +925,7 @@ mod tests {
         // read here cannot drift with openraft unnoticed.
         let literal = br#"{"Entry":{"log_id":{"leader_id":{"term":3,"node_id":2},"index":8},"payload":{"Normal":{"SetTopicConfigs":{"name":"orders","configs":{"cleanup.policy":"compact"}}}}}}"#;
         bytes.extend((literal.len() as u32).to_le_bytes());
-        bytes.extend(crc32c::crc32c(literal).to_le_bytes());
+        bytes.extend(rill_proto::crc::crc32c(literal).to_le_bytes());
         bytes.extend_from_slice(literal);
         std::fs::write(dir.path().join("log"), &bytes).unwrap();
         std::fs::write(
@@ -984,7 +984,8 @@ mod tests {
         let body = [0xffu8; 16];
         let mut f = OpenOptions::new().append(true).open(&path).unwrap();
         f.write_all(&(body.len() as u32).to_le_bytes()).unwrap();
-        f.write_all(&crc32c::crc32c(&body).to_le_bytes()).unwrap();
+        f.write_all(&rill_proto::crc::crc32c(&body).to_le_bytes())
+            .unwrap();
         f.write_all(&body).unwrap();
         drop(f);
         let err = LogStore::open(dir.path()).unwrap_err().to_string();
@@ -1018,7 +1019,7 @@ mod tests {
         let v1_frame = |f: &v1::LogFrameV1| {
             let body = rkyv::to_bytes::<rkyv::rancor::Error>(f).unwrap();
             let mut out = (body.len() as u32).to_le_bytes().to_vec();
-            out.extend_from_slice(&crc32c::crc32c(&body).to_le_bytes());
+            out.extend_from_slice(&rill_proto::crc::crc32c(&body).to_le_bytes());
             out.extend_from_slice(&body);
             out
         };
@@ -1085,7 +1086,7 @@ mod tests {
         let mut file = raft_format::SNAPSHOT_MAGIC.to_vec();
         file.extend_from_slice(&1u16.to_le_bytes());
         file.extend_from_slice(&0u16.to_le_bytes());
-        file.extend_from_slice(&crc32c::crc32c(&body).to_le_bytes());
+        file.extend_from_slice(&rill_proto::crc::crc32c(&body).to_le_bytes());
         file.extend_from_slice(&(body.len() as u32).to_le_bytes());
         file.extend_from_slice(&body);
         std::fs::write(dir.path().join(SNAPSHOT_FILE), &file).unwrap();
@@ -1120,7 +1121,7 @@ mod tests {
         bytes[4..6].copy_from_slice(&version.to_le_bytes());
         for body in frames {
             bytes.extend_from_slice(&(body.len() as u32).to_le_bytes());
-            bytes.extend_from_slice(&crc32c::crc32c(body).to_le_bytes());
+            bytes.extend_from_slice(&rill_proto::crc::crc32c(body).to_le_bytes());
             bytes.extend_from_slice(body);
         }
         bytes
@@ -1131,7 +1132,7 @@ mod tests {
         let mut file = raft_format::SNAPSHOT_MAGIC.to_vec();
         file.extend_from_slice(&version.to_le_bytes());
         file.extend_from_slice(&0u16.to_le_bytes());
-        file.extend_from_slice(&crc32c::crc32c(body).to_le_bytes());
+        file.extend_from_slice(&rill_proto::crc::crc32c(body).to_le_bytes());
         file.extend_from_slice(&(body.len() as u32).to_le_bytes());
         file.extend_from_slice(body);
         file
@@ -1307,7 +1308,7 @@ mod tests {
         // A checksum that matches bytes that are no snapshot: validation.
         let mut garbage = good[..raft_format::SNAPSHOT_HEADER_LEN].to_vec();
         let body = vec![0xffu8; good.len() - raft_format::SNAPSHOT_HEADER_LEN];
-        garbage[8..12].copy_from_slice(&crc32c::crc32c(&body).to_le_bytes());
+        garbage[8..12].copy_from_slice(&rill_proto::crc::crc32c(&body).to_le_bytes());
         garbage.extend_from_slice(&body);
         let err = open_err(&garbage);
         assert!(err.contains("fails validation"), "{err}");

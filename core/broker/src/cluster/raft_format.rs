@@ -410,7 +410,7 @@ pub fn encode_snapshot(snapshot: &Snapshot) -> std::io::Result<Vec<u8>> {
     out.extend_from_slice(&SNAPSHOT_MAGIC);
     out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
     out.extend_from_slice(&0u16.to_le_bytes());
-    out.extend_from_slice(&crc32c::crc32c(&body).to_le_bytes());
+    out.extend_from_slice(&rill_proto::crc::crc32c(&body).to_le_bytes());
     out.extend_from_slice(&len.to_le_bytes());
     out.extend_from_slice(&body);
     Ok(out)
@@ -442,7 +442,7 @@ fn snapshot_body<'a>(file: &Path, bytes: &'a [u8]) -> Result<(u16, &'a [u8]), Fo
             format!("a body of {} bytes where the header says {len}", body.len()),
         ));
     }
-    if crc32c::crc32c(body) != crc {
+    if rill_proto::crc::crc32c(body) != crc {
         return Err(damaged(
             SNAPSHOT_HEADER_LEN,
             "a body whose crc32c does not match".into(),
