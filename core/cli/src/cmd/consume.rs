@@ -85,6 +85,10 @@ pub struct ConsumeArgs {
     /// Exit when no new record arrived for this long.
     #[arg(long, value_name = "MS")]
     pub timeout_ms: Option<u64>,
+    /// How long the broker may hold a fetch while no new record arrives
+    /// (Kafka's fetch.max.wait.ms; a record arriving answers it at once).
+    #[arg(long, value_name = "MS", default_value_t = 500, value_parser = clap::value_parser!(u32).range(0..=60_000))]
+    pub fetch_max_wait_ms: u32,
     /// Print each record's key before its value.
     #[arg(long)]
     pub print_key: bool,
@@ -204,6 +208,7 @@ async fn group_source(
         OffsetReset::Latest
     };
     config.consumer.isolation = args.isolation;
+    config.consumer.fetch_max_wait = Duration::from_millis(args.fetch_max_wait_ms.into());
     // Commits are explicit: after the records are printed.
     config.enable_auto_commit = false;
     client.partition_count(&args.topic).await?;
@@ -232,6 +237,7 @@ pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
             OffsetReset::Latest
         },
         isolation: args.isolation,
+        fetch_max_wait: Duration::from_millis(args.fetch_max_wait_ms.into()),
         ..ConsumerConfig::default()
     };
     let mut consumer = client
