@@ -1,6 +1,6 @@
 //! TLS configuration for brokers ([`ServerTls`]) and clients ([`ClientTls`]).
 //!
-//! Invariants: TLS 1.3 only (QUIC requires it), the *ring* crypto provider only,
+//! Invariants: TLS 1.3 only (QUIC requires it), one crypto provider (AWS-LC, see [`crypto_provider`]),
 //! ALPN [`ALPN`] on both sides (a peer that does not offer it is refused), and
 //! the peer's certificate is always verified — there is no "insecure" mode.
 //!
@@ -77,10 +77,13 @@ pub enum ClientTls {
     },
 }
 
-/// The crypto provider used everywhere: *ring*, preferring the cheapest AEAD
-/// this CPU runs in hardware (see [`preferred_suites`]).
+/// The crypto provider used everywhere: AWS-LC (rustls's default), preferring
+/// the cheapest AEAD this CPU runs in hardware (see [`preferred_suites`]).
+/// AWS-LC opens and seals the large packets QUIC sends on loopback and
+/// jumbo-frame paths with AVX-512 VAES where the CPU has it; *ring* tops out at
+/// AVX2 (docs/BENCHMARKS.md has both measured).
 pub fn crypto_provider() -> Arc<CryptoProvider> {
-    let mut provider = rustls::crypto::ring::default_provider();
+    let mut provider = rustls::crypto::aws_lc_rs::default_provider();
     provider.cipher_suites = preferred_suites(provider.cipher_suites, aes_in_hardware());
     Arc::new(provider)
 }
@@ -106,7 +109,7 @@ fn aes_in_hardware() -> bool {
 
 /// The TLS 1.3 suites in the order both ends of a Rill connection prefer
 /// (rustls's server follows the client's order, and both run this): with AES
-/// in hardware, AES-128-GCM first (ring seals 64 KiB packets about 15% faster
+/// in hardware, AES-128-GCM first (64 KiB packets sealed about 15% faster
 /// than with AES-256-GCM here, and every QUIC peer must support it), else
 /// ChaCha20-Poly1305 (several times faster than AES without the
 /// instructions). Every suite stays offered; only the order changes.
@@ -120,7 +123,7 @@ pub fn preferred_suites(
     } else {
         TLS13_CHACHA20_POLY1305_SHA256
     };
-    // A stable sort: the rest keep ring's order.
+    // A stable sort: the rest keep the provider's order.
     suites.sort_by_key(|s| s.suite() != first);
     suites
 }
@@ -398,7 +401,7 @@ mod tests {
     #[test]
     fn the_cheapest_aead_in_hardware_comes_first_and_nothing_is_dropped() {
         use rustls::CipherSuite::*;
-        let default = rustls::crypto::ring::default_provider().cipher_suites;
+        let default = rustls::crypto::aws_lc_rs::default_provider().cipher_suites;
         let names = |aes| -> Vec<_> {
             preferred_suites(default.clone(), aes)
                 .iter()

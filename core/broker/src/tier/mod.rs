@@ -126,7 +126,9 @@ impl Tier {
             reason: format!("{:?}: {reason}", config.url),
         };
         // Object stores speak HTTPS through rustls; use the same provider as QUIC.
-        let _ = rustls::crypto::ring::default_provider().install_default();
+        let _ = rustls::crypto::CryptoProvider::install_default(Arc::unwrap_or_clone(
+            rill_net::tls::crypto_provider(),
+        ));
         let url = url::Url::parse(&config.url).map_err(|e| {
             bad(format!(
                 "not a URL ({e}); use file:///path, s3://bucket/prefix, gs://bucket/prefix or az://container/prefix"
