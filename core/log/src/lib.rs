@@ -25,6 +25,7 @@ pub mod error;
 pub mod index;
 mod log;
 pub mod producer;
+pub mod read_buffers;
 pub mod recovery;
 pub mod retention;
 pub mod segment;

@@ -63,11 +63,10 @@ pub struct FileSlice {
 }
 
 impl FileSlice {
-    /// Reads the slice with one positional read.
+    /// Reads the slice with one positional read, into a reused buffer
+    /// ([`crate::read_buffers`]).
     pub fn read(&self) -> std::io::Result<Bytes> {
-        let mut buf = vec![0u8; self.len as usize];
-        self.file.read_exact_at(&mut buf, self.position)?;
-        Ok(Bytes::from(buf))
+        crate::read_buffers::read_at(&self.file, self.position, self.len as usize)
     }
 }
 
