@@ -99,6 +99,16 @@ impl Command {
     }
 }
 
+/// jemalloc instead of glibc's malloc. glibc gives freed memory back to the
+/// kernel at once (trimming the heap, unmapping large blocks), so the next
+/// allocation faults fresh, zeroed pages in again: with RF 3, page faults
+/// were 11% of three brokers' CPU, most of them in quinn's copy of each
+/// received datagram. jemalloc keeps
+/// freed pages for reuse and returns them after a delay. Measured in
+/// docs/BENCHMARKS.md (issue 22).
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     report::init_logging(cli.log_level.as_deref(), cli.command.default_log_level());
