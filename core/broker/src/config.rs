@@ -22,6 +22,8 @@ pub const DEFAULT_MAX_REQUEST_BYTES: u32 = rill_proto::wire::DEFAULT_MAX_REQUEST
 pub const DEFAULT_MAX_STREAMS_PER_CONNECTION: u32 = 256;
 /// Default bound on produce bytes being appended at once, per broker.
 pub const DEFAULT_MAX_INFLIGHT_PRODUCE_BYTES: usize = 256 * 1024 * 1024;
+/// Default `tail_cache_bytes`.
+pub const DEFAULT_TAIL_CACHE_BYTES: usize = 64 * 1024 * 1024;
 /// Default broker-wide budget of request body bytes held at once.
 pub const DEFAULT_MAX_INFLIGHT_REQUEST_BYTES: u64 = 256 * 1024 * 1024;
 /// Largest `max_inflight_request_bytes` accepted (64 GiB).
@@ -223,6 +225,7 @@ impl Default for ObjectStoreConfig {
 /// | `max_connections_per_ip` | 256 | connections from one IP address beyond this are refused before the TLS handshake |
 /// | `max_streams_per_connection` | 256 | concurrent requests per connection |
 /// | `max_inflight_produce_bytes` | 256 MiB | produce bytes being appended at once (append concurrency; their memory is in `max_inflight_request_bytes`) |
+/// | `tail_cache_bytes` | 64 MiB | the newest bytes of the leaders' active segments kept in memory, as the buffers they arrived in, for fetches at the end of the log (followers, consumers keeping up), at most 8 MiB per partition; process-wide; 0: off (see `rill_log::tail`) |
 /// | `max_inflight_request_bytes` | 256 MiB | request body bytes held at once, broker-wide, charged before a body is read (see `limits.rs`) |
 /// | `retention_check_interval_ms` | 300000 | how often retention and compaction run |
 /// | `flush_check_interval_ms` | 1000 | how often time-based flush / roll run |
@@ -272,6 +275,7 @@ pub struct BrokerConfig {
     pub max_connections_per_ip: usize,
     pub max_streams_per_connection: u32,
     pub max_inflight_produce_bytes: usize,
+    pub tail_cache_bytes: usize,
     pub max_inflight_request_bytes: u64,
     pub retention_check_interval_ms: u64,
     pub flush_check_interval_ms: u64,
@@ -325,6 +329,7 @@ impl Default for BrokerConfig {
             max_connections_per_ip: DEFAULT_MAX_CONNECTIONS_PER_IP,
             max_streams_per_connection: DEFAULT_MAX_STREAMS_PER_CONNECTION,
             max_inflight_produce_bytes: DEFAULT_MAX_INFLIGHT_PRODUCE_BYTES,
+            tail_cache_bytes: DEFAULT_TAIL_CACHE_BYTES,
             max_inflight_request_bytes: DEFAULT_MAX_INFLIGHT_REQUEST_BYTES,
             retention_check_interval_ms: 300_000,
             flush_check_interval_ms: 1000,
@@ -998,6 +1003,21 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("max_connections_per_ip"), "{e}");
+    }
+
+    #[test]
+    fn the_tail_cache_is_sized_or_switched_off_by_config() {
+        assert_eq!(
+            BrokerConfig::default().tail_cache_bytes,
+            DEFAULT_TAIL_CACHE_BYTES
+        );
+        let c = BrokerConfig::from_toml_str("tail_cache_bytes = 0\n").unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.tail_cache_bytes, 0);
+        let e = BrokerConfig::from_toml_str("tail_cache_bytes = -1\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("tail_cache_bytes"), "{e}");
     }
 
     #[test]

@@ -818,10 +818,10 @@ pub(crate) async fn fetch(
             Some(Ok(bytes)) => {
                 if committed_only && let Ok(p) = p {
                     // The aborted transactions overlapping what is returned.
-                    let to = rill_proto::batch::batches(&bytes)
+                    let to = rill_proto::batch::rope_batches(&bytes)
                         .filter_map(Result::ok)
                         .last()
-                        .map_or(fp.offset, |b| b.header.next_offset());
+                        .map_or(fp.offset, |(_, h)| h.next_offset());
                     aborted = p
                         .aborted_transactions(fp.offset, to)
                         .into_iter()
@@ -834,7 +834,7 @@ pub(crate) async fn fetch(
                 }
                 bytes_len = bytes.len() as u32;
                 bytes_out += bytes.len() as u64;
-                payload.push(bytes);
+                payload.extend(bytes.pieces().iter().cloned());
             }
             Some(Err(e)) => error = Some(e),
             None => {}
@@ -869,7 +869,7 @@ async fn read_plans(
     state: &Arc<BrokerState>,
     req: &FetchRequest,
     plans: &[FetchPlan],
-) -> Result<Vec<Option<Result<Bytes, ErrorInfo>>>, ErrorInfo> {
+) -> Result<Vec<Option<Result<Rope, ErrorInfo>>>, ErrorInfo> {
     let local_total: usize = plans
         .iter()
         .filter_map(|p| match &p.read {
@@ -884,10 +884,10 @@ async fn read_plans(
             _ => None,
         })
         .collect();
-    let read_all = move || -> Vec<Option<std::io::Result<Bytes>>> {
+    let read_all = move || -> Vec<Option<std::io::Result<Rope>>> {
         slices
             .iter()
-            .map(|s| s.as_ref().map(|s| s.read()))
+            .map(|s| s.as_ref().map(|s| s.read_rope()))
             .collect()
     };
     let locals = if local_total > FETCH_INLINE_READ_MAX {
@@ -955,7 +955,7 @@ async fn read_plans(
                 )))
             }
             (None, Some(Ok(bytes))) if bytes.is_empty() => None,
-            (None, remote) => remote,
+            (None, remote) => remote.map(|r| r.map(Rope::from)),
         })
         .collect())
 }

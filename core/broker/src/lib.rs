@@ -155,6 +155,7 @@ impl Broker {
             },
         })?;
 
+        rill_log::tail::set_limit(config.tail_cache_bytes);
         let permits = config.max_inflight_produce_bytes.min(u32::MAX as usize) as u32;
         let tls_mode = match (&config.tls.cert, &tls) {
             (

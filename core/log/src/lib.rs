@@ -29,6 +29,7 @@ pub mod read_buffers;
 pub mod recovery;
 pub mod retention;
 pub mod segment;
+pub mod tail;
 pub mod tiering;
 pub mod txn;
 

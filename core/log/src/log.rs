@@ -35,7 +35,6 @@ use rill_proto::batch::{
 };
 use rill_proto::{DecodeError, LeaderEpoch, Offset, Rope, TimestampMs};
 use std::fs::File;
-use std::io::IoSlice;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -60,13 +59,40 @@ pub struct FileSlice {
     pub file: Arc<File>,
     pub position: u64,
     pub len: u32,
+    /// The part of the range the segment's tail cache holds ([`crate::tail`]):
+    /// its position and bytes, which run to the end of the range.
+    pub cached: Option<(u64, Rope)>,
 }
 
 impl FileSlice {
-    /// Reads the slice with one positional read, into a reused buffer
+    /// The slice's bytes: what the tail cache holds as it is, the rest (or
+    /// all) with one positional read into a reused buffer
     /// ([`crate::read_buffers`]).
+    pub fn read_rope(&self) -> std::io::Result<Rope> {
+        let end = self.position + self.len as u64;
+        let (from, kept) = match &self.cached {
+            Some((at, kept)) if *at >= self.position && *at + kept.len() as u64 == end => {
+                (*at, Some(kept))
+            }
+            _ => (end, None),
+        };
+        let mut out = Rope::default();
+        if from > self.position {
+            out.push(crate::read_buffers::read_at(
+                &self.file,
+                self.position,
+                (from - self.position) as usize,
+            )?);
+        }
+        for piece in kept.into_iter().flat_map(Rope::pieces) {
+            out.push(piece.clone());
+        }
+        Ok(out)
+    }
+
+    /// [`FileSlice::read_rope`] as one buffer (a copy when it is in pieces).
     pub fn read(&self) -> std::io::Result<Bytes> {
-        crate::read_buffers::read_at(&self.file, self.position, self.len as usize)
+        Ok(self.read_rope()?.to_bytes())
     }
 }
 
@@ -310,7 +336,7 @@ impl Log {
         if self.epochs.assign(epoch, first) {
             self.epochs.persist()?;
         }
-        self.append_checked(batches, &checked, now_ms)
+        self.append_checked(batches, &checked, now_ms, true)
     }
 
     /// Follower append: batches already carry offsets and epochs; the first must
@@ -351,16 +377,21 @@ impl Log {
         if changed {
             self.epochs.persist()?;
         }
-        self.append_checked(batches, &checked, now_ms)
+        self.append_checked(batches, &checked, now_ms, false)
     }
 
     /// Writes checked batches, each with its header as `checked` holds it
     /// (the leader's stamped offset and epoch).
+    ///
+    /// With `keep` (a leader's append), the active segment's tail cache keeps
+    /// the pieces for fetches at the end of the log ([`crate::tail`]); a
+    /// follower's bytes are not fetched from it.
     fn append_checked(
         &mut self,
         bytes: &Rope,
         checked: &Checked,
         now_ms: TimestampMs,
+        keep: bool,
     ) -> Result<AppendInfo, LogError> {
         let first = checked[0].0.base_offset;
         let last = checked.last().expect("at least one batch").0.last_offset();
@@ -392,18 +423,16 @@ impl Log {
             };
             // Each batch's first bytes (base offset, length, leader epoch) from
             // its header, then the rest of it from the pieces.
-            let heads: Vec<[u8; STAMPED_LEN]> = checked[start..end]
-                .iter()
-                .map(|(h, pos)| stamped(bytes, *pos as usize, h))
-                .collect();
-            let mut parts = Vec::with_capacity(2 * heads.len() + bytes.pieces().len());
-            for (head, (h, pos)) in heads.iter().zip(&checked[start..end]) {
+            let mut parts = Vec::with_capacity(2 * (end - start) + bytes.pieces().len());
+            for (h, pos) in &checked[start..end] {
                 let pos = *pos as usize;
-                parts.push(IoSlice::new(head));
+                parts.push(Bytes::copy_from_slice(&stamped(bytes, pos, h)));
                 parts.extend(
                     bytes
-                        .slices(pos + STAMPED_LEN, pos + h.total_size())
-                        .map(IoSlice::new),
+                        .slice(pos + STAMPED_LEN, pos + h.total_size())
+                        .pieces()
+                        .iter()
+                        .cloned(),
                 );
             }
             debug_assert_eq!(parts.iter().map(|p| p.len() as u64).sum::<u64>(), to - from);
@@ -413,7 +442,7 @@ impl Log {
                 // segment.ms counts from the first append, not from when the file was made.
                 active.created_ms = now_ms;
             }
-            active.append_vectored(&mut parts, &run, interval)?;
+            active.append_pieces(parts, &run, interval, keep)?;
             start = end;
         }
         let mut aborted = false;
@@ -521,6 +550,7 @@ impl Log {
             "a new segment starts at or after the log end"
         );
         active.flush_sealed()?;
+        active.cache.reset(active.size);
         active.offset_index.release();
         active.time_index.release();
         self.flush_count += 1;
@@ -598,6 +628,7 @@ impl Log {
                 file: Arc::clone(&seg.file),
                 position: pos,
                 len: (end_pos - pos) as u32,
+                cached: seg.cache.covering(pos, end_pos),
             }));
         }
         Ok(None)

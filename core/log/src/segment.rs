@@ -14,6 +14,8 @@
 
 use crate::error::{LogError, io_context};
 use crate::index::{OffsetEntry, OffsetIndex, TimeEntry, TimeIndex, relative};
+use crate::tail::Tail;
+use bytes::Bytes;
 use rill_proto::batch::{BATCH_HEADER_LEN, BatchHeader, BatchView};
 use rill_proto::{Offset, TimestampMs};
 use std::fs::{File, OpenOptions};
@@ -72,6 +74,10 @@ pub struct Segment {
     /// Length of the `.log` file at its last fsync by this process: the bytes a
     /// power loss cannot take (0 for a file this process has not fsynced yet).
     pub synced_len: u64,
+    /// The newest bytes of a leader's appends, as the buffers they came in
+    /// (see [`crate::tail`]); empty unless appended with
+    /// [`Segment::append_pieces`].
+    pub cache: Tail,
 }
 
 impl Segment {
@@ -171,6 +177,7 @@ impl Segment {
             bytes_since_index: 0,
             created_ms: now_ms,
             synced_len: 0,
+            cache: Tail::empty_at(size),
         }
     }
 
@@ -260,6 +267,38 @@ impl Segment {
     /// order; emptied as they are written): one `pwritev` where the kernel
     /// takes them all at once.
     pub fn append_vectored(
+        &mut self,
+        parts: &mut [IoSlice<'_>],
+        headers: &[(BatchHeader, u64)],
+        index_interval_bytes: u32,
+    ) -> Result<(), LogError> {
+        self.write_vectored(parts, headers, index_interval_bytes)?;
+        self.cache.reset(self.size);
+        Ok(())
+    }
+
+    /// [`Segment::append_vectored`] of `pieces`; with `keep` (a leader's
+    /// append), the segment's [`Segment::cache`] keeps them (as many of the
+    /// newest as it may).
+    pub fn append_pieces(
+        &mut self,
+        pieces: Vec<Bytes>,
+        headers: &[(BatchHeader, u64)],
+        index_interval_bytes: u32,
+        keep: bool,
+    ) -> Result<(), LogError> {
+        let at = self.size;
+        let mut parts: Vec<IoSlice<'_>> = pieces.iter().map(|b| IoSlice::new(b)).collect();
+        let written = self.write_vectored(&mut parts, headers, index_interval_bytes);
+        if keep && written.is_ok() {
+            self.cache.appended(at, pieces);
+        } else {
+            self.cache.reset(self.size);
+        }
+        written
+    }
+
+    fn write_vectored(
         &mut self,
         parts: &mut [IoSlice<'_>],
         headers: &[(BatchHeader, u64)],
@@ -420,6 +459,7 @@ impl Segment {
     /// Cuts the segment at `position` (a batch boundary) whose first removed batch
     /// starts at `cut_offset`, fsyncs, and re-derives the tail state.
     pub fn truncate_at(&mut self, position: u64, cut_offset: Offset) -> Result<(), LogError> {
+        self.cache.reset(position);
         self.file.set_len(position).map_err(io_context(|| {
             format!("truncating {} to {position}", self.path.display())
         }))?;

@@ -52,9 +52,10 @@ mod tests {
 
     /// The offsets of the data batches a fetch returned (markers included).
     fn batch_offsets(payload: &[bytes::Bytes]) -> Vec<i64> {
-        payload
-            .iter()
-            .flat_map(|b| rill_proto::batch::batches(b).map(|v| v.unwrap().header.base_offset.0))
+        // A partition's bytes may come in several pieces (the tail cache's).
+        let all = rill_proto::Rope::new(payload.iter().cloned());
+        rill_proto::batch::rope_batches(&all)
+            .map(|v| v.unwrap().1.base_offset.0)
             .collect()
     }
 
