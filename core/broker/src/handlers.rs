@@ -870,10 +870,11 @@ async fn read_plans(
     req: &FetchRequest,
     plans: &[FetchPlan],
 ) -> Result<Vec<Option<Result<Rope, ErrorInfo>>>, ErrorInfo> {
+    // Bytes read from files (what the tail cache holds is not read).
     let local_total: usize = plans
         .iter()
         .filter_map(|p| match &p.read {
-            Some(ReadPlan::Local(s)) => Some(s.len as usize),
+            Some(ReadPlan::Local(s)) => Some(s.uncached_len() as usize),
             _ => None,
         })
         .sum();

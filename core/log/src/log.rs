@@ -69,13 +69,12 @@ impl FileSlice {
     /// all) with one positional read into a reused buffer
     /// ([`crate::read_buffers`]).
     pub fn read_rope(&self) -> std::io::Result<Rope> {
-        let end = self.position + self.len as u64;
-        let (from, kept) = match &self.cached {
-            Some((at, kept)) if *at >= self.position && *at + kept.len() as u64 == end => {
-                (*at, Some(kept))
-            }
-            _ => (end, None),
-        };
+        let from = self.position + self.uncached_len();
+        let kept = self
+            .cached
+            .as_ref()
+            .filter(|(at, _)| *at == from)
+            .map(|(_, r)| r);
         let mut out = Rope::default();
         if from > self.position {
             out.push(crate::read_buffers::read_at(
@@ -88,6 +87,20 @@ impl FileSlice {
             out.push(piece.clone());
         }
         Ok(out)
+    }
+
+    /// Bytes of the slice [`FileSlice::read_rope`] reads from the file (the
+    /// rest the tail cache holds).
+    pub fn uncached_len(&self) -> u64 {
+        match &self.cached {
+            Some((at, kept))
+                if *at >= self.position
+                    && *at + kept.len() as u64 == self.position + self.len as u64 =>
+            {
+                at - self.position
+            }
+            _ => self.len as u64,
+        }
     }
 
     /// [`FileSlice::read_rope`] as one buffer (a copy when it is in pieces).

@@ -500,7 +500,10 @@ impl ReplicaFetcher {
             return;
         }
         let now = now_ms();
-        let appended = tokio::task::spawn_blocking(move || {
+        let total: usize = appends.iter().map(|(_, _, _, bytes, _)| bytes.len()).sum();
+        let inline = total <= crate::handlers::APPEND_INLINE_MAX
+            && !appends.iter().any(|(_, p, _, _, _)| p.syncs_on_append());
+        let append_all = move || {
             for (_, p, _, bytes, hw) in &appends {
                 if !bytes.is_empty()
                     && let Err(e) = p.append_replicated(bytes, now)
@@ -510,9 +513,13 @@ impl ReplicaFetcher {
                 }
                 p.follow_high_watermark(*hw);
             }
-        })
-        .await;
-        if let Err(e) = appended {
+        };
+        // As a produce's: small appends on this task (no hand-over to the
+        // blocking pool and back for each answer), large ones or to logs that
+        // fsync on append on the blocking pool.
+        if inline {
+            append_all();
+        } else if let Err(e) = tokio::task::spawn_blocking(append_all).await {
             tracing::error!(leader = self.leader, error = %e, "replica append task failed");
         }
     }
