@@ -538,5 +538,9 @@ async fn maintenance_loop(state: Arc<BrokerState>, kind: Maintenance) {
         if let Err(e) = ran {
             tracing::error!(error = %e, ?kind, "log maintenance task failed");
         }
+        if let Maintenance::Tick = kind {
+            ::metrics::gauge!(crate::metrics::TAIL_CACHE_BYTES)
+                .set(rill_log::tail::held_bytes() as f64);
+        }
     }
 }

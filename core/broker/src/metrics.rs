@@ -32,6 +32,9 @@ pub const BYTES_OUT_TOTAL: &str = "rill_bytes_out_total";
 pub const PARTITION_LOG_START_OFFSET: &str = "rill_partition_log_start_offset";
 pub const PARTITION_LOG_END_OFFSET: &str = "rill_partition_log_end_offset";
 pub const CONNECTIONS: &str = "rill_connections";
+/// Bytes the tail caches of this process hold (`rill_log::tail`), set every
+/// `flush_check_interval_ms`.
+pub const TAIL_CACHE_BYTES: &str = "rill_tail_cache_bytes";
 
 /// Histogram buckets of request durations, seconds.
 const DURATION_BUCKETS_SECONDS: &[f64] = &[

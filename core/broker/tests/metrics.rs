@@ -115,6 +115,50 @@ async fn metrics_endpoint_counts_requests() {
         "{body}"
     );
     assert!(body.contains("rill_connections"), "{body}");
+
+    // A produced batch is held by the leader's tail cache, and the gauge says
+    // so after the next maintenance tick.
+    let mut batch = rill_proto::BatchBuilder::new(rill_proto::Compression::None);
+    batch.push(&rill_proto::Record::from_value("kept", 1_700_000_000_000));
+    let batch = batch.build();
+    let good = ProduceRequest {
+        acks: Acks::All,
+        timeout_ms: 1000,
+        partitions: vec![ProducePartition {
+            topic: "m".into(),
+            partition: 0,
+            bytes_len: batch.len() as u32,
+        }],
+    };
+    rill_net::call(
+        &conn,
+        ApiKey::Produce as u16,
+        0,
+        &encode_meta(&good),
+        &[batch],
+        1 << 20,
+    )
+    .await
+    .unwrap();
+    let held = |body: &str| -> Option<f64> {
+        body.lines()
+            .find_map(|l| l.strip_prefix("rill_tail_cache_bytes "))
+            .and_then(|v| v.trim().parse().ok())
+    };
+    let deadline = std::time::Instant::now() + STEP;
+    loop {
+        let body = tokio::task::spawn_blocking(move || scrape(metrics_addr))
+            .await
+            .unwrap();
+        if held(&body).is_some_and(|n| n > 0.0) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "rill_tail_cache_bytes stayed at 0 or missing: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     second.shutdown().await.unwrap();
     broker.shutdown().await.unwrap();
 }
