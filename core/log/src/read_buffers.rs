@@ -129,11 +129,6 @@ pub fn read_at(file: &File, position: u64, len: usize) -> std::io::Result<Bytes>
     POOL.read_at(file, position, len)
 }
 
-/// Bytes of idle buffers the pool holds now (for tests and metrics).
-pub fn kept_bytes() -> usize {
-    POOL.kept.load(Ordering::Relaxed)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
