@@ -22,8 +22,11 @@ pub const DEFAULT_MAX_REQUEST_BYTES: u32 = rill_proto::wire::DEFAULT_MAX_REQUEST
 pub const DEFAULT_MAX_STREAMS_PER_CONNECTION: u32 = 256;
 /// Default bound on produce bytes being appended at once, per broker.
 pub const DEFAULT_MAX_INFLIGHT_PRODUCE_BYTES: usize = 256 * 1024 * 1024;
-/// Default `tail_cache_bytes`.
-pub const DEFAULT_TAIL_CACHE_BYTES: usize = 64 * 1024 * 1024;
+/// Default `tail_cache_bytes`: off. The cache's copy on append costs a
+/// producer about 10% at RF 1, and with RF 3 it only breaks even with the two
+/// file reads it saves (docs/BENCHMARKS.md); it pays where several readers
+/// fetch the same tail (consumer groups fanning out from one topic).
+pub const DEFAULT_TAIL_CACHE_BYTES: usize = 0;
 /// Default broker-wide budget of request body bytes held at once.
 pub const DEFAULT_MAX_INFLIGHT_REQUEST_BYTES: u64 = 256 * 1024 * 1024;
 /// Largest `max_inflight_request_bytes` accepted (64 GiB).
@@ -225,7 +228,7 @@ impl Default for ObjectStoreConfig {
 /// | `max_connections_per_ip` | 256 | connections from one IP address beyond this are refused before the TLS handshake |
 /// | `max_streams_per_connection` | 256 | concurrent requests per connection |
 /// | `max_inflight_produce_bytes` | 256 MiB | produce bytes being appended at once (append concurrency; their memory is in `max_inflight_request_bytes`) |
-/// | `tail_cache_bytes` | 64 MiB | the newest bytes of the leaders' active segments kept in memory, as the buffers they arrived in, for fetches at the end of the log (followers, consumers keeping up), at most 8 MiB per partition; process-wide; 0: off (see `rill_log::tail`) |
+/// | `tail_cache_bytes` | 0 (off) | a copy of the newest bytes of the leaders' active segments kept in memory for fetches at the end of the log (followers, consumers keeping up), at most 8 MiB per partition, dropped after 10 s without appends; process-wide (see `rill_log::tail`; `64 MiB` = 67108864 suits a topic many consumer groups read at its end) |
 /// | `max_inflight_request_bytes` | 256 MiB | request body bytes held at once, broker-wide, charged before a body is read (see `limits.rs`) |
 /// | `retention_check_interval_ms` | 300000 | how often retention and compaction run |
 /// | `flush_check_interval_ms` | 1000 | how often time-based flush / roll run |
@@ -1011,9 +1014,9 @@ mod tests {
             BrokerConfig::default().tail_cache_bytes,
             DEFAULT_TAIL_CACHE_BYTES
         );
-        let c = BrokerConfig::from_toml_str("tail_cache_bytes = 0\n").unwrap();
+        let c = BrokerConfig::from_toml_str("tail_cache_bytes = 67108864\n").unwrap();
         c.validate().unwrap();
-        assert_eq!(c.tail_cache_bytes, 0);
+        assert_eq!(c.tail_cache_bytes, 64 << 20);
         let e = BrokerConfig::from_toml_str("tail_cache_bytes = -1\n")
             .unwrap_err()
             .to_string();

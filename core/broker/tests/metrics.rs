@@ -32,6 +32,7 @@ async fn metrics_endpoint_counts_requests() {
         data_dir: data.path().to_path_buf(),
         rill_home: Some(home.path().to_path_buf()),
         metrics: Some(metrics_addr),
+        tail_cache_bytes: 64 << 20,
         ..BrokerConfig::default()
     };
     let broker = tokio::time::timeout(STEP, Broker::start(config.clone()))

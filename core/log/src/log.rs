@@ -455,7 +455,7 @@ impl Log {
                 // segment.ms counts from the first append, not from when the file was made.
                 active.created_ms = now_ms;
             }
-            active.append_pieces(parts, &run, interval, keep)?;
+            active.append_pieces(parts, &run, interval, keep, now_ms)?;
             start = end;
         }
         let mut aborted = false;
@@ -937,6 +937,7 @@ impl Log {
 
     /// Applies time-based policies: `flush.ms` and `segment.ms`.
     pub fn tick(&mut self, now_ms: TimestampMs) -> Result<(), LogError> {
+        self.active_mut().cache.expire(now_ms);
         if let (Some(ms), Some(since)) = (self.config.flush_ms, self.first_unflushed_ms)
             && now_ms.saturating_sub(since) >= ms.min(i64::MAX as u64) as i64
         {

@@ -71,6 +71,24 @@ impl Pool {
         Ok(Bytes::from_owner(pooled))
     }
 
+    fn copy_of(&'static self, pieces: &[Bytes]) -> Bytes {
+        let len: usize = pieces.iter().map(Bytes::len).sum();
+        if !(POOLED_MIN..=POOLED_MAX).contains(&len) {
+            return Bytes::from(pieces.concat());
+        }
+        let mut buf = self.take(class_of(len));
+        let mut at = 0;
+        for p in pieces {
+            buf[at..at + p.len()].copy_from_slice(p);
+            at += p.len();
+        }
+        Bytes::from_owner(Pooled {
+            buf,
+            len,
+            pool: self,
+        })
+    }
+
     fn take(&self, class: usize) -> Vec<u8> {
         let reused = self.idle[class]
             .lock()
@@ -121,6 +139,12 @@ impl Drop for Pooled {
     fn drop(&mut self) {
         self.pool.give_back(std::mem::take(&mut self.buf));
     }
+}
+
+/// The bytes of `pieces`, in order, copied into one buffer (a pooled one when
+/// their length is in the pooled range).
+pub fn copy_of(pieces: &[Bytes]) -> Bytes {
+    POOL.copy_of(pieces)
 }
 
 /// Reads `len` bytes of `file` at `position` with one positional read, into a
@@ -195,6 +219,19 @@ mod tests {
             pool.idle[CLASSES - 1].lock().unwrap().len(),
             KEEP_BYTES / POOLED_MAX
         );
+    }
+
+    #[test]
+    fn copies_join_pieces_in_a_pooled_buffer() {
+        let pool = pool();
+        let a = Bytes::from(vec![1u8; POOLED_MIN]);
+        let b = Bytes::from(vec![2u8; 10]);
+        let joined = pool.copy_of(&[a.clone(), b.clone()]);
+        assert_eq!(&joined[..], [&a[..], &b[..]].concat());
+        let at = joined.as_ptr();
+        drop(joined);
+        assert_eq!(pool.copy_of(&[b.clone(), a.clone()]).as_ptr(), at, "reused");
+        assert_eq!(&pool.copy_of(&[b.clone()])[..], &b[..]);
     }
 
     #[test]

@@ -74,8 +74,8 @@ pub struct Segment {
     /// Length of the `.log` file at its last fsync by this process: the bytes a
     /// power loss cannot take (0 for a file this process has not fsynced yet).
     pub synced_len: u64,
-    /// The newest bytes of a leader's appends, as the buffers they came in
-    /// (see [`crate::tail`]); empty unless appended with
+    /// A copy of the newest bytes of a leader's appends (see
+    /// [`crate::tail`]); empty unless appended with
     /// [`Segment::append_pieces`].
     pub cache: Tail,
 }
@@ -286,12 +286,13 @@ impl Segment {
         headers: &[(BatchHeader, u64)],
         index_interval_bytes: u32,
         keep: bool,
+        now_ms: TimestampMs,
     ) -> Result<(), LogError> {
         let at = self.size;
         let mut parts: Vec<IoSlice<'_>> = pieces.iter().map(|b| IoSlice::new(b)).collect();
         let written = self.write_vectored(&mut parts, headers, index_interval_bytes);
         if keep && written.is_ok() {
-            self.cache.appended(at, pieces);
+            self.cache.appended(at, pieces, now_ms);
         } else {
             self.cache.reset(self.size);
         }

@@ -1,33 +1,41 @@
-//! The newest bytes of a leader's active segment, kept in memory as the buffers
-//! they arrived in, so that fetches at the end of the log (followers, and
-//! consumers keeping up) are answered without reading the file.
+//! The newest bytes of a leader's active segment, kept in memory, so that
+//! fetches at the end of the log (followers, and consumers keeping up) are
+//! answered without reading the file.
 //!
-//! A produce body is appended from the network buffers it arrived in (with
-//! the 16 stamped bytes of each batch's header beside them); the same buffers
-//! are kept here, by their position in the segment. A fetch whose range ends
-//! inside what is kept takes slices of them (no copy); only a part before
-//! what is kept is read from the file. With RF 3, reading the file for the
-//! two followers was 9% of the brokers' CPU (the page cache's copy and its
-//! bookkeeping).
+//! A leader's append copies what it wrote (the newest [`SEGMENT_TAIL_MAX`]
+//! bytes of it) into one buffer of the tail's own, by its position in the
+//! segment. A fetch whose range ends inside what is kept takes slices of those
+//! buffers (no copy); only a part before what is kept is read from the file.
+//! With RF 3, reading the file for the two followers was 9% of the brokers'
+//! CPU (the page cache's copy and its bookkeeping, a buffer per read); one
+//! copy on append replaces them, but measured only breaks even there, and
+//! costs a producer at RF 1 about 10%: it pays where several readers fetch the
+//! same tail. So the broker has it off unless `tail_cache_bytes` is set. The
+//! copy goes into a pooled buffer ([`crate::read_buffers::copy_of`]); a fresh
+//! one costs its page faults. The tail owns its buffers rather than
+//! keeping slices of the network buffers the batches arrived in: a slice
+//! would keep its whole request buffer alive (a Kafka produce frame, or a
+//! QUIC body shared by many partitions), so the bytes counted would not bound
+//! the memory held.
 //!
 //! Invariant: the pieces are contiguous and end at [`Tail::end`], and equal the
 //! segment file's bytes there. Every change to the segment other than a kept
 //! append resets the tail ([`Tail::reset`]): an append from one buffer
 //! (compaction, tests), a truncation, a roll. A tail holds at most
 //! [`SEGMENT_TAIL_MAX`] bytes, and all tails together at most the limit
-//! [`set_limit`] sets (the broker's `tail_cache_bytes`, [`TAILS_MAX`] by
-//! default); past that the oldest pieces of the tail being appended to go
-//! first, then the new bytes are not kept.
-//!
-//! Memory: a kept piece pins the buffer it is a slice of; produce bodies
-//! arrive in buffers of whole QUIC datagrams (pieces of Ethernet-sized packets
-//! are joined first), so the pinned memory is close to the counted bytes.
+//! [`set_limit`] sets (the broker's `tail_cache_bytes`, 0 by default there;
+//! [`TAILS_MAX`] for a log used on its own); past that the oldest pieces of the tail being appended to go
+//! first, then the new bytes are not kept. A tail not appended to for
+//! [`IDLE_MS`] is emptied by [`Tail::expire`] (the log's `tick`), so idle
+//! partitions do not keep the budget from busy ones.
 
 use bytes::Bytes;
-use rill_proto::Rope;
+use rill_proto::{Rope, TimestampMs};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+/// A tail not appended to for this long is emptied.
+pub const IDLE_MS: i64 = 10_000;
 /// Bytes one segment's tail keeps at most.
 pub const SEGMENT_TAIL_MAX: usize = 8 << 20;
 /// Bytes all tails of the process keep together at most, unless
@@ -67,6 +75,8 @@ pub struct Tail {
     end: u64,
     /// Sum of the pieces' lengths (counted in [`HELD`]).
     held: usize,
+    /// When the newest piece was kept.
+    last_ms: TimestampMs,
 }
 
 impl Tail {
@@ -76,6 +86,7 @@ impl Tail {
             pieces: VecDeque::new(),
             end,
             held: 0,
+            last_ms: 0,
         }
     }
 
@@ -98,8 +109,22 @@ impl Tail {
         }
     }
 
-    /// `pieces` were written to the segment at position `at`, in order.
-    pub fn appended(&mut self, at: u64, pieces: impl IntoIterator<Item = Bytes>) {
+    /// Empties the tail if nothing was kept for [`IDLE_MS`] (its bytes stay
+    /// in the file).
+    pub fn expire(&mut self, now_ms: TimestampMs) {
+        if !self.pieces.is_empty() && now_ms.saturating_sub(self.last_ms) >= IDLE_MS {
+            self.reset(self.end);
+        }
+    }
+
+    /// `pieces` were written to the segment at position `at`, in order, at
+    /// `now_ms`; the tail keeps a copy of (the newest of) them.
+    pub fn appended(
+        &mut self,
+        at: u64,
+        pieces: impl IntoIterator<Item = Bytes>,
+        now_ms: TimestampMs,
+    ) {
         let mut pieces: Vec<Bytes> = pieces.into_iter().filter(|b| !b.is_empty()).collect();
         let mut len: usize = pieces.iter().map(Bytes::len).sum();
         let new_end = at + len as u64;
@@ -132,14 +157,14 @@ impl Tail {
                 return;
             }
         }
-        let mut pos = new_end - len as u64;
-        for b in pieces {
-            let n = b.len() as u64;
-            self.pieces.push_back((pos, b));
-            pos += n;
+        if len > 0 {
+            // Into a reused buffer: a fresh one would cost its page faults.
+            let copy = crate::read_buffers::copy_of(&pieces);
+            self.pieces.push_back((new_end - len as u64, copy));
         }
         self.held += len;
         self.end = new_end;
+        self.last_ms = now_ms;
     }
 
     /// Where the kept bytes begin (== `end` when nothing is kept).
@@ -197,8 +222,8 @@ mod tests {
     #[test]
     fn covers_the_kept_suffix_of_a_range() {
         let mut t = Tail::empty_at(100);
-        t.appended(100, [bytes(0, 10), bytes(10, 20)]);
-        t.appended(130, [bytes(30, 5)]);
+        t.appended(100, [bytes(0, 10), bytes(10, 20)], 0);
+        t.appended(130, [bytes(30, 5)], 0);
         assert_eq!((t.start(), t.end), (100, 135));
         let (at, r) = t.covering(100, 135).unwrap();
         assert_eq!(at, 100);
@@ -220,10 +245,10 @@ mod tests {
     #[test]
     fn an_append_elsewhere_or_a_reset_forgets_everything() {
         let mut t = Tail::empty_at(0);
-        t.appended(0, [bytes(0, 10)]);
+        t.appended(0, [bytes(0, 10)], 0);
         t.reset(4);
         assert!(t.covering(0, 4).is_none());
-        t.appended(4, [bytes(4, 6)]);
+        t.appended(4, [bytes(4, 6)], 0);
         assert_eq!(
             joined(&t.covering(0, 10).unwrap().1),
             (4..10).collect::<Vec<u8>>()
@@ -232,32 +257,50 @@ mod tests {
     }
 
     #[test]
+    fn the_tail_owns_its_copy_and_forgets_it_when_idle() {
+        let mut t = Tail::empty_at(0);
+        let input = bytes(7, 100);
+        t.appended(0, [input.slice(..40), input.slice(40..)], 1_000);
+        let (_, r) = t.covering(0, 100).unwrap();
+        let kept = &r.pieces()[0];
+        assert_eq!(&kept[..], &input[..]);
+        let within = |p: *const u8| {
+            let base = input.as_ptr() as usize;
+            (base..base + input.len()).contains(&(p as usize))
+        };
+        assert!(!within(kept.as_ptr()), "a copy, not a slice of the input");
+        t.expire(1_000 + IDLE_MS - 1);
+        assert_eq!(t.held, 100);
+        t.expire(1_000 + IDLE_MS);
+        assert_eq!(t.held, 0);
+        assert!(t.covering(0, 100).is_none());
+        // Appends go on from the same end.
+        t.appended(100, [bytes(0, 5)], 20_000);
+        assert_eq!(t.covering(0, 105).unwrap().0, 100);
+    }
+
+    #[test]
     fn a_tail_keeps_at_most_its_bound_dropping_the_oldest() {
         let mut t = Tail::empty_at(0);
         let piece = SEGMENT_TAIL_MAX / 4;
         for i in 0..6u64 {
-            t.appended(i * piece as u64, [bytes(i as u8, piece)]);
+            t.appended(i * piece as u64, [bytes(i as u8, piece)], 0);
         }
         assert_eq!(t.held, SEGMENT_TAIL_MAX);
         assert_eq!(t.start(), 2 * piece as u64);
         assert!(t.covering(0, 6 * piece as u64).unwrap().0 == 2 * piece as u64);
         // Of one append larger than the bound, the newest pieces that fit.
         let at = 6 * piece as u64;
-        t.appended(
-            at,
-            [
-                bytes(0, piece),
-                bytes(1, SEGMENT_TAIL_MAX - 10),
-                bytes(2, 10),
-            ],
-        );
+        let (middle, last) = (bytes(1, SEGMENT_TAIL_MAX - 10), bytes(2, 10));
+        t.appended(at, [bytes(0, piece), middle.clone(), last.clone()], 0);
         assert_eq!(t.held, SEGMENT_TAIL_MAX);
         assert_eq!(t.start(), at + piece as u64);
         let (from, r) = t.covering(0, t.end).unwrap();
         assert_eq!(from, at + piece as u64);
-        assert_eq!(r.pieces().len(), 2);
+        assert_eq!(r.pieces().len(), 1, "one buffer of the tail's own");
+        assert_eq!(joined(&r), [&middle[..], &last[..]].concat());
         // A lone piece larger than the bound: nothing.
-        t.appended(t.end, [bytes(0, SEGMENT_TAIL_MAX + 1)]);
+        t.appended(t.end, [bytes(0, SEGMENT_TAIL_MAX + 1)], 0);
         assert_eq!(t.held, 0);
         assert_eq!(t.start(), t.end);
     }

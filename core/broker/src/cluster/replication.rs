@@ -517,8 +517,13 @@ impl ReplicaFetcher {
         // As a produce's: small appends on this task (no hand-over to the
         // blocking pool and back for each answer), large ones or to logs that
         // fsync on append on the blocking pool.
+        // A panic in an append is logged and the fetcher goes on, inline as
+        // on the blocking pool (where it surfaces as a JoinError): the
+        // partitions followed from this leader keep replicating.
         if inline {
-            append_all();
+            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(append_all)).is_err() {
+                tracing::error!(leader = self.leader, "replica append panicked");
+            }
         } else if let Err(e) = tokio::task::spawn_blocking(append_all).await {
             tracing::error!(leader = self.leader, error = %e, "replica append task failed");
         }
