@@ -436,17 +436,15 @@ impl Log {
             };
             // Each batch's first bytes (base offset, length, leader epoch) from
             // its header, then the rest of it from the pieces.
-            let mut parts = Vec::with_capacity(2 * (end - start) + bytes.pieces().len());
-            for (h, pos) in &checked[start..end] {
+            let heads: Vec<[u8; STAMPED_LEN]> = checked[start..end]
+                .iter()
+                .map(|(h, pos)| stamped(bytes, *pos as usize, h))
+                .collect();
+            let mut parts: Vec<&[u8]> = Vec::with_capacity(2 * heads.len() + bytes.pieces().len());
+            for (head, (h, pos)) in heads.iter().zip(&checked[start..end]) {
                 let pos = *pos as usize;
-                parts.push(Bytes::copy_from_slice(&stamped(bytes, pos, h)));
-                parts.extend(
-                    bytes
-                        .slice(pos + STAMPED_LEN, pos + h.total_size())
-                        .pieces()
-                        .iter()
-                        .cloned(),
-                );
+                parts.push(head);
+                parts.extend(bytes.slices(pos + STAMPED_LEN, pos + h.total_size()));
             }
             debug_assert_eq!(parts.iter().map(|p| p.len() as u64).sum::<u64>(), to - from);
             let interval = self.config.index_interval_bytes;
@@ -455,7 +453,7 @@ impl Log {
                 // segment.ms counts from the first append, not from when the file was made.
                 active.created_ms = now_ms;
             }
-            active.append_pieces(parts, &run, interval, keep, now_ms)?;
+            active.append_pieces(&parts, &run, interval, keep, now_ms)?;
             start = end;
         }
         let mut aborted = false;

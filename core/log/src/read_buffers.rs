@@ -49,44 +49,47 @@ impl Pool {
         }
     }
 
-    /// Reads `len` bytes of `file` at `position` with one positional read,
-    /// into a buffer of this pool when `len` is in the pooled range.
-    fn read_at(&'static self, file: &File, position: u64, len: usize) -> std::io::Result<Bytes> {
+    /// `len` bytes `fill` writes, in a buffer of this pool when `len` is in
+    /// the pooled range (else in one of their own). On an error the buffer
+    /// goes back to the pool as it is: it stays initialised, and nobody reads
+    /// its old contents (only the `len` bytes of a successful fill are ever
+    /// handed out).
+    fn filled(
+        &'static self,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]) -> std::io::Result<()>,
+    ) -> std::io::Result<Bytes> {
         if !(POOLED_MIN..=POOLED_MAX).contains(&len) {
             let mut buf = vec![0u8; len];
-            file.read_exact_at(&mut buf, position)?;
+            fill(&mut buf)?;
             return Ok(Bytes::from(buf));
         }
-        let mut buf = self.take(class_of(len));
-        // On an error the buffer goes back to the pool as it is: it stays
-        // initialised, and nobody reads its old contents (only `..len` of a
-        // successful read is ever handed out).
-        let read = file.read_exact_at(&mut buf[..len], position);
-        let pooled = Pooled {
-            buf,
+        let mut pooled = Pooled {
+            buf: self.take(class_of(len)),
             len,
             pool: self,
         };
-        read?;
+        fill(&mut pooled.buf[..len])?;
         Ok(Bytes::from_owner(pooled))
     }
 
-    fn copy_of(&'static self, pieces: &[Bytes]) -> Bytes {
-        let len: usize = pieces.iter().map(Bytes::len).sum();
-        if !(POOLED_MIN..=POOLED_MAX).contains(&len) {
-            return Bytes::from(pieces.concat());
-        }
-        let mut buf = self.take(class_of(len));
-        let mut at = 0;
-        for p in pieces {
-            buf[at..at + p.len()].copy_from_slice(p);
-            at += p.len();
-        }
-        Bytes::from_owner(Pooled {
-            buf,
-            len,
-            pool: self,
-        })
+    /// Reads `len` bytes of `file` at `position` with one positional read.
+    fn read_at(&'static self, file: &File, position: u64, len: usize) -> std::io::Result<Bytes> {
+        self.filled(len, |buf| file.read_exact_at(buf, position))
+    }
+
+    /// The bytes of `pieces`, in order, in one buffer.
+    fn copy_of(&'static self, pieces: &[&[u8]]) -> Bytes {
+        let len = pieces.iter().map(|p| p.len()).sum();
+        let copied = self.filled(len, |buf| {
+            let mut at = 0;
+            for p in pieces {
+                buf[at..at + p.len()].copy_from_slice(p);
+                at += p.len();
+            }
+            Ok(())
+        });
+        copied.expect("copying never fails")
     }
 
     fn take(&self, class: usize) -> Vec<u8> {
@@ -143,7 +146,7 @@ impl Drop for Pooled {
 
 /// The bytes of `pieces`, in order, copied into one buffer (a pooled one when
 /// their length is in the pooled range).
-pub fn copy_of(pieces: &[Bytes]) -> Bytes {
+pub fn copy_of(pieces: &[&[u8]]) -> Bytes {
     POOL.copy_of(pieces)
 }
 
@@ -226,12 +229,12 @@ mod tests {
         let pool = pool();
         let a = Bytes::from(vec![1u8; POOLED_MIN]);
         let b = Bytes::from(vec![2u8; 10]);
-        let joined = pool.copy_of(&[a.clone(), b.clone()]);
+        let joined = pool.copy_of(&[&a, &b]);
         assert_eq!(&joined[..], [&a[..], &b[..]].concat());
         let at = joined.as_ptr();
         drop(joined);
-        assert_eq!(pool.copy_of(&[b.clone(), a.clone()]).as_ptr(), at, "reused");
-        assert_eq!(&pool.copy_of(&[b.clone()])[..], &b[..]);
+        assert_eq!(pool.copy_of(&[&b, &a]).as_ptr(), at, "reused");
+        assert_eq!(&pool.copy_of(&[&b])[..], &b[..]);
     }
 
     #[test]

@@ -15,7 +15,6 @@
 use crate::error::{LogError, io_context};
 use crate::index::{OffsetEntry, OffsetIndex, TimeEntry, TimeIndex, relative};
 use crate::tail::Tail;
-use bytes::Bytes;
 use rill_proto::batch::{BATCH_HEADER_LEN, BatchHeader, BatchView};
 use rill_proto::{Offset, TimestampMs};
 use std::fs::{File, OpenOptions};
@@ -278,18 +277,18 @@ impl Segment {
     }
 
     /// [`Segment::append_vectored`] of `pieces`; with `keep` (a leader's
-    /// append), the segment's [`Segment::cache`] keeps them (as many of the
-    /// newest as it may).
+    /// append), the segment's [`Segment::cache`] keeps a copy of them (as many
+    /// of the newest as it may).
     pub fn append_pieces(
         &mut self,
-        pieces: Vec<Bytes>,
+        pieces: &[&[u8]],
         headers: &[(BatchHeader, u64)],
         index_interval_bytes: u32,
         keep: bool,
         now_ms: TimestampMs,
     ) -> Result<(), LogError> {
         let at = self.size;
-        let mut parts: Vec<IoSlice<'_>> = pieces.iter().map(|b| IoSlice::new(b)).collect();
+        let mut parts: Vec<IoSlice<'_>> = pieces.iter().map(|p| IoSlice::new(p)).collect();
         let written = self.write_vectored(&mut parts, headers, index_interval_bytes);
         if keep && written.is_ok() {
             self.cache.appended(at, pieces, now_ms);

@@ -119,14 +119,9 @@ impl Tail {
 
     /// `pieces` were written to the segment at position `at`, in order, at
     /// `now_ms`; the tail keeps a copy of (the newest of) them.
-    pub fn appended(
-        &mut self,
-        at: u64,
-        pieces: impl IntoIterator<Item = Bytes>,
-        now_ms: TimestampMs,
-    ) {
-        let mut pieces: Vec<Bytes> = pieces.into_iter().filter(|b| !b.is_empty()).collect();
-        let mut len: usize = pieces.iter().map(Bytes::len).sum();
+    pub fn appended(&mut self, at: u64, pieces: &[&[u8]], now_ms: TimestampMs) {
+        let mut pieces = pieces;
+        let mut len: usize = pieces.iter().map(|p| p.len()).sum();
         let new_end = at + len as u64;
         if self.pieces.is_empty() {
             self.end = at;
@@ -144,7 +139,7 @@ impl Tail {
                 len -= pieces[first].len();
                 first += 1;
             }
-            pieces.drain(..first);
+            pieces = &pieces[first..];
             self.reset(new_end - len as u64);
         }
         while self.held + len > SEGMENT_TAIL_MAX {
@@ -159,7 +154,7 @@ impl Tail {
         }
         if len > 0 {
             // Into a reused buffer: a fresh one would cost its page faults.
-            let copy = crate::read_buffers::copy_of(&pieces);
+            let copy = crate::read_buffers::copy_of(pieces);
             self.pieces.push_back((new_end - len as u64, copy));
         }
         self.held += len;
@@ -222,8 +217,8 @@ mod tests {
     #[test]
     fn covers_the_kept_suffix_of_a_range() {
         let mut t = Tail::empty_at(100);
-        t.appended(100, [bytes(0, 10), bytes(10, 20)], 0);
-        t.appended(130, [bytes(30, 5)], 0);
+        t.appended(100, &[&bytes(0, 10), &bytes(10, 20)], 0);
+        t.appended(130, &[&bytes(30, 5)], 0);
         assert_eq!((t.start(), t.end), (100, 135));
         let (at, r) = t.covering(100, 135).unwrap();
         assert_eq!(at, 100);
@@ -245,10 +240,10 @@ mod tests {
     #[test]
     fn an_append_elsewhere_or_a_reset_forgets_everything() {
         let mut t = Tail::empty_at(0);
-        t.appended(0, [bytes(0, 10)], 0);
+        t.appended(0, &[&bytes(0, 10)], 0);
         t.reset(4);
         assert!(t.covering(0, 4).is_none());
-        t.appended(4, [bytes(4, 6)], 0);
+        t.appended(4, &[&bytes(4, 6)], 0);
         assert_eq!(
             joined(&t.covering(0, 10).unwrap().1),
             (4..10).collect::<Vec<u8>>()
@@ -260,7 +255,7 @@ mod tests {
     fn the_tail_owns_its_copy_and_forgets_it_when_idle() {
         let mut t = Tail::empty_at(0);
         let input = bytes(7, 100);
-        t.appended(0, [input.slice(..40), input.slice(40..)], 1_000);
+        t.appended(0, &[&input[..40], &input[40..]], 1_000);
         let (_, r) = t.covering(0, 100).unwrap();
         let kept = &r.pieces()[0];
         assert_eq!(&kept[..], &input[..]);
@@ -275,7 +270,7 @@ mod tests {
         assert_eq!(t.held, 0);
         assert!(t.covering(0, 100).is_none());
         // Appends go on from the same end.
-        t.appended(100, [bytes(0, 5)], 20_000);
+        t.appended(100, &[&bytes(0, 5)], 20_000);
         assert_eq!(t.covering(0, 105).unwrap().0, 100);
     }
 
@@ -284,7 +279,7 @@ mod tests {
         let mut t = Tail::empty_at(0);
         let piece = SEGMENT_TAIL_MAX / 4;
         for i in 0..6u64 {
-            t.appended(i * piece as u64, [bytes(i as u8, piece)], 0);
+            t.appended(i * piece as u64, &[&bytes(i as u8, piece)], 0);
         }
         assert_eq!(t.held, SEGMENT_TAIL_MAX);
         assert_eq!(t.start(), 2 * piece as u64);
@@ -292,7 +287,7 @@ mod tests {
         // Of one append larger than the bound, the newest pieces that fit.
         let at = 6 * piece as u64;
         let (middle, last) = (bytes(1, SEGMENT_TAIL_MAX - 10), bytes(2, 10));
-        t.appended(at, [bytes(0, piece), middle.clone(), last.clone()], 0);
+        t.appended(at, &[&bytes(0, piece), &middle, &last], 0);
         assert_eq!(t.held, SEGMENT_TAIL_MAX);
         assert_eq!(t.start(), at + piece as u64);
         let (from, r) = t.covering(0, t.end).unwrap();
@@ -300,7 +295,7 @@ mod tests {
         assert_eq!(r.pieces().len(), 1, "one buffer of the tail's own");
         assert_eq!(joined(&r), [&middle[..], &last[..]].concat());
         // A lone piece larger than the bound: nothing.
-        t.appended(t.end, [bytes(0, SEGMENT_TAIL_MAX + 1)], 0);
+        t.appended(t.end, &[&bytes(0, SEGMENT_TAIL_MAX + 1)], 0);
         assert_eq!(t.held, 0);
         assert_eq!(t.start(), t.end);
     }
