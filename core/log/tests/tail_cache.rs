@@ -36,6 +36,14 @@ fn in_pieces(tag: &str, n: usize) -> Rope {
     ])
 }
 
+/// Leader appends of `batches` batches of `records` records each, tagged `tag`.
+fn append_batches(log: &mut Log, tag: &str, batches: usize, records: usize) {
+    for i in 0..batches {
+        log.append_rope(&in_pieces(&format!("{tag}{i}"), records), E1, NOW)
+            .unwrap();
+    }
+}
+
 fn base_offsets(r: &Rope) -> Vec<i64> {
     rope_batches(r)
         .map(|b| b.unwrap().1.base_offset.0)
@@ -46,10 +54,7 @@ fn base_offsets(r: &Rope) -> Vec<i64> {
 fn a_leaders_newest_batches_are_read_from_memory_as_the_file_holds_them() {
     let dir = tempfile::tempdir().unwrap();
     let mut log = Log::open(dir.path(), config(), NOW).unwrap();
-    for i in 0..10 {
-        log.append_rope(&in_pieces(&format!("b{i}"), 4), E1, NOW)
-            .unwrap();
-    }
+    append_batches(&mut log, "b", 10, 4);
     let end = log.log_end_offset();
     let s = log.read(o(0), 1 << 20, end).unwrap().unwrap();
     let (at, kept) = s.cached.clone().expect("the newest batches are kept");
@@ -75,11 +80,7 @@ fn a_followers_appends_are_not_kept() {
     let leader_dir = tempfile::tempdir().unwrap();
     let mut leader = Log::open(leader_dir.path(), config(), NOW).unwrap();
     let mut follower = Log::open(dir.path(), config(), NOW).unwrap();
-    for i in 0..5 {
-        leader
-            .append_rope(&in_pieces(&format!("b{i}"), 2), E1, NOW)
-            .unwrap();
-    }
+    append_batches(&mut leader, "b", 5, 2);
     let s = leader.read(o(0), 1 << 20, o(10)).unwrap().unwrap();
     follower
         .append_replicated_rope(&s.read_rope().unwrap(), NOW)
@@ -93,19 +94,13 @@ fn a_followers_appends_are_not_kept() {
 fn after_a_truncation_the_cache_holds_only_what_came_after_it() {
     let dir = tempfile::tempdir().unwrap();
     let mut log = Log::open(dir.path(), config(), NOW).unwrap();
-    for i in 0..6 {
-        log.append_rope(&in_pieces(&format!("old{i}"), 3), E1, NOW)
-            .unwrap();
-    }
+    append_batches(&mut log, "old", 6, 3);
     log.truncate_to(o(9)).unwrap();
     assert_eq!(log.log_end_offset(), o(9));
     let s = log.read(o(0), 1 << 20, o(9)).unwrap().unwrap();
     assert!(s.cached.is_none(), "nothing kept across a truncation");
     // Different batches where the truncated ones were.
-    for i in 0..3 {
-        log.append_rope(&in_pieces(&format!("new-batch-{i}"), 2), E1, NOW)
-            .unwrap();
-    }
+    append_batches(&mut log, "new-batch-", 3, 2);
     let s = log.read(o(0), 1 << 20, o(15)).unwrap().unwrap();
     let (at, _) = s.cached.clone().unwrap();
     assert!(
@@ -123,10 +118,7 @@ fn after_a_truncation_the_cache_holds_only_what_came_after_it() {
 fn a_rolled_segment_keeps_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let mut log = Log::open(dir.path(), small_config(), NOW).unwrap();
-    for i in 0..40 {
-        log.append_rope(&in_pieces(&format!("b{i}"), 3), E1, NOW)
-            .unwrap();
-    }
+    append_batches(&mut log, "b", 40, 3);
     assert!(log.segment_count() > 2);
     let end = log.log_end_offset();
     let first = log.read(o(0), 1 << 20, end).unwrap().unwrap();
