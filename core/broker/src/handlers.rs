@@ -481,14 +481,43 @@ fn append(
     records: RecordSettings,
     now: TimestampMs,
 ) -> Result<(rill_log::AppendInfo, Offset), ErrorInfo> {
-    validate_records(p, &batches, records, now)?;
+    check_append(state, p, &batches, records, now)?;
+    p.append(&batches, now)
+        .map(|info| (info, p.log_start_offset()))
+}
+
+/// The checks of a produce before its append: the records against the
+/// topic's settings, and room on the data disk.
+fn check_append(
+    state: &BrokerState,
+    p: &Partition,
+    batches: &Rope,
+    records: RecordSettings,
+    now: TimestampMs,
+) -> Result<(), ErrorInfo> {
+    validate_records(p, batches, records, now)?;
     if !crate::auth::is_internal_topic(p.topic()) {
         state
             .disk
             .check_append(&format!("{}-{}", p.topic(), p.index()), batches.len())?;
     }
-    p.append(&batches, now)
-        .map(|info| (info, p.log_start_offset()))
+    Ok(())
+}
+
+/// A small produce's append: on this task when it cannot wait (the log's
+/// mutex free, no fsync: see [`Partition::try_append`]), else on the
+/// blocking pool, so that neither a roll's fsync nor a compaction holding
+/// the log stalls the thread serving other connections.
+async fn append_small(
+    state: &Arc<BrokerState>,
+    p: Arc<Partition>,
+    batches: Rope,
+    records: RecordSettings,
+    now: TimestampMs,
+) -> Result<(rill_log::AppendInfo, Offset), ErrorInfo> {
+    check_append(state, &p, &batches, records, now)?;
+    let info = p.append_from_task(batches, now).await?;
+    Ok((info, p.log_start_offset()))
 }
 
 /// The topic's record checks (the defaults while it is not open here).
@@ -575,7 +604,7 @@ pub(crate) async fn produce(
                     .await
                     .and_then(|r| r)
             }
-            Ok(p) => append(state, &p, bytes, record_settings(state, &pp.topic), now),
+            Ok(p) => append_small(state, p, bytes, record_settings(state, &pp.topic), now).await,
         };
         let mut replicate_to = None;
         responses.push(match result {

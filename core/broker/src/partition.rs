@@ -47,6 +47,11 @@ pub enum LogOp {
     Maintain,
 }
 
+/// An upper bound on the bytes of a transaction marker's batch (a batch
+/// header and one record of a 4-byte key and a 6-byte value), for
+/// [`Log::append_may_sync`].
+const MARKER_BYTES_MAX: u64 = 128;
+
 /// The gauges of one partition, registered once (not per append).
 #[derive(Debug, Clone)]
 struct PartitionGauges {
@@ -291,12 +296,65 @@ impl Partition {
     /// Follower append of batches fetched from the leader (offsets and epochs kept).
     pub fn append_replicated(&self, batches: &Rope, now_ms: TimestampMs) -> Result<(), ErrorInfo> {
         self.with_log(LogOp::Append, |log| {
-            log.append_replicated_rope(batches, now_ms)?;
-            self.refresh_offsets(log);
-            Ok(())
+            self.follower_append(log, batches, now_ms)
         })?;
         self.data_arrived.notify_waiters();
         Ok(())
+    }
+
+    /// [`Partition::append_replicated`] now, if it cannot wait on the disk or
+    /// on the log's mutex ([`Partition::try_append`]); `None`: not tried.
+    pub fn try_append_replicated(
+        &self,
+        batches: &Rope,
+        now_ms: TimestampMs,
+    ) -> Option<Result<(), ErrorInfo>> {
+        self.try_append_with(batches.len() as u64, now_ms, |log| {
+            self.follower_append(log, batches, now_ms)
+        })
+    }
+
+    fn follower_append(
+        &self,
+        log: &mut Log,
+        batches: &Rope,
+        now_ms: TimestampMs,
+    ) -> Result<(), LogError> {
+        log.append_replicated_rope(batches, now_ms)?;
+        self.refresh_offsets(log);
+        Ok(())
+    }
+
+    /// Runs the append `f` of at most `len` bytes on the caller's thread if
+    /// that cannot wait: the log's mutex is free (retention, compaction, a
+    /// roll or another append do not hold it) and the append will neither
+    /// fsync on append (`flush.messages`), roll a segment nor flush
+    /// ([`Log::append_may_sync`]). `None`: not run; the caller appends on a
+    /// blocking thread instead. For async tasks, whose thread serves other
+    /// connections and must not wait on the disk. Wakes waiting fetches
+    /// after an append.
+    fn try_append_with<T>(
+        &self,
+        len: u64,
+        now_ms: TimestampMs,
+        f: impl FnOnce(&mut Log) -> Result<T, LogError>,
+    ) -> Option<Result<T, ErrorInfo>> {
+        if self.syncs_on_append() {
+            return None;
+        }
+        let mut guard = self.log.try_lock()?;
+        let Some(log) = guard.as_mut() else {
+            return Some(Err(self.closed_error()));
+        };
+        if log.append_may_sync(len, now_ms) {
+            return None;
+        }
+        let result = f(log).map_err(|e| self.error_info(LogOp::Append, &e));
+        drop(guard);
+        if result.is_ok() {
+            self.data_arrived.notify_waiters();
+        }
+        Some(result)
     }
 
     /// The latest leader epoch in the log's epoch checkpoint.
@@ -466,11 +524,59 @@ impl Partition {
     /// Wakes waiting fetches.
     pub fn append(&self, batches: &Rope, now_ms: TimestampMs) -> Result<AppendInfo, ErrorInfo> {
         let info = self.with_log(LogOp::Append, |log| {
-            let info = log.append_rope(batches, self.leader_epoch(), now_ms)?;
-            self.refresh_offsets(log);
-            Ok(info)
+            self.leader_append(log, batches, now_ms)
         })?;
         self.data_arrived.notify_waiters();
+        Ok(info)
+    }
+
+    /// [`Partition::append`] now, on the caller's thread, if it cannot wait:
+    /// the log's mutex is free and the append will not fsync (no roll, no
+    /// flush). `None`: not tried; append on a blocking thread instead (an
+    /// async task's thread serves other connections meanwhile).
+    pub fn try_append(
+        &self,
+        batches: &Rope,
+        now_ms: TimestampMs,
+    ) -> Option<Result<AppendInfo, ErrorInfo>> {
+        self.try_append_with(batches.len() as u64, now_ms, |log| {
+            self.leader_append(log, batches, now_ms)
+        })
+    }
+
+    /// [`Partition::append`] from an async task: on its thread when that
+    /// cannot wait ([`Partition::try_append`]), else on the blocking pool.
+    pub async fn append_from_task(
+        self: &Arc<Self>,
+        batches: Rope,
+        now_ms: TimestampMs,
+    ) -> Result<AppendInfo, ErrorInfo> {
+        if let Some(result) = self.try_append(&batches, now_ms) {
+            return result;
+        }
+        let p = self.clone();
+        tokio::task::spawn_blocking(move || p.append(&batches, now_ms))
+            .await
+            .map_err(|e| {
+                tracing::error!(error = %e, "append task failed");
+                ErrorInfo::new(
+                    ErrorCode::InternalError,
+                    format!(
+                        "partition {}-{}: the append failed: {e}; see the broker log",
+                        self.topic, self.index
+                    ),
+                )
+            })?
+    }
+
+    fn leader_append(
+        &self,
+        log: &mut Log,
+        batches: &Rope,
+        now_ms: TimestampMs,
+    ) -> Result<AppendInfo, LogError> {
+        let info = log.append_rope(batches, self.leader_epoch(), now_ms)?;
+        self.refresh_offsets(log);
         Ok(info)
     }
 
@@ -510,18 +616,44 @@ impl Partition {
         marker: rill_proto::control::Marker,
         now_ms: TimestampMs,
     ) -> Result<Offset, ErrorInfo> {
-        let info = self.with_log(LogOp::Append, |log| {
-            let info = log.append_marker(
-                producer,
-                producer_epoch,
-                marker,
-                self.leader_epoch(),
-                now_ms,
-            )?;
-            self.refresh_offsets(log);
-            Ok(info)
+        let offset = self.with_log(LogOp::Append, |log| {
+            self.marker_append(log, producer, producer_epoch, marker, now_ms)
         })?;
         self.data_arrived.notify_waiters();
+        Ok(offset)
+    }
+
+    /// [`Partition::append_marker`] now, if it cannot wait on the disk or on
+    /// the log's mutex ([`Partition::try_append`]). An abort marker also
+    /// writes the transaction index (small, once per aborted transaction).
+    pub fn try_append_marker(
+        &self,
+        producer: rill_proto::ProducerId,
+        producer_epoch: i16,
+        marker: rill_proto::control::Marker,
+        now_ms: TimestampMs,
+    ) -> Option<Result<Offset, ErrorInfo>> {
+        self.try_append_with(MARKER_BYTES_MAX, now_ms, |log| {
+            self.marker_append(log, producer, producer_epoch, marker, now_ms)
+        })
+    }
+
+    fn marker_append(
+        &self,
+        log: &mut Log,
+        producer: rill_proto::ProducerId,
+        producer_epoch: i16,
+        marker: rill_proto::control::Marker,
+        now_ms: TimestampMs,
+    ) -> Result<Offset, LogError> {
+        let info = log.append_marker(
+            producer,
+            producer_epoch,
+            marker,
+            self.leader_epoch(),
+            now_ms,
+        )?;
+        self.refresh_offsets(log);
         Ok(info.first_offset)
     }
 
@@ -858,6 +990,50 @@ mod restart_tests {
             1,
         )
         .unwrap()
+    }
+
+    /// An async task appends on its own thread only when that cannot wait:
+    /// not while another holder (compaction, a roll) has the log, nor when
+    /// the append would roll the segment (an fsync). `try_append` then leaves
+    /// it to a blocking thread, and appends nothing itself.
+    #[test]
+    fn try_append_declines_what_could_wait_on_the_disk_or_the_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = LogConfig {
+            segment_bytes: 2 << 10,
+            ..LogConfig::default()
+        };
+        let p = Partition::open(
+            "t".into(),
+            0,
+            dir.path(),
+            config,
+            LeaderEpoch(0),
+            0,
+            Arc::new(SelfFence::new(Duration::from_secs(60))),
+            1,
+        )
+        .unwrap();
+        p.set_role(Some(0), LeaderEpoch(1), &[0], &[0]);
+        let b = |seq| Rope::from(bytes::Bytes::from(batch(seq)));
+        let segments = |p: &Partition| p.log.lock().as_ref().unwrap().segment_count();
+        assert!(p.try_append(&b(0), 1).expect("appended here").is_ok());
+        {
+            let _held = p.log.lock();
+            assert!(p.try_append(&b(1), 1).is_none(), "the log is held");
+        }
+        assert_eq!(p.log_end_offset(), Offset(1));
+        let mut seq = 1;
+        while let Some(result) = p.try_append(&b(seq), 1) {
+            result.unwrap();
+            seq += 1;
+        }
+        assert!(seq > 5, "the segment took {seq} batches");
+        assert_eq!(segments(&p), 1, "nothing rolled on the caller's thread");
+        assert_eq!(p.log_end_offset(), Offset(seq as i64));
+        p.append(&b(seq), 1).unwrap();
+        assert_eq!(segments(&p), 2, "the declined append rolls");
+        assert_eq!(p.log_end_offset(), Offset(seq as i64 + 1));
     }
 
     /// Issue 21, run 22: a leader restarted with a batch its follower never

@@ -530,6 +530,38 @@ impl Log {
         Ok(count)
     }
 
+    /// Whether an append of `len` bytes at `now_ms` could wait on the disk:
+    /// roll the active segment (which fsyncs it) or flush by
+    /// `flush.messages` / `flush.ms`. Conservative (it may say yes where the
+    /// append would not roll); `false` means the append writes to the page
+    /// cache only, so a caller on an async task can run it there.
+    ///
+    /// Not covered, being rare and small: the epoch checkpoint written at the
+    /// first append of a new leader epoch, the transaction index written with
+    /// an abort marker, and a roll because a follower's batch lies more than
+    /// 2^32 offsets past the segment's base (after compaction on the leader).
+    pub fn append_may_sync(&self, len: u64, now_ms: TimestampMs) -> bool {
+        let active = self.active();
+        let full = active.size + len > self.config.segment_bytes
+            || active.size + len > u32::MAX as u64
+            || now_ms.saturating_sub(active.created_ms)
+                >= self.config.segment_ms.min(i64::MAX as u64) as i64;
+        // Every record takes bytes of its batch, so `len` bytes hold fewer
+        // than `len` records (a leader's append starts at the log end).
+        let last = Offset(self.log_end_offset().0.saturating_add(len as i64));
+        let roll = (!active.is_empty() && full) || !active.can_hold_offset(last);
+        let by_count = self
+            .config
+            .flush_messages
+            .is_some_and(|n| self.unflushed_records.saturating_add(len) >= n);
+        let since = self.first_unflushed_ms.unwrap_or(now_ms);
+        let by_time = self
+            .config
+            .flush_ms
+            .is_some_and(|ms| now_ms.saturating_sub(since) >= ms.min(i64::MAX as u64) as i64);
+        roll || by_count || by_time
+    }
+
     fn maybe_roll(
         &mut self,
         len: u64,

@@ -253,3 +253,61 @@ fn acknowledged_records_survive_repeated_power_losses() {
     }
     assert!(log.segment_count() > 3, "the losses crossed rolls");
 }
+
+/// `Log::append_may_sync` (what lets a broker append on an async task) says
+/// "no" only for appends that then neither roll nor flush: checked against
+/// what each of 600 appends of varied sizes did, with `segment.bytes` small
+/// enough that rolls happen often and a `flush.messages` that flushes twice
+/// (the check counts an append's bytes as its records: it cannot know how
+/// many records they hold, so with `flush.messages` it says yes early).
+#[test]
+fn an_append_said_not_to_sync_neither_rolls_nor_flushes() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig {
+        segment_bytes: 2 << 10,
+        flush_messages: Some(2_000),
+        ..config()
+    };
+    let mut log = Log::open(dir.path(), config, NOW).unwrap();
+    let (mut quiet, mut synced) = (0, 0);
+    for i in 0..600 {
+        let b = batch(&format!("r{i}"), 1 + (i * 7) % 13, NOW);
+        let may = log.append_may_sync(b.len() as u64, NOW);
+        let before = (log.segment_count(), log.flush_count());
+        log.append(&b, E1, NOW).unwrap();
+        let did = (log.segment_count(), log.flush_count()) != before;
+        assert!(
+            may || !did,
+            "append {i} ({} bytes) was said not to sync, but it rolled or flushed",
+            b.len()
+        );
+        quiet += usize::from(!may);
+        synced += usize::from(did);
+    }
+    // Both kinds occurred, and most appends were left to the caller's task.
+    assert!(synced >= 20, "{synced} appends synced");
+    assert!(quiet >= 300, "{quiet} appends were said not to sync");
+}
+
+/// The clock's part: `segment.ms` and `flush.ms` are due at their bound, not
+/// a millisecond before, for `append_may_sync` as for the append itself.
+#[test]
+fn append_may_sync_follows_segment_ms_and_flush_ms() {
+    for (segment_ms, flush_ms) in [(1_000, None), (u64::MAX, Some(1_000))] {
+        let dir = tempfile::tempdir().unwrap();
+        let config = LogConfig {
+            segment_ms,
+            flush_ms,
+            ..config()
+        };
+        let mut log = Log::open(dir.path(), config, NOW).unwrap();
+        log.append(&batch("a", 2, NOW), E1, NOW).unwrap();
+        let b = batch("b", 2, NOW);
+        let len = b.len() as u64;
+        assert!(!log.append_may_sync(len, NOW + 999));
+        assert!(log.append_may_sync(len, NOW + 1_000));
+        let before = (log.segment_count(), log.flush_count());
+        log.append(&b, E1, NOW + 1_000).unwrap();
+        assert_ne!((log.segment_count(), log.flush_count()), before);
+    }
+}

@@ -501,10 +501,47 @@ impl ReplicaFetcher {
         }
         let now = now_ms();
         let total: usize = appends.iter().map(|(_, _, _, bytes, _)| bytes.len()).sum();
-        let inline = total <= crate::handlers::APPEND_INLINE_MAX
-            && !appends.iter().any(|(_, p, _, _, _)| p.syncs_on_append());
+        // As a produce's: small appends on this task (no hand-over to the
+        // blocking pool and back for each answer) where they cannot wait on
+        // the disk or on the log's mutex (`try_append_replicated`); large
+        // ones, and the rest, on the blocking pool.
+        // A panic in an append is logged and the fetcher goes on, here as on
+        // the blocking pool (where it surfaces as a JoinError): the
+        // partitions followed from this leader keep replicating.
+        let rest = if total <= crate::handlers::APPEND_INLINE_MAX {
+            let inline = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                let mut rest = Vec::new();
+                for entry in appends {
+                    let (_, p, _, bytes, hw) = &entry;
+                    if bytes.is_empty() {
+                        p.follow_high_watermark(*hw);
+                        continue;
+                    }
+                    match p.try_append_replicated(bytes, now) {
+                        Some(Ok(())) => p.follow_high_watermark(*hw),
+                        Some(Err(e)) => {
+                            tracing::warn!(partition = %format!("{}-{}", p.topic(), p.index()), error = %e, "could not append replicated batches");
+                        }
+                        None => rest.push(entry),
+                    }
+                }
+                rest
+            }));
+            match inline {
+                Ok(rest) => rest,
+                Err(_) => {
+                    tracing::error!(leader = self.leader, "replica append panicked");
+                    return;
+                }
+            }
+        } else {
+            appends
+        };
+        if rest.is_empty() {
+            return;
+        }
         let append_all = move || {
-            for (_, p, _, bytes, hw) in &appends {
+            for (_, p, _, bytes, hw) in &rest {
                 if !bytes.is_empty()
                     && let Err(e) = p.append_replicated(bytes, now)
                 {
@@ -514,17 +551,7 @@ impl ReplicaFetcher {
                 p.follow_high_watermark(*hw);
             }
         };
-        // As a produce's: small appends on this task (no hand-over to the
-        // blocking pool and back for each answer), large ones or to logs that
-        // fsync on append on the blocking pool.
-        // A panic in an append is logged and the fetcher goes on, inline as
-        // on the blocking pool (where it surfaces as a JoinError): the
-        // partitions followed from this leader keep replicating.
-        if inline {
-            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(append_all)).is_err() {
-                tracing::error!(leader = self.leader, "replica append panicked");
-            }
-        } else if let Err(e) = tokio::task::spawn_blocking(append_all).await {
+        if let Err(e) = tokio::task::spawn_blocking(append_all).await {
             tracing::error!(leader = self.leader, error = %e, "replica append task failed");
         }
     }

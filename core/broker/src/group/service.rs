@@ -48,7 +48,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use parking_lot::Mutex;
 use rill_proto::Rope;
 use rill_proto::types::now_ms;
@@ -463,29 +462,14 @@ impl GroupService {
                 .ok_or_else(|| not_hosted(state, p))?;
             cluster_api::check_produce(state, &partition, Acks::All)
                 .map_err(not_coordinator_if_moved)?;
-            let bytes: Bytes = builder.build();
-            let write = move || {
-                partition
-                    .append(&Rope::from(bytes), now)
-                    .map(|_| {
-                        let end = partition.log_end_offset();
-                        (partition, end)
-                    })
-                    .inspect_err(|e| {
-                        tracing::error!(error = %e, partition = p, "could not write to {OFFSETS_TOPIC}");
-                    })
-            };
-            let sync = topic.partition(p).is_some_and(|x| x.syncs_on_append());
-            let (partition, end) = if sync {
-                tokio::task::spawn_blocking(write).await.map_err(|e| {
-                    ErrorInfo::new(
-                        ErrorCode::InternalError,
-                        format!("writing to {OFFSETS_TOPIC}-{p} failed: {e}; see the broker log"),
-                    )
-                })??
-            } else {
-                write()?
-            };
+            let batch = Rope::from(builder.build());
+            // On this task unless the append could wait on the disk or on the
+            // log's mutex (compaction of this compacted topic holds it).
+            let result = partition.append_from_task(batch, now).await;
+            result.inspect_err(|e| {
+                tracing::error!(error = %e, partition = p, "could not write to {OFFSETS_TOPIC}");
+            })?;
+            let end = partition.log_end_offset();
             appended.push((partition, end));
         }
         Ok(Written {

@@ -319,19 +319,9 @@ async fn persist(state: &BrokerState, topic: &Topic, meta: &TxnMeta) -> Result<(
         timestamp_ms: now,
     });
     let batch = Rope::from(b.build());
-    let info = if p.syncs_on_append() {
-        let p = p.clone();
-        tokio::task::spawn_blocking(move || p.append(&batch, now))
-            .await
-            .map_err(|e| {
-                ErrorInfo::new(
-                    ErrorCode::InternalError,
-                    format!("writing {TRANSACTION_STATE_TOPIC} failed: {e}"),
-                )
-            })??
-    } else {
-        p.append(&batch, now)?
-    };
+    // On this task unless the append could wait on the disk or on the log's
+    // mutex (compaction of this compacted topic holds it).
+    let info = p.append_from_task(batch, now).await?;
     cluster_api::wait_replicated(
         state,
         &p,
@@ -606,20 +596,22 @@ async fn write_local_marker(
 ) -> Result<(), ErrorInfo> {
     cluster_api::check_produce(state, p, Acks::All)?;
     let now = now_ms();
-    let offset = if p.syncs_on_append() {
-        let p2 = p.clone();
-        tokio::task::spawn_blocking(move || {
-            p2.append_marker(ProducerId(producer_id), producer_epoch, marker, now)
-        })
-        .await
-        .map_err(|e| {
-            ErrorInfo::new(
-                ErrorCode::InternalError,
-                format!("marker write failed: {e}"),
-            )
-        })??
-    } else {
-        p.append_marker(ProducerId(producer_id), producer_epoch, marker, now)?
+    let producer = ProducerId(producer_id);
+    let offset = match p.try_append_marker(producer, producer_epoch, marker, now) {
+        Some(result) => result?,
+        None => {
+            let p2 = p.clone();
+            tokio::task::spawn_blocking(move || {
+                p2.append_marker(producer, producer_epoch, marker, now)
+            })
+            .await
+            .map_err(|e| {
+                ErrorInfo::new(
+                    ErrorCode::InternalError,
+                    format!("marker write failed: {e}"),
+                )
+            })??
+        }
     };
     cluster_api::wait_replicated(
         state,
