@@ -698,10 +698,16 @@ fn check_epoch(p: &Partition, fp: &FetchPartition) -> Result<(), ErrorInfo> {
 
 /// One pass over the requested partitions: finds what could be returned now,
 /// within the per-partition and per-response byte bounds.
+/// One look at every requested partition: what each has to read, and the
+/// bytes in all. With `wait` false, `None` as soon as a partition's log is
+/// held by another (a compaction pass holds it for as long as it runs): the
+/// caller then looks again on the blocking pool, not on the thread that
+/// serves other connections.
 fn fetch_pass(
     req: &FetchRequest,
     partitions: &[Result<Arc<Partition>, ErrorInfo>],
-) -> (Vec<FetchPlan>, usize) {
+    wait: bool,
+) -> Option<(Vec<FetchPlan>, usize)> {
     let mut remaining = (req.max_bytes as usize).min(FETCH_RESPONSE_BYTES_MAX);
     let mut first = true;
     let mut total = 0usize;
@@ -747,9 +753,14 @@ fn fetch_pass(
             // A follower reads up to the log end, a consumer below the high watermark.
             let read = match req.replica_id {
                 Some(_) => p
-                    .read_up_to(fp.offset, max, p.log_end_offset())
+                    .read_up_to_if(wait, fp.offset, max, p.log_end_offset())?
                     .map(|s| s.map(ReadPlan::Local)),
-                None => p.read(fp.offset, max, req.isolation == Isolation::ReadCommitted),
+                None => p.read_if(
+                    wait,
+                    fp.offset,
+                    max,
+                    req.isolation == Isolation::ReadCommitted,
+                )?,
             };
             match read {
                 Ok(Some(read)) => {
@@ -773,7 +784,7 @@ fn fetch_pass(
         }
         plans.push(plan);
     }
-    (plans, total)
+    Some((plans, total))
 }
 
 /// Completes when any of `waits` does.
@@ -810,7 +821,15 @@ pub(crate) async fn fetch(
         for w in &mut waits {
             w.as_mut().enable();
         }
-        let (plans, total) = fetch_pass(&req, &partitions);
+        let (plans, total) = match fetch_pass(&req, &partitions, false) {
+            Some(found) => found,
+            None => {
+                let (req, partitions) = (req.clone(), partitions.clone());
+                blocking(move || fetch_pass(&req, &partitions, true))
+                    .await?
+                    .expect("a pass that waits for the logs completes")
+            }
+        };
         let has_error = plans.iter().any(|p| p.error.is_some());
         if has_error
             || total >= req.min_bytes as usize

@@ -425,7 +425,20 @@ impl Partition {
         max_bytes: usize,
         limit: Offset,
     ) -> Result<Option<FileSlice>, ErrorInfo> {
-        self.with_log(LogOp::Read, |log| {
+        self.read_up_to_if(true, from, max_bytes, limit)
+            .expect("a read that waits for the log runs")
+    }
+
+    /// [`Partition::read_up_to`]; with `wait` false, `None` while another
+    /// holds the log (see [`Partition::read_if`]).
+    pub fn read_up_to_if(
+        &self,
+        wait: bool,
+        from: Offset,
+        max_bytes: usize,
+        limit: Offset,
+    ) -> Option<Result<Option<FileSlice>, ErrorInfo>> {
+        self.with_log_if(wait, LogOp::Read, |log| {
             let start = log.log_start_offset();
             let end = log.log_end_offset();
             if from < start || from > end {
@@ -489,6 +502,24 @@ impl Partition {
         let mut guard = self.log.lock();
         let log = guard.as_mut().ok_or_else(|| self.closed_error())?;
         f(log).map_err(|e| self.error_info(op, &e))
+    }
+
+    /// [`Partition::with_log`], or with `wait` false `None` at once while
+    /// another holds the log's mutex (a compaction pass holds it throughout).
+    fn with_log_if<T>(
+        &self,
+        wait: bool,
+        op: LogOp,
+        f: impl FnOnce(&mut Log) -> Result<T, LogError>,
+    ) -> Option<Result<T, ErrorInfo>> {
+        if wait {
+            return Some(self.with_log(op, f));
+        }
+        let mut guard = self.log.try_lock()?;
+        let Some(log) = guard.as_mut() else {
+            return Some(Err(self.closed_error()));
+        };
+        Some(f(log).map_err(|e| self.error_info(op, &e)))
     }
 
     /// Refreshes the cached offsets from the log (caller holds the mutex).
@@ -667,11 +698,28 @@ impl Partition {
         max_bytes: usize,
         committed_only: bool,
     ) -> Result<Option<ReadPlan>, ErrorInfo> {
+        self.read_if(true, from, max_bytes, committed_only)
+            .expect("a read that waits for the log runs")
+    }
+
+    /// [`Partition::read`]; with `wait` false, `None` at once while another
+    /// holds the log's mutex, so an async task can take the read to the
+    /// blocking pool instead of waiting (a compaction pass holds it for as
+    /// long as it runs).
+    pub fn read_if(
+        &self,
+        wait: bool,
+        from: Offset,
+        max_bytes: usize,
+        committed_only: bool,
+    ) -> Option<Result<Option<ReadPlan>, ErrorInfo>> {
         let remote = self.remote();
-        if from < self.local_log_start_offset() {
-            self.check_remote_known()?;
+        if from < self.local_log_start_offset()
+            && let Err(e) = self.check_remote_known()
+        {
+            return Some(Err(e));
         }
-        self.with_log(LogOp::Read, |log| {
+        self.with_log_if(wait, LogOp::Read, |log| {
             let local_start = log.log_start_offset();
             let end = log.log_end_offset();
             let mut at = from;
@@ -1034,6 +1082,30 @@ mod restart_tests {
         p.append(&b(seq), 1).unwrap();
         assert_eq!(segments(&p), 2, "the declined append rolls");
         assert_eq!(p.log_end_offset(), Offset(seq as i64 + 1));
+    }
+
+    /// A fetch on an async task does not wait for a log another holds (a
+    /// compaction pass holds it for as long as it runs): `read_if` and
+    /// `read_up_to_if` without waiting decline, and read once it is free.
+    #[test]
+    fn a_read_that_must_not_wait_declines_a_held_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = open(dir.path());
+        p.set_role(Some(0), LeaderEpoch(1), &[0], &[0]);
+        p.append(&Rope::from(bytes::Bytes::from(batch(0))), 1)
+            .unwrap();
+        {
+            let _held = p.log.lock();
+            assert!(p.read_if(false, Offset(0), 1 << 20, false).is_none());
+            assert!(
+                p.read_up_to_if(false, Offset(0), 1 << 20, Offset(1))
+                    .is_none()
+            );
+        }
+        let read = p.read_if(false, Offset(0), 1 << 20, false);
+        assert!(matches!(read, Some(Ok(Some(ReadPlan::Local(_))))));
+        let read = p.read_up_to_if(false, Offset(0), 1 << 20, Offset(1));
+        assert!(matches!(read, Some(Ok(Some(_)))));
     }
 
     /// Issue 21, run 22: a leader restarted with a batch its follower never
