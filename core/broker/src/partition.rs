@@ -342,15 +342,14 @@ impl Partition {
         if self.syncs_on_append() {
             return None;
         }
-        let mut guard = self.log.try_lock()?;
-        let Some(log) = guard.as_mut() else {
-            return Some(Err(self.closed_error()));
-        };
-        if log.append_may_sync(len, now_ms) {
-            return None;
-        }
-        let result = f(log).map_err(|e| self.error_info(LogOp::Append, &e));
-        drop(guard);
+        let result = self
+            .with_log_if(false, LogOp::Append, |log| {
+                if log.append_may_sync(len, now_ms) {
+                    return Ok(None);
+                }
+                f(log).map(Some)
+            })?
+            .transpose()?;
         if result.is_ok() {
             self.data_arrived.notify_waiters();
         }
