@@ -870,8 +870,18 @@ pub(crate) async fn fetch(
                         .filter_map(Result::ok)
                         .last()
                         .map_or(fp.offset, |(_, h)| h.next_offset());
-                    aborted = p
-                        .aborted_transactions(fp.offset, to)
+                    // Off this task while another holds the log.
+                    let from = fp.offset;
+                    let found = match p.aborted_transactions_if(false, from, to) {
+                        Some(found) => found,
+                        None => {
+                            let p = p.clone();
+                            blocking(move || p.aborted_transactions_if(true, from, to))
+                                .await?
+                                .unwrap_or_default()
+                        }
+                    };
+                    aborted = found
                         .into_iter()
                         .map(|a| AbortedRange {
                             producer_id: a.producer_id,

@@ -628,13 +628,26 @@ impl Partition {
         );
     }
 
-    /// The aborted transactions a `read_committed` reader of `[from, to)` skips.
-    pub fn aborted_transactions(&self, from: Offset, to: Offset) -> Vec<rill_log::AbortedTxn> {
-        self.log
-            .lock()
-            .as_ref()
-            .map(|log| log.aborted_transactions(from, to))
-            .unwrap_or_default()
+    /// The aborted transactions a `read_committed` reader of `[from, to)`
+    /// skips. With `wait` false, `None` at once while another holds the log's
+    /// mutex (see [`Partition::read_if`]).
+    pub fn aborted_transactions_if(
+        &self,
+        wait: bool,
+        from: Offset,
+        to: Offset,
+    ) -> Option<Vec<rill_log::AbortedTxn>> {
+        let guard = if wait {
+            self.log.lock()
+        } else {
+            self.log.try_lock()?
+        };
+        Some(
+            guard
+                .as_ref()
+                .map(|log| log.aborted_transactions(from, to))
+                .unwrap_or_default(),
+        )
     }
 
     /// Appends the marker ending `producer`'s transaction here (the leader, at
@@ -1084,8 +1097,9 @@ mod restart_tests {
     }
 
     /// A fetch on an async task does not wait for a log another holds (a
-    /// compaction pass holds it for as long as it runs): `read_if` and
-    /// `read_up_to_if` without waiting decline, and read once it is free.
+    /// compaction pass holds it for as long as it runs): `read_if`,
+    /// `read_up_to_if` and `aborted_transactions_if` without waiting
+    /// decline, and read once it is free.
     #[test]
     fn a_read_that_must_not_wait_declines_a_held_log() {
         let dir = tempfile::tempdir().unwrap();
@@ -1100,7 +1114,15 @@ mod restart_tests {
                 p.read_up_to_if(false, Offset(0), 1 << 20, Offset(1))
                     .is_none()
             );
+            assert!(
+                p.aborted_transactions_if(false, Offset(0), Offset(1))
+                    .is_none()
+            );
         }
+        assert_eq!(
+            p.aborted_transactions_if(false, Offset(0), Offset(1)),
+            Some(Vec::new())
+        );
         let read = p.read_if(false, Offset(0), 1 << 20, false);
         assert!(matches!(read, Some(Ok(Some(ReadPlan::Local(_))))));
         let read = p.read_up_to_if(false, Offset(0), 1 << 20, Offset(1));
