@@ -32,6 +32,8 @@ const LOCAL_RETENTION_BYTES: u64 = 2 * SEGMENT_BYTES;
 const TIERING_TIMEOUT: Duration = Duration::from_secs(90);
 /// Longest wait for the S3 server to answer.
 const S3_START_TIMEOUT: Duration = Duration::from_secs(60);
+/// Starts of SeaweedFS tried before the test gives up (each on fresh ports).
+const S3_START_ATTEMPTS: u32 = 3;
 
 fn record(i: usize) -> String {
     format!("record-{i:06}-{}", "x".repeat(40))
@@ -419,16 +421,42 @@ fn start_s3() -> S3Server {
              on purpose with RILL_TEST_SKIP=s3 (README.md)."
         )
     });
+    // A port chosen free can be taken before SeaweedFS binds it (a CI run
+    // saw its WebDAV listener refused, and `weed mini` exits on that): start
+    // again on fresh ports.
+    let mut failures = Vec::new();
+    for attempt in 1..=S3_START_ATTEMPTS {
+        match try_start_s3(&weed) {
+            Ok(server) => return server,
+            Err(failure) => {
+                eprintln!("SeaweedFS start {attempt} of {S3_START_ATTEMPTS} failed: {failure}");
+                failures.push(failure);
+            }
+        }
+    }
+    panic!(
+        "SeaweedFS did not serve S3 in {S3_START_ATTEMPTS} starts:\n{}",
+        failures.join("\n")
+    );
+}
+
+/// `n` distinct loopback TCP ports, free when chosen (all are held until
+/// the last is picked, so none is chosen twice).
+fn free_tcp_ports(n: usize) -> Vec<u16> {
+    let held: Vec<TcpListener> = (0..n)
+        .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    held.iter()
+        .map(|l| l.local_addr().unwrap().port())
+        .collect()
+}
+
+/// One start of `weed mini`: the server once it serves S3, or why not (it
+/// exited, or did not serve within [`S3_START_TIMEOUT`]) with its log.
+fn try_start_s3(weed: &Path) -> Result<S3Server, String> {
     let dir = tempfile::tempdir().unwrap();
-    let s3_port = free_tcp_port();
-    let mut cmd = Command::new(&weed);
-    cmd.arg("mini")
-        .arg(format!("-dir={}", dir.path().display()))
-        .args(["-ip=127.0.0.1", "-ip.bind=127.0.0.1"])
-        .arg(format!("-bucket={BUCKET}"))
-        .arg(format!("-s3.port={s3_port}"))
-        .args(["-s3.port.iceberg=0", "-s3.port.lance=0"]);
-    for flag in [
+    let flags = [
+        "s3.port",
         "master.port",
         "master.port.grpc",
         "volume.port",
@@ -439,8 +467,17 @@ fn start_s3() -> S3Server {
         "admin.port",
         "admin.port.grpc",
         "webdav.port",
-    ] {
-        cmd.arg(format!("-{flag}={}", free_tcp_port()));
+    ];
+    let ports = free_tcp_ports(flags.len());
+    let s3_port = ports[0];
+    let mut cmd = Command::new(weed);
+    cmd.arg("mini")
+        .arg(format!("-dir={}", dir.path().display()))
+        .args(["-ip=127.0.0.1", "-ip.bind=127.0.0.1"])
+        .arg(format!("-bucket={BUCKET}"))
+        .args(["-s3.port.iceberg=0", "-s3.port.lance=0"]);
+    for (flag, port) in flags.iter().zip(&ports) {
+        cmd.arg(format!("-{flag}={port}"));
     }
     let log = std::fs::File::create(dir.path().join("weed.log")).unwrap();
     let child = cmd
@@ -450,24 +487,32 @@ fn start_s3() -> S3Server {
         .stderr(log)
         .spawn()
         .unwrap_or_else(|e| panic!("cannot start {}: {e}", weed.display()));
-    let server = S3Server {
+    let mut server = S3Server {
         child,
         port: s3_port,
         _dir: dir,
+    };
+    let log = |server: &S3Server| {
+        std::fs::read_to_string(server._dir.path().join("weed.log")).unwrap_or_default()
     };
     let deadline = Instant::now() + S3_START_TIMEOUT;
     loop {
         if let Ok((status, _)) = http(s3_port, "GET", &format!("/{BUCKET}?list-type=2"))
             && status == 200
         {
-            return server;
+            return Ok(server);
+        }
+        if let Ok(Some(status)) = server.child.try_wait() {
+            return Err(format!(
+                "it exited ({status}) before serving S3 on port {s3_port}\n{}",
+                log(&server)
+            ));
         }
         if Instant::now() > deadline {
-            let log =
-                std::fs::read_to_string(server._dir.path().join("weed.log")).unwrap_or_default();
-            panic!(
-                "SeaweedFS did not serve S3 on port {s3_port} within {S3_START_TIMEOUT:?}\n{log}"
-            );
+            return Err(format!(
+                "it did not serve S3 on port {s3_port} within {S3_START_TIMEOUT:?}\n{}",
+                log(&server)
+            ));
         }
         std::thread::sleep(Duration::from_millis(200));
     }
