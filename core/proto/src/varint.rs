@@ -21,7 +21,32 @@ fn write_unsigned(out: &mut Vec<u8>, mut v: u64) {
     out.push(v as u8);
 }
 
+/// Reads one unsigned varint of at most `max_bytes` bytes. One- and two-byte
+/// varints (lengths below 16 KiB, offset and timestamp deltas, the attribute
+/// and count fields: nearly every varint of a record) take a path with one
+/// bounds check and no loop; the broker reads several per record it checks.
+#[inline]
 fn read_unsigned(
+    buf: &mut &[u8],
+    max_bytes: usize,
+    field: &'static str,
+) -> Result<u64, DecodeError> {
+    match **buf {
+        [b0, ref rest @ ..] if b0 < 0x80 => {
+            *buf = rest;
+            Ok(b0 as u64)
+        }
+        [b0, b1, ref rest @ ..] if b1 < 0x80 => {
+            *buf = rest;
+            Ok((b0 & 0x7f) as u64 | (b1 as u64) << 7)
+        }
+        _ => read_unsigned_long(buf, max_bytes, field),
+    }
+}
+
+/// [`read_unsigned`] of a varint of three bytes or more, or of a truncated one.
+#[cold]
+fn read_unsigned_long(
     buf: &mut &[u8],
     max_bytes: usize,
     field: &'static str,
@@ -82,6 +107,31 @@ mod tests {
             let mut s = &out[..];
             prop_assert_eq!(read_varlong(&mut s, "v").unwrap(), v);
             prop_assert!(s.is_empty());
+        }
+
+        /// Small values (the one- and two-byte fast paths) and their edges:
+        /// a varint followed by more bytes leaves exactly those, and every
+        /// strict prefix of it is an error, never a value.
+        #[test]
+        fn varint_in_a_buffer_and_truncated(
+            v in prop_oneof![-9000i32..9000, any::<i32>()],
+            tail in proptest::collection::vec(any::<u8>(), 0..3),
+        ) {
+            let mut out = Vec::new();
+            write_varint(&mut out, v);
+            let n = out.len();
+            out.extend_from_slice(&tail);
+            let mut s = &out[..];
+            prop_assert_eq!(read_varint(&mut s, "v").unwrap(), v);
+            prop_assert_eq!(s, &tail[..]);
+            for cut in 0..n {
+                let mut s = &out[..cut];
+                let truncated = matches!(
+                    read_varint(&mut s, "v"),
+                    Err(DecodeError::Truncated { field: "v", .. })
+                );
+                prop_assert!(truncated);
+            }
         }
     }
 
