@@ -33,7 +33,7 @@ use rill_proto::{LeaderEpoch, Offset, Rope, TimestampMs};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::time::Instant;
 use tokio::sync::Notify;
 
@@ -46,6 +46,10 @@ pub enum LogOp {
     Read,
     Maintain,
 }
+
+/// How long an async task waits for the log's mutex at a time while a short
+/// holder has it, before looking again whether a long holder came.
+const SHORT_HOLD_SLICE: std::time::Duration = std::time::Duration::from_micros(100);
 
 /// An upper bound on the bytes of a transaction marker's batch (a batch
 /// header and one record of a 4-byte key and a 6-byte value), for
@@ -104,6 +108,11 @@ pub struct Partition {
     deleted: AtomicBool,
     /// The log fsyncs on appends (`flush.messages` set): append off the async workers.
     syncs_on_append: AtomicBool,
+    /// Holders of the log's mutex that may keep it long (maintenance: roll,
+    /// flush, retention, compaction, truncation; appends that may fsync),
+    /// counted from before they lock it: an async task does not wait for
+    /// those ([`Partition::with_log_if`]).
+    long_holds: AtomicUsize,
     data_arrived: Notify,
     gauges: PartitionGauges,
     /// The log end when this process opened the log. What lies below it may
@@ -166,6 +175,7 @@ impl Partition {
             first_unstable_offset: AtomicI64::new(unstable),
             deleted: AtomicBool::new(false),
             syncs_on_append: AtomicBool::new(syncs_on_append),
+            long_holds: AtomicUsize::new(0),
             data_arrived: Notify::new(),
             gauges,
             opened_end: end,
@@ -295,7 +305,7 @@ impl Partition {
 
     /// Follower append of batches fetched from the leader (offsets and epochs kept).
     pub fn append_replicated(&self, batches: &Rope, now_ms: TimestampMs) -> Result<(), ErrorInfo> {
-        self.with_log(LogOp::Append, |log| {
+        self.with_log_long(LogOp::Append, |log| {
             self.follower_append(log, batches, now_ms)
         })?;
         self.data_arrived.notify_waiters();
@@ -388,7 +398,7 @@ impl Partition {
     /// Empties this replica's log and starts it at `offset` (a follower behind
     /// the leader's log start); the high watermark follows.
     pub fn restart_at(&self, offset: Offset) -> Result<(), ErrorInfo> {
-        self.with_log(LogOp::Maintain, |log| {
+        self.with_log_long(LogOp::Maintain, |log| {
             log.restart_at(offset)?;
             self.after_cut(log);
             Ok(())
@@ -409,7 +419,7 @@ impl Partition {
     /// Removes records at or after `offset` (follower truncation); the high
     /// watermark is capped at the new log end.
     pub fn truncate_to(&self, offset: Offset) -> Result<(), ErrorInfo> {
-        self.with_log(LogOp::Maintain, |log| {
+        self.with_log_long(LogOp::Maintain, |log| {
             log.truncate_to(offset)?;
             self.after_cut(log);
             Ok(())
@@ -514,11 +524,44 @@ impl Partition {
         if wait {
             return Some(self.with_log(op, f));
         }
-        let mut guard = self.log.try_lock()?;
+        let mut guard = self.lock_for_task()?;
         let Some(log) = guard.as_mut() else {
             return Some(Err(self.closed_error()));
         };
         Some(f(log).map_err(|e| self.error_info(op, &e)))
+    }
+
+    /// The log's mutex for an async task: short holders (an append, a read
+    /// plan) are waited for, in slices so that a long holder arriving
+    /// meanwhile is seen; `None` while a long holder has it or waits for it.
+    fn lock_for_task(&self) -> Option<parking_lot::MutexGuard<'_, Option<Log>>> {
+        loop {
+            if self.long_holds.load(Ordering::Acquire) > 0 {
+                return None;
+            }
+            if let Some(guard) = self.log.try_lock_for(SHORT_HOLD_SLICE) {
+                return Some(guard);
+            }
+        }
+    }
+
+    /// [`Partition::with_log`] for work that may hold the log long (see
+    /// `long_holds`): async tasks asking meanwhile go to the blocking pool
+    /// instead of waiting.
+    fn with_log_long<T>(
+        &self,
+        op: LogOp,
+        f: impl FnOnce(&mut Log) -> Result<T, LogError>,
+    ) -> Result<T, ErrorInfo> {
+        struct Hold<'a>(&'a AtomicUsize);
+        impl Drop for Hold<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::Release);
+            }
+        }
+        self.long_holds.fetch_add(1, Ordering::AcqRel);
+        let _hold = Hold(&self.long_holds);
+        self.with_log(op, f)
     }
 
     /// Refreshes the cached offsets from the log (caller holds the mutex).
@@ -553,7 +596,7 @@ impl Partition {
     /// they arrived in); stamps offsets and the leader epoch as it writes.
     /// Wakes waiting fetches.
     pub fn append(&self, batches: &Rope, now_ms: TimestampMs) -> Result<AppendInfo, ErrorInfo> {
-        let info = self.with_log(LogOp::Append, |log| {
+        let info = self.with_log_long(LogOp::Append, |log| {
             self.leader_append(log, batches, now_ms)
         })?;
         self.data_arrived.notify_waiters();
@@ -640,7 +683,7 @@ impl Partition {
         let guard = if wait {
             self.log.lock()
         } else {
-            self.log.try_lock()?
+            self.lock_for_task()?
         };
         Some(
             guard
@@ -659,7 +702,7 @@ impl Partition {
         marker: rill_proto::control::Marker,
         now_ms: TimestampMs,
     ) -> Result<Offset, ErrorInfo> {
-        let offset = self.with_log(LogOp::Append, |log| {
+        let offset = self.with_log_long(LogOp::Append, |log| {
             self.marker_append(log, producer, producer_epoch, marker, now_ms)
         })?;
         self.data_arrived.notify_waiters();
@@ -667,8 +710,8 @@ impl Partition {
     }
 
     /// [`Partition::append_marker`] now, if it cannot wait on the disk or on
-    /// the log's mutex ([`Partition::try_append`]). An abort marker also
-    /// writes the transaction index (small, once per aborted transaction).
+    /// the log's mutex ([`Partition::try_append`]). Never an abort marker:
+    /// that rewrites and fsyncs the transaction index.
     pub fn try_append_marker(
         &self,
         producer: rill_proto::ProducerId,
@@ -676,6 +719,10 @@ impl Partition {
         marker: rill_proto::control::Marker,
         now_ms: TimestampMs,
     ) -> Option<Result<Offset, ErrorInfo>> {
+        if marker.kind == rill_proto::control::MarkerKind::Abort {
+            // Rewrites and fsyncs the transaction index.
+            return None;
+        }
         self.try_append_with(MARKER_BYTES_MAX, now_ms, |log| {
             self.marker_append(log, producer, producer_epoch, marker, now_ms)
         })
@@ -891,7 +938,7 @@ impl Partition {
 
     /// Time-based flush and segment roll.
     pub fn tick(&self, now_ms: TimestampMs) -> Result<(), ErrorInfo> {
-        self.with_log(LogOp::Maintain, |log| log.tick(now_ms))
+        self.with_log_long(LogOp::Maintain, |log| log.tick(now_ms))
     }
 
     /// Retention then compaction; returns (segments deleted, compacted).
@@ -900,7 +947,7 @@ impl Partition {
             .remote()
             .and_then(|r| r.manifest.end_offset())
             .unwrap_or(Offset::ZERO);
-        self.with_log(LogOp::Maintain, |log| {
+        self.with_log_long(LogOp::Maintain, |log| {
             let config = log.config().clone();
             let deleted = if config.remote_storage_enable {
                 let (ms, bytes) = (
@@ -1052,10 +1099,27 @@ mod restart_tests {
         .unwrap()
     }
 
+    /// Holds `p`'s log as maintenance does: counted as a long holder.
+    fn hold_long(p: &Partition) -> impl Drop + '_ {
+        struct Held<'a>(
+            &'a Partition,
+            Option<parking_lot::MutexGuard<'a, Option<Log>>>,
+        );
+        impl Drop for Held<'_> {
+            fn drop(&mut self) {
+                self.1.take();
+                self.0.long_holds.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+        p.long_holds.fetch_add(1, Ordering::AcqRel);
+        Held(p, Some(p.log.lock()))
+    }
+
     /// An async task appends on its own thread only when that cannot wait:
-    /// not while another holder (compaction, a roll) has the log, nor when
+    /// not while a long holder (compaction, a roll) has the log, nor when
     /// the append would roll the segment (an fsync). `try_append` then leaves
-    /// it to a blocking thread, and appends nothing itself.
+    /// it to a blocking thread, and appends nothing itself. A short holder
+    /// (another append) is waited for.
     #[test]
     fn try_append_declines_what_could_wait_on_the_disk_or_the_log() {
         let dir = tempfile::tempdir().unwrap();
@@ -1079,11 +1143,26 @@ mod restart_tests {
         let segments = |p: &Partition| p.log.lock().as_ref().unwrap().segment_count();
         assert!(p.try_append(&b(0), 1).expect("appended here").is_ok());
         {
-            let _held = p.log.lock();
-            assert!(p.try_append(&b(1), 1).is_none(), "the log is held");
+            let _held = hold_long(&p);
+            assert!(p.try_append(&b(1), 1).is_none(), "the log is held long");
         }
         assert_eq!(p.log_end_offset(), Offset(1));
-        let mut seq = 1;
+        // A short holder (not counted as long) is waited for.
+        let (held, release) = (std::sync::Barrier::new(2), std::sync::Barrier::new(2));
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let _guard = p.log.lock();
+                held.wait();
+                std::thread::sleep(Duration::from_millis(20));
+                drop(_guard);
+                release.wait();
+            });
+            held.wait();
+            assert!(p.try_append(&b(1), 1).expect("waited for").is_ok());
+            release.wait();
+        });
+        assert_eq!(p.log_end_offset(), Offset(2));
+        let mut seq = 2;
         while let Some(result) = p.try_append(&b(seq), 1) {
             result.unwrap();
             seq += 1;
@@ -1108,7 +1187,7 @@ mod restart_tests {
         p.append(&Rope::from(bytes::Bytes::from(batch(0))), 1)
             .unwrap();
         {
-            let _held = p.log.lock();
+            let _held = hold_long(&p);
             assert!(p.read_if(false, Offset(0), 1 << 20, false).is_none());
             assert!(
                 p.read_up_to_if(false, Offset(0), 1 << 20, Offset(1))

@@ -536,20 +536,28 @@ impl Log {
     /// append would not roll); `false` means the append writes to the page
     /// cache only, so a caller on an async task can run it there.
     ///
-    /// Not covered, being rare and small: the epoch checkpoint written at the
-    /// first append of a new leader epoch, the transaction index written with
-    /// an abort marker, and a roll because a follower's batch lies more than
-    /// 2^32 offsets past the segment's base (after compaction on the leader).
+    /// `flush.messages` counts records, which it cannot know before parsing:
+    /// it counts `len` instead (too early, never too late, for uncompressed
+    /// records). Not covered, being rare and small: the epoch checkpoint
+    /// written at the first append of a new leader epoch, the transaction
+    /// index an abort marker rewrites, and a roll because a follower's batch
+    /// lies more than 2^31 offsets past the segment's base (after compaction
+    /// on the leader), or a compressed append of over 2^30 records.
     pub fn append_may_sync(&self, len: u64, now_ms: TimestampMs) -> bool {
         let active = self.active();
         let full = active.size + len > self.config.segment_bytes
             || active.size + len > u32::MAX as u64
             || now_ms.saturating_sub(active.created_ms)
                 >= self.config.segment_ms.min(i64::MAX as u64) as i64;
-        // Every record takes bytes of its batch, so `len` bytes hold fewer
-        // than `len` records (a leader's append starts at the log end).
+        // An uncompressed record takes bytes of its batch, so `len` bytes hold
+        // fewer than `len` of them (a leader's append starts at the log end).
+        // A compressed batch may hold more; so the span is also refused from
+        // half the segment's offset range on.
         let last = Offset(self.log_end_offset().0.saturating_add(len as i64));
-        let roll = (!active.is_empty() && full) || !active.can_hold_offset(last);
+        let half = Offset(active.base_offset.0 + RELATIVE_OFFSET_MAX / 2);
+        // An empty segment takes the first batch of an append whatever its
+        // size, but rolls for the next one: so any append that does not fit.
+        let roll = full || !active.can_hold_offset(last) || self.log_end_offset() > half;
         let by_count = self
             .config
             .flush_messages

@@ -311,3 +311,24 @@ fn append_may_sync_follows_segment_ms_and_flush_ms() {
         assert_ne!((log.segment_count(), log.flush_count()), before);
     }
 }
+
+/// An empty segment takes the first batch of an append whatever its size,
+/// then rolls for the next: so an append of several batches that do not fit
+/// together in a new segment syncs, and `append_may_sync` must say so.
+#[test]
+fn append_may_sync_counts_an_append_overflowing_an_empty_segment() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig {
+        segment_bytes: 1 << 10,
+        ..config()
+    };
+    let mut log = Log::open(dir.path(), config, NOW).unwrap();
+    let bytes: Vec<u8> = (0..8)
+        .flat_map(|i| batch(&format!("m{i}"), 10, NOW))
+        .collect();
+    assert!(bytes.len() > 1 << 10, "{} bytes", bytes.len());
+    assert!(log.append_may_sync(bytes.len() as u64, NOW));
+    let before = (log.segment_count(), log.flush_count());
+    log.append(&bytes, E1, NOW).unwrap();
+    assert_ne!((log.segment_count(), log.flush_count()), before);
+}

@@ -466,10 +466,11 @@ impl GroupService {
             // On this task unless the append could wait on the disk or on the
             // log's mutex (compaction of this compacted topic holds it).
             let result = partition.append_from_task(batch, now).await;
-            result.inspect_err(|e| {
+            let info = result.inspect_err(|e| {
                 tracing::error!(error = %e, partition = p, "could not write to {OFFSETS_TOPIC}");
             })?;
-            let end = partition.log_end_offset();
+            // This write's end (others may have appended since).
+            let end = info.last_offset.plus(1);
             appended.push((partition, end));
         }
         Ok(Written {
