@@ -699,8 +699,8 @@ fn check_epoch(p: &Partition, fp: &FetchPartition) -> Result<(), ErrorInfo> {
 /// One pass over the requested partitions: finds what could be returned now,
 /// within the per-partition and per-response byte bounds.
 /// One look at every requested partition: what each has to read, and the
-/// bytes in all. With `wait` false, `None` as soon as a partition's log is
-/// held by another (a compaction pass holds it for as long as it runs): the
+/// bytes in all. With `wait` false, `None` as soon as a partition's log has
+/// a long holder (a compaction pass holds it for as long as it runs): the
 /// caller then looks again on the blocking pool, not on the thread that
 /// serves other connections.
 fn fetch_pass(
@@ -870,7 +870,7 @@ pub(crate) async fn fetch(
                         .filter_map(Result::ok)
                         .last()
                         .map_or(fp.offset, |(_, h)| h.next_offset());
-                    // Off this task while another holds the log.
+                    // Off this task while a long holder has the log.
                     let from = fp.offset;
                     let found = match p.aborted_transactions_if(false, from, to) {
                         Some(found) => found,

@@ -336,10 +336,11 @@ impl Partition {
     }
 
     /// Runs the append `f` of at most `len` bytes on the caller's thread if
-    /// that cannot wait: the log's mutex is free (retention, compaction, a
-    /// roll or another append do not hold it) and the append will neither
-    /// fsync on append (`flush.messages`), roll a segment nor flush
-    /// ([`Log::append_may_sync`]). `None`: not run; the caller appends on a
+    /// that cannot wait: no long holder (retention, compaction, a roll, an
+    /// append that may fsync) has the log's mutex or waits for it (a short
+    /// holder is waited for, [`Partition::lock_for_task`]), and the append
+    /// will neither fsync on append (`flush.messages`), roll a segment nor
+    /// flush ([`Log::append_may_sync`]). `None`: not run; the caller appends on a
     /// blocking thread instead. For async tasks, whose thread serves other
     /// connections and must not wait on the disk. Wakes waiting fetches
     /// after an append.
@@ -438,8 +439,8 @@ impl Partition {
             .expect("a read that waits for the log runs")
     }
 
-    /// [`Partition::read_up_to`]; with `wait` false, `None` while another
-    /// holds the log (see [`Partition::read_if`]).
+    /// [`Partition::read_up_to`]; with `wait` false, `None` while a long
+    /// holder has the log (see [`Partition::read_if`]).
     pub fn read_up_to_if(
         &self,
         wait: bool,
@@ -513,8 +514,9 @@ impl Partition {
         f(log).map_err(|e| self.error_info(op, &e))
     }
 
-    /// [`Partition::with_log`], or with `wait` false `None` at once while
-    /// another holds the log's mutex (a compaction pass holds it throughout).
+    /// [`Partition::with_log`], or with `wait` false `None` at once while a
+    /// long holder has the log's mutex or waits for it (a compaction pass
+    /// holds it throughout; see [`Partition::lock_for_task`]).
     fn with_log_if<T>(
         &self,
         wait: bool,
@@ -604,8 +606,8 @@ impl Partition {
     }
 
     /// [`Partition::append`] now, on the caller's thread, if it cannot wait:
-    /// the log's mutex is free and the append will not fsync (no roll, no
-    /// flush). `None`: not tried; append on a blocking thread instead (an
+    /// no long holder has the log's mutex and the append will not fsync (no
+    /// roll, no flush). `None`: not tried; append on a blocking thread instead (an
     /// async task's thread serves other connections meanwhile).
     pub fn try_append(
         &self,
@@ -672,8 +674,8 @@ impl Partition {
     }
 
     /// The aborted transactions a `read_committed` reader of `[from, to)`
-    /// skips. With `wait` false, `None` at once while another holds the log's
-    /// mutex (see [`Partition::read_if`]).
+    /// skips. With `wait` false, `None` at once while a long holder has the
+    /// log's mutex (see [`Partition::read_if`]).
     pub fn aborted_transactions_if(
         &self,
         wait: bool,
@@ -761,10 +763,11 @@ impl Partition {
             .expect("a read that waits for the log runs")
     }
 
-    /// [`Partition::read`]; with `wait` false, `None` at once while another
-    /// holds the log's mutex, so an async task can take the read to the
-    /// blocking pool instead of waiting (a compaction pass holds it for as
-    /// long as it runs).
+    /// [`Partition::read`]; with `wait` false, `None` at once while a long
+    /// holder has the log's mutex or waits for it, so an async task can take
+    /// the read to the blocking pool instead of waiting (a compaction pass
+    /// holds it for as long as it runs; short holders are waited for, see
+    /// [`Partition::lock_for_task`]).
     pub fn read_if(
         &self,
         wait: bool,
@@ -1175,7 +1178,7 @@ mod restart_tests {
         assert_eq!(p.log_end_offset(), Offset(seq as i64 + 1));
     }
 
-    /// A fetch on an async task does not wait for a log another holds (a
+    /// A fetch on an async task does not wait for a log a long holder has (a
     /// compaction pass holds it for as long as it runs): `read_if`,
     /// `read_up_to_if` and `aborted_transactions_if` without waiting
     /// decline, and read once it is free.
