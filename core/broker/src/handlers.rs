@@ -1154,7 +1154,7 @@ pub(crate) async fn list_offsets(
 /// log end offset when no record is that new.
 async fn offset_for_timestamp(
     state: &BrokerState,
-    p: &Partition,
+    p: &Arc<Partition>,
     ts: TimestampMs,
 ) -> Result<(Offset, Option<TimestampMs>), ErrorInfo> {
     if let (Some(tier), Some(remote)) = (&state.tier, p.remote()) {
@@ -1185,7 +1185,11 @@ async fn offset_for_timestamp(
             }
         }
     }
-    Ok(match p.offset_for_timestamp(ts)? {
+    // On the blocking pool: it reads the time index and the segment, under
+    // the partition's log, which a compaction pass may hold for long.
+    let p2 = p.clone();
+    let found = blocking(move || p2.offset_for_timestamp(ts)).await??;
+    Ok(match found {
         Some((offset, ts)) => (offset, Some(ts)),
         None => (p.log_end_offset(), None),
     })

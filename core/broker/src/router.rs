@@ -267,7 +267,11 @@ fn table() -> Table {
     t.add::<DescribeProducersRequest, _, _, _>(
         Meta,
         |r| topics(Read, r.partitions.iter().map(|p| &p.topic)),
-        |s, _, r, _| async move { Ok(handlers::describe_producers(&s, r)) },
+        // Off the worker: it takes each partition's log, which a compaction
+        // pass may hold for long.
+        |s, _, r, _| async move {
+            handlers::blocking(move || handlers::describe_producers(&s, r)).await
+        },
     );
     t.add::<CreatePartitionsRequest, _, _, _>(
         Meta,
@@ -441,7 +445,12 @@ fn table() -> Table {
     t.add::<OffsetForLeaderEpochRequest, _, _, _>(
         Meta,
         |r| vec![Resource::Topic(Describe, &r.topic)],
-        |s, _, r, _| async move { cluster_api::offset_for_leader_epoch(&s, r) },
+        // Off the worker: it takes the partition's log (see DescribeProducers).
+        |s, _, r, _| async move {
+            handlers::blocking(move || cluster_api::offset_for_leader_epoch(&s, r))
+                .await
+                .and_then(|answer| answer)
+        },
     );
     t.add::<AlterPartitionRequest, _, _, _>(Meta, none, |s, _, r, _| async move {
         cluster_api::alter_partition(&s, r).await
