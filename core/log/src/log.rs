@@ -476,11 +476,7 @@ impl Log {
             .config
             .flush_messages
             .is_some_and(|n| self.unflushed_records >= n);
-        let by_time = self
-            .config
-            .flush_ms
-            .is_some_and(|ms| now_ms.saturating_sub(since) >= ms as i64);
-        if by_count || by_time {
+        if by_count || self.flush_ms_due(since, now_ms) {
             self.flush()?;
         }
         Ok(AppendInfo {
@@ -545,10 +541,7 @@ impl Log {
     /// on the leader), or a compressed append of over 2^30 records.
     pub fn append_may_sync(&self, len: u64, now_ms: TimestampMs) -> bool {
         let active = self.active();
-        let full = active.size + len > self.config.segment_bytes
-            || active.size + len > u32::MAX as u64
-            || now_ms.saturating_sub(active.created_ms)
-                >= self.config.segment_ms.min(i64::MAX as u64) as i64;
+        let full = self.active_full(len, now_ms);
         // An uncompressed record takes bytes of its batch, so `len` bytes hold
         // fewer than `len` of them (a leader's append starts at the log end).
         // A compressed batch may hold more; so the span is also refused from
@@ -563,11 +556,29 @@ impl Log {
             .flush_messages
             .is_some_and(|n| self.unflushed_records.saturating_add(len) >= n);
         let since = self.first_unflushed_ms.unwrap_or(now_ms);
-        let by_time = self
-            .config
+        roll || by_count || self.flush_ms_due(since, now_ms)
+    }
+
+    /// Whether the active segment is full for `len` more bytes at `now_ms`:
+    /// past `segment.bytes`, past the 4 GiB its index's positions reach, or
+    /// older than `segment.ms` (counted from its first append).
+    fn active_full(&self, len: u64, now_ms: TimestampMs) -> bool {
+        let size = self.active().size + len;
+        size > self.config.segment_bytes || size > u32::MAX as u64 || self.segment_ms_due(now_ms)
+    }
+
+    /// Whether the active segment is older than `segment.ms` at `now_ms`.
+    fn segment_ms_due(&self, now_ms: TimestampMs) -> bool {
+        now_ms.saturating_sub(self.active().created_ms)
+            >= self.config.segment_ms.min(i64::MAX as u64) as i64
+    }
+
+    /// Whether `flush.ms` has passed at `now_ms` since the oldest unflushed
+    /// append, made at `since`.
+    fn flush_ms_due(&self, since: TimestampMs, now_ms: TimestampMs) -> bool {
+        self.config
             .flush_ms
-            .is_some_and(|ms| now_ms.saturating_sub(since) >= ms.min(i64::MAX as u64) as i64);
-        roll || by_count || by_time
+            .is_some_and(|ms| now_ms.saturating_sub(since) >= ms.min(i64::MAX as u64) as i64)
     }
 
     fn maybe_roll(
@@ -577,11 +588,8 @@ impl Log {
         last: Offset,
         now_ms: TimestampMs,
     ) -> Result<(), LogError> {
+        let full = self.active_full(len, now_ms);
         let active = self.active();
-        let full = active.size + len > self.config.segment_bytes
-            || active.size + len > u32::MAX as u64
-            || now_ms.saturating_sub(active.created_ms)
-                >= self.config.segment_ms.min(i64::MAX as u64) as i64;
         if (!active.is_empty() && full) || !active.can_hold_offset(last) {
             let base = first.max(self.log_end_offset());
             self.roll(base, now_ms)?;
@@ -976,16 +984,12 @@ impl Log {
     /// Applies time-based policies: `flush.ms` and `segment.ms`.
     pub fn tick(&mut self, now_ms: TimestampMs) -> Result<(), LogError> {
         self.active_mut().cache.expire(now_ms);
-        if let (Some(ms), Some(since)) = (self.config.flush_ms, self.first_unflushed_ms)
-            && now_ms.saturating_sub(since) >= ms.min(i64::MAX as u64) as i64
+        if let Some(since) = self.first_unflushed_ms
+            && self.flush_ms_due(since, now_ms)
         {
             self.flush()?;
         }
-        let active = self.active();
-        if !active.is_empty()
-            && now_ms.saturating_sub(active.created_ms)
-                >= self.config.segment_ms.min(i64::MAX as u64) as i64
-        {
+        if !self.active().is_empty() && self.segment_ms_due(now_ms) {
             let end = self.log_end_offset();
             self.roll(end, now_ms)?;
         }
