@@ -630,18 +630,7 @@ impl Partition {
             return result;
         }
         let p = self.clone();
-        tokio::task::spawn_blocking(move || p.append(&batches, now_ms))
-            .await
-            .map_err(|e| {
-                tracing::error!(error = %e, "append task failed");
-                ErrorInfo::new(
-                    ErrorCode::InternalError,
-                    format!(
-                        "partition {}-{}: the append failed: {e}; see the broker log",
-                        self.topic, self.index
-                    ),
-                )
-            })?
+        crate::handlers::blocking(move || p.append(&batches, now_ms)).await?
     }
 
     fn leader_append(
@@ -728,6 +717,24 @@ impl Partition {
         self.try_append_with(MARKER_BYTES_MAX, now_ms, |log| {
             self.marker_append(log, producer, producer_epoch, marker, now_ms)
         })
+    }
+
+    /// [`Partition::append_marker`] from an async task: on its thread when
+    /// that cannot wait ([`Partition::try_append_marker`]), else on the
+    /// blocking pool.
+    pub async fn append_marker_from_task(
+        self: &Arc<Self>,
+        producer: rill_proto::ProducerId,
+        producer_epoch: i16,
+        marker: rill_proto::control::Marker,
+        now_ms: TimestampMs,
+    ) -> Result<Offset, ErrorInfo> {
+        if let Some(result) = self.try_append_marker(producer, producer_epoch, marker, now_ms) {
+            return result;
+        }
+        let p = self.clone();
+        crate::handlers::blocking(move || p.append_marker(producer, producer_epoch, marker, now_ms))
+            .await?
     }
 
     fn marker_append(

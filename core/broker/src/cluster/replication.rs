@@ -519,9 +519,7 @@ impl ReplicaFetcher {
                     }
                     match p.try_append_replicated(bytes, now) {
                         Some(Ok(())) => p.follow_high_watermark(*hw),
-                        Some(Err(e)) => {
-                            tracing::warn!(partition = %format!("{}-{}", p.topic(), p.index()), error = %e, "could not append replicated batches");
-                        }
+                        Some(Err(e)) => append_failed(p, &e),
                         None => rest.push(entry),
                     }
                 }
@@ -545,7 +543,7 @@ impl ReplicaFetcher {
                 if !bytes.is_empty()
                     && let Err(e) = p.append_replicated(bytes, now)
                 {
-                    tracing::warn!(partition = %format!("{}-{}", p.topic(), p.index()), error = %e, "could not append replicated batches");
+                    append_failed(p, &e);
                     continue;
                 }
                 p.follow_high_watermark(*hw);
@@ -555,6 +553,12 @@ impl ReplicaFetcher {
             tracing::error!(leader = self.leader, error = %e, "replica append task failed");
         }
     }
+}
+
+/// Logs a follower append that failed (the partition is fetched again from
+/// its log end).
+fn append_failed(p: &Partition, e: &ErrorInfo) {
+    tracing::warn!(partition = %format!("{}-{}", p.topic(), p.index()), error = %e, "could not append replicated batches");
 }
 
 /// (key, partition, epoch) of one partition in a fetcher's pass.

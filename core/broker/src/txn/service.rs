@@ -596,23 +596,9 @@ async fn write_local_marker(
 ) -> Result<(), ErrorInfo> {
     cluster_api::check_produce(state, p, Acks::All)?;
     let now = now_ms();
-    let producer = ProducerId(producer_id);
-    let offset = match p.try_append_marker(producer, producer_epoch, marker, now) {
-        Some(result) => result?,
-        None => {
-            let p2 = p.clone();
-            tokio::task::spawn_blocking(move || {
-                p2.append_marker(producer, producer_epoch, marker, now)
-            })
-            .await
-            .map_err(|e| {
-                ErrorInfo::new(
-                    ErrorCode::InternalError,
-                    format!("marker write failed: {e}"),
-                )
-            })??
-        }
-    };
+    let offset = p
+        .append_marker_from_task(ProducerId(producer_id), producer_epoch, marker, now)
+        .await?;
     cluster_api::wait_replicated(
         state,
         p,
