@@ -1125,6 +1125,23 @@ mod restart_tests {
         Held(p, Some(p.log.lock()))
     }
 
+    /// Runs `f` while another thread holds `p`'s log as maintenance does,
+    /// for 300 ms: a task that waited for a long holder instead of declining
+    /// would get the log once it is released, and fail `f`'s checks rather
+    /// than hang.
+    fn while_held_long(p: &Partition, f: impl FnOnce()) {
+        let held = std::sync::Barrier::new(2);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let _hold = hold_long(p);
+                held.wait();
+                std::thread::sleep(Duration::from_millis(300));
+            });
+            held.wait();
+            f();
+        });
+    }
+
     /// An async task appends on its own thread only when that cannot wait:
     /// not while a long holder (compaction, a roll) has the log, nor when
     /// the append would roll the segment (an fsync). `try_append` then leaves
@@ -1152,24 +1169,20 @@ mod restart_tests {
         let b = |seq| Rope::from(bytes::Bytes::from(batch(seq)));
         let segments = |p: &Partition| p.log.lock().as_ref().unwrap().segment_count();
         assert!(p.try_append(&b(0), 1).expect("appended here").is_ok());
-        {
-            let _held = hold_long(&p);
+        while_held_long(&p, || {
             assert!(p.try_append(&b(1), 1).is_none(), "the log is held long");
-        }
+        });
         assert_eq!(p.log_end_offset(), Offset(1));
         // A short holder (not counted as long) is waited for.
-        let (held, release) = (std::sync::Barrier::new(2), std::sync::Barrier::new(2));
+        let held = std::sync::Barrier::new(2);
         std::thread::scope(|s| {
             s.spawn(|| {
                 let _guard = p.log.lock();
                 held.wait();
                 std::thread::sleep(Duration::from_millis(20));
-                drop(_guard);
-                release.wait();
             });
             held.wait();
             assert!(p.try_append(&b(1), 1).expect("waited for").is_ok());
-            release.wait();
         });
         assert_eq!(p.log_end_offset(), Offset(2));
         let mut seq = 2;
@@ -1196,8 +1209,7 @@ mod restart_tests {
         p.set_role(Some(0), LeaderEpoch(1), &[0], &[0]);
         p.append(&Rope::from(bytes::Bytes::from(batch(0))), 1)
             .unwrap();
-        {
-            let _held = hold_long(&p);
+        while_held_long(&p, || {
             assert!(p.read_if(false, Offset(0), 1 << 20, false).is_none());
             assert!(
                 p.read_up_to_if(false, Offset(0), 1 << 20, Offset(1))
@@ -1207,7 +1219,7 @@ mod restart_tests {
                 p.aborted_transactions_if(false, Offset(0), Offset(1))
                     .is_none()
             );
-        }
+        });
         assert_eq!(
             p.aborted_transactions_if(false, Offset(0), Offset(1)),
             Some(Vec::new())
