@@ -608,7 +608,7 @@ pub fn validate_group_id(group_id: &str) -> Result<(), ErrorInfo> {
     Ok(())
 }
 
-fn heartbeat_error(
+pub(super) fn heartbeat_error(
     error: Option<ErrorInfo>,
     req: &ConsumerGroupHeartbeatRequest,
 ) -> ConsumerGroupHeartbeatResponse {

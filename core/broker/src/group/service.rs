@@ -54,7 +54,9 @@ use rill_proto::types::now_ms;
 use rill_proto::wire::*;
 use rill_proto::{BatchBuilder, Compression, LeaderEpoch, Offset, Record};
 
-use super::coordinator::{CoordinatorConfig, GroupCoordinator, Input, Millis, Pending, input};
+use super::coordinator::{
+    CoordinatorConfig, GroupCoordinator, Input, Millis, Pending, heartbeat_error, input,
+};
 use super::records::GroupRecord;
 use super::{OFFSETS_TOPIC, offsets_partition_for};
 use crate::cluster::api as cluster_api;
@@ -687,26 +689,57 @@ pub(crate) async fn heartbeat(
     req: ConsumerGroupHeartbeatRequest,
 ) -> ConsumerGroupHeartbeatResponse {
     if let Err(e) = check_coordinator(state, &req.group_id).await {
-        return ConsumerGroupHeartbeatResponse {
-            error: Some(e),
-            member_id: req.member_id,
-            member_epoch: req.member_epoch,
-            heartbeat_interval_ms: 0,
-            session_timeout_ms: 0,
-            assignment: Vec::new(),
-        };
+        return heartbeat_error(Some(e), &req);
     }
+    // What a withheld answer says: the member's own id and epoch, nothing new.
+    let asked = heartbeat_error(None, &req);
+    let leaving = req.member_epoch < 0;
     let input = input::Heartbeat {
         request: req,
         partition_counts: partition_counts(&state.registry),
     };
     let (resp, written) = state.groups.step(state, input).await;
-    if let Err(e) = written {
-        // The membership change stands (membership is not durable state);
-        // only the group epoch record is missing.
-        tracing::warn!(error = %e, "could not record a group epoch");
+    match written {
+        Ok(()) => resp,
+        // A leave stands: a successor that does not learn of it only waits
+        // for the member longer.
+        Err(e) if leaving => {
+            tracing::warn!(error = %e, "could not record a member's leave");
+            resp
+        }
+        // The member's change is withheld. A join or an assignment answered
+        // before its group and members records reached the in-sync replicas
+        // could be one a successor coordinator never learns of: it would give
+        // the same partitions to another member while this one consumes them
+        // (the network-fault test saw two members hold all of a group's
+        // partitions for 29 ms). The member keeps what it had and asks again,
+        // as Kafka's coordinator answers only once its records are committed.
+        Err(e) => {
+            tracing::warn!(error = %e, member = %asked.member_id, "a member's change did not become durable; not answered");
+            ConsumerGroupHeartbeatResponse {
+                error: Some(unwritten(&e)),
+                ..asked
+            }
+        }
     }
-    resp
+}
+
+/// The error a member gets when its step's records were not made durable:
+/// NOT_COORDINATOR if this broker no longer leads the group's partition,
+/// else COORDINATOR_NOT_AVAILABLE (retriable), as Kafka's coordinator maps
+/// its write errors.
+fn unwritten(e: &ErrorInfo) -> ErrorInfo {
+    let code = match e.code {
+        ErrorCode::NotCoordinator | ErrorCode::NotLeaderOrFollower => ErrorCode::NotCoordinator,
+        _ => ErrorCode::CoordinatorNotAvailable,
+    };
+    ErrorInfo::new(
+        code,
+        format!(
+            "the coordinator could not make this change durable ({}): retry",
+            e.message
+        ),
+    )
 }
 
 /// OffsetCommit: answered after the records reached the ISR.
@@ -1369,6 +1402,90 @@ mod tests {
         assert!(fetched.error.is_none(), "{fetched:?}");
         assert_eq!(fetched.offsets.len(), 1, "{fetched:?}");
         assert_eq!(fetched.offsets[0].offset, Some(Offset(7)));
+        broker.shutdown().await.unwrap();
+    }
+
+    /// A member gets an assignment only once the records of its join reached
+    /// the in-sync replicas. The network-fault test saw two members each
+    /// hold all 3 partitions of a group for 29 ms after a heal: a deposed
+    /// coordinator answered a join whose records it could no longer
+    /// replicate, and its successor, which never got them, gave the
+    /// partitions to another member. Here the ISR holds a follower (broker
+    /// 99) that never fetches, and the coordinator loses its leadership while
+    /// the join waits.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_join_is_answered_only_once_its_records_are_replicated() {
+        let data = tempfile::tempdir().unwrap();
+        let home = tempfile::tempdir().unwrap();
+        let broker = Broker::start(BrokerConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            data_dir: data.path().to_path_buf(),
+            rill_home: Some(home.path().to_path_buf()),
+            offsets_topic_num_partitions: 1,
+            ..BrokerConfig::default()
+        })
+        .await
+        .unwrap();
+        let state = broker.state.clone();
+        let created = crate::handlers::create_topics(
+            &state,
+            CreateTopicsRequest {
+                topics: vec![NewTopic {
+                    name: "t".into(),
+                    partitions: Some(3),
+                    replication_factor: None,
+                    configs: Vec::new(),
+                }],
+                validate_only: false,
+            },
+        )
+        .await
+        .unwrap();
+        assert!(created.results[0].error.is_none(), "{created:?}");
+        // Another group's member joins: the coordinator is up and loaded,
+        // and a lone member gets every partition of t.
+        let warm = join(&state, "warm").await;
+        assert!(warm.error.is_none(), "{:?}", warm.error);
+        assert_eq!(
+            warm.assignment
+                .iter()
+                .map(|t| t.partitions.len())
+                .sum::<usize>(),
+            3
+        );
+
+        let me = state.config.id;
+        let topic = state.registry.topic(OFFSETS_TOPIC).unwrap();
+        let p = topic.partition(0).unwrap().clone();
+        p.set_role(Some(me), p.leader_epoch(), &[me, 99], &[me, 99]);
+        let hw = p.high_watermark();
+        let joining = {
+            let state = state.clone();
+            tokio::spawn(async move { heartbeat(&state, join_request("g")).await })
+        };
+        let deadline = std::time::Instant::now() + STEP;
+        while p.log_end_offset() <= hw {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the join was appended"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // Broker 99 takes the partition over before it fetched the join.
+        p.set_role(
+            Some(99),
+            LeaderEpoch(p.leader_epoch().0 + 1),
+            &[me, 99],
+            &[me, 99],
+        );
+        let resp = tokio::time::timeout(STEP, joining).await.unwrap().unwrap();
+        assert!(
+            resp.assignment.is_empty(),
+            "a join whose records were not replicated was given partitions: {resp:?}"
+        );
+        let e = resp.error.clone().expect("the join is refused");
+        assert_eq!(e.code, ErrorCode::NotCoordinator, "{e:?}");
+        assert_eq!(resp.member_epoch, 0, "{resp:?}");
         broker.shutdown().await.unwrap();
     }
 
