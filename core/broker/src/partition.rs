@@ -952,12 +952,15 @@ impl Partition {
     }
 
     /// Retention then compaction; returns (segments deleted, compacted).
+    /// Compaction holds the log only to plan a run and to swap its cleaned
+    /// segments in: reading the segments and writing their copies happens
+    /// without it, so appends and reads of the partition go on meanwhile.
     pub fn clean(&self, now_ms: TimestampMs) -> Result<(usize, bool), ErrorInfo> {
         let uploaded_end = self
             .remote()
             .and_then(|r| r.manifest.end_offset())
             .unwrap_or(Offset::ZERO);
-        self.with_log_long(LogOp::Maintain, |log| {
+        let (deleted, run) = self.with_log_long(LogOp::Maintain, |log| {
             let config = log.config().clone();
             let deleted = if config.remote_storage_enable {
                 let (ms, bytes) = (
@@ -968,10 +971,21 @@ impl Partition {
             } else {
                 log.apply_retention(now_ms)?
             };
-            let compacted = log.compact(now_ms)?;
             self.refresh_offsets(log);
-            Ok((deleted, compacted))
-        })
+            Ok((deleted, log.plan_compaction(now_ms)))
+        })?;
+        let Some(run) = run else {
+            return Ok((deleted, false));
+        };
+        let cleaned = run
+            .clean()
+            .map_err(|e| self.error_info(LogOp::Maintain, &e))?;
+        let compacted = self.with_log_long(LogOp::Maintain, |log| {
+            let swapped = log.finish_compaction(cleaned)?;
+            self.refresh_offsets(log);
+            Ok(swapped)
+        })?;
+        Ok((deleted, compacted))
     }
 
     /// Flushes and closes the log; wakes waiting fetches. Idempotent.

@@ -35,6 +35,13 @@
 //!
 //! The active segment is never touched, so the log end offset does not move.
 //!
+//! Locking (the caller's): a run is planned ([`Log::plan_compaction`], cheap),
+//! cleaned ([`CompactionRun::clean`]: both passes, all the reading and writing,
+//! without the log) and swapped in ([`Log::finish_compaction`]), so a caller
+//! that serializes access to the log need hold it only for the first and the
+//! last step. The swap happens only if the cleaned segments are still the
+//! log's first ones, unchanged; otherwise the copies are deleted.
+//!
 //! Crash safety: the output is written to `<base>.log.cleaned` (+ `.index.cleaned`,
 //! `.timeindex.cleaned`) and fsynced; then the old indexes are deleted (dir fsync),
 //! the `.log.cleaned` is renamed over the `.log` (atomic; dir fsync) and the indexes
@@ -56,7 +63,10 @@ use bytes::Bytes;
 use rill_proto::batch::{BatchHeader, BatchView};
 use rill_proto::{BatchBuilder, Offset, Record, StoredRecord, TimestampMs};
 use std::collections::HashMap;
-use std::path::Path;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use tracing::info;
 
 /// File name of the cleaner checkpoint.
@@ -73,11 +83,41 @@ pub(crate) fn read_cleaner_checkpoint(dir: &Path) -> Result<Option<Offset>, LogE
         .and_then(|e| e.first().map(|&(_, o)| Offset(o))))
 }
 
-fn corrupt(seg: &Segment, position: u64, reason: impl Into<String>) -> LogError {
+fn corrupt(path: &Path, position: u64, reason: impl Into<String>) -> LogError {
     LogError::Corrupt {
-        path: seg.path.clone(),
+        path: path.to_path_buf(),
         position,
         reason: reason.into(),
+    }
+}
+
+/// A sealed segment as a compaction run reads it, without the log's lock: its
+/// file stays open and readable even if the log drops or replaces the segment
+/// meanwhile.
+#[derive(Debug)]
+struct Sealed {
+    base_offset: Offset,
+    path: PathBuf,
+    file: Arc<File>,
+    size: u64,
+}
+
+impl Sealed {
+    fn of(seg: &Segment) -> Sealed {
+        Sealed {
+            base_offset: seg.base_offset,
+            path: seg.path.clone(),
+            file: seg.file.clone(),
+            size: seg.size,
+        }
+    }
+
+    /// Whether `seg` is still this segment, as it was read: the same open
+    /// file, with nothing cut from or added to it.
+    fn is(&self, seg: &Segment) -> bool {
+        self.base_offset == seg.base_offset
+            && Arc::ptr_eq(&self.file, &seg.file)
+            && self.size == seg.size
     }
 }
 
@@ -85,14 +125,14 @@ fn corrupt(seg: &Segment, position: u64, reason: impl Into<String>) -> LogError 
 /// for every batch of `seg`, CRC-checked. Control batches (markers) are not
 /// decoded.
 fn for_each_batch(
-    seg: &Segment,
+    seg: &Sealed,
     decode: bool,
     mut f: impl FnMut(&BatchHeader, Option<Vec<StoredRecord>>, &[u8]) -> Result<(), LogError>,
 ) -> Result<(), LogError> {
     let mut reader = ChunkReader::new(&seg.file, &seg.path, seg.size, SCAN_CHUNK_BYTES);
     let (_, stop) = scan_batches(&mut reader, 0, seg.base_offset, true, |pos, h, bytes| {
         let records = if decode && !h.is_control() {
-            let view = BatchView::new(bytes).map_err(|e| corrupt(seg, pos, e.to_string()))?;
+            let view = BatchView::new(bytes).map_err(|e| corrupt(&seg.path, pos, e.to_string()))?;
             // The scan checked the CRC; records that still do not decode came so
             // from their producer. Keep such a batch whole rather than stop
             // compacting the partition for good.
@@ -114,18 +154,87 @@ fn for_each_batch(
         f(h, records, bytes)
     })?;
     if let ScanStop::Bad { position, reason } = stop {
-        return Err(corrupt(seg, position, reason));
+        return Err(corrupt(&seg.path, position, reason));
     }
     Ok(())
 }
 
+/// One compaction run, planned under the log's lock by
+/// [`Log::plan_compaction`]. [`CompactionRun::clean`] then reads the sealed
+/// segments and writes their cleaned copies without the log (the bulk of the
+/// work: every byte read, the kept ones written and fsynced), and
+/// [`Log::finish_compaction`] swaps the copies in under the lock again, as
+/// Kafka's cleaner locks the log only to replace segments. Meanwhile the log
+/// takes appends and reads; the active segment is never cleaned.
+#[derive(Debug)]
+pub struct CompactionRun {
+    dir: PathBuf,
+    /// The segments that may be cleaned, then the one after the last of them.
+    segments: Vec<Sealed>,
+    first_dirty: usize,
+    aborted: AbortedBatches,
+    tombstone_horizon: TimestampMs,
+    interval: u32,
+    now_ms: TimestampMs,
+    _running: Running,
+}
+
+/// The cleaned copies of a [`CompactionRun`], to hand to
+/// [`Log::finish_compaction`]. Copies not swapped in are deleted on drop.
+#[derive(Debug)]
+pub struct CleanedSegments {
+    dir: PathBuf,
+    /// The segments cleaned, then the one at `clean_end`.
+    segments: Vec<Sealed>,
+    /// Per cleaned segment: its copy, if anything was dropped from it.
+    copies: Vec<Option<Segment>>,
+    clean_end: Offset,
+    keys: usize,
+    _running: Running,
+}
+
+/// Marks a log as having a compaction run under way, until dropped.
+#[derive(Debug)]
+struct Running(Arc<AtomicBool>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
+impl Drop for CleanedSegments {
+    fn drop(&mut self) {
+        for copy in self.copies.iter_mut().filter_map(Option::take) {
+            let mut copy = copy;
+            if let Err(e) = copy.delete_files() {
+                tracing::warn!(error = %e, "could not delete an unused cleaned segment (the next open deletes it)");
+            }
+        }
+    }
+}
+
 impl Log {
-    /// Compacts the non-active segments if the dirty ratio calls for it.
+    /// Compacts the non-active segments if the dirty ratio calls for it:
+    /// [`Log::plan_compaction`], [`CompactionRun::clean`] and
+    /// [`Log::finish_compaction`] in one call, holding the log throughout.
     /// Returns whether it ran.
     pub fn compact(&mut self, now_ms: TimestampMs) -> Result<bool, LogError> {
-        let config = self.config().clone();
+        match self.plan_compaction(now_ms) {
+            Some(run) => {
+                let cleaned = run.clean()?;
+                self.finish_compaction(cleaned)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// A compaction run if the dirty ratio calls for one (and none is under
+    /// way). Cheap: it reads no segment.
+    pub fn plan_compaction(&self, now_ms: TimestampMs) -> Option<CompactionRun> {
+        let config = self.config();
         if !config.cleanup_policy.compact || self.segments.len() < 2 {
-            return Ok(false);
+            return None;
         }
         // Only segments wholly below the first unstable offset: an open
         // transaction's records are neither committed nor aborted yet.
@@ -134,9 +243,8 @@ impl Log {
             .take_while(|&i| stable.is_none_or(|s| self.segments[i + 1].base_offset <= s))
             .count();
         if n == 0 {
-            return Ok(false);
+            return None;
         }
-        let aborted = AbortedBatches::new(self.txns.aborted());
         let checkpoint = self.cleaner_checkpoint;
         // Segment i is dirty if it can hold offsets >= the checkpoint.
         let first_dirty = (0..n)
@@ -148,15 +256,102 @@ impl Log {
             || total == 0
             || (dirty as f64 / total as f64) < config.min_cleanable_dirty_ratio
         {
+            return None;
+        }
+        if self.compacting.swap(true, Ordering::AcqRel) {
+            return None;
+        }
+        Some(CompactionRun {
+            dir: self.dir().to_path_buf(),
+            segments: self.segments[..=n].iter().map(Sealed::of).collect(),
+            first_dirty,
+            aborted: AbortedBatches::new(self.txns.aborted()),
+            tombstone_horizon: now_ms
+                .saturating_sub(config.delete_retention_ms.min(i64::MAX as u64) as i64),
+            interval: config.index_interval_bytes,
+            now_ms,
+            _running: Running(self.compacting.clone()),
+        })
+    }
+
+    /// Swaps in the copies of a run, if the segments it cleaned are still the
+    /// log's first ones, unchanged; else drops the copies (a retention pass, a
+    /// truncation or a restart changed them meanwhile; a later run cleans
+    /// again). Returns whether the copies were swapped in.
+    pub fn finish_compaction(&mut self, cleaned: CleanedSegments) -> Result<bool, LogError> {
+        let mut cleaned = cleaned;
+        let end = cleaned.copies.len();
+        let boundary = &cleaned.segments[end];
+        let same = self.segments.len() > end
+            && cleaned.segments[..end]
+                .iter()
+                .zip(&self.segments)
+                .all(|(s, seg)| s.is(seg))
+            && boundary.base_offset == self.segments[end].base_offset
+            && Arc::ptr_eq(&boundary.file, &self.segments[end].file);
+        if !same {
+            info!(dir = %cleaned.dir.display(), "compaction dropped: the log's segments changed while it ran");
             return Ok(false);
         }
+        let dir = cleaned.dir.clone();
+        let mut copies = std::mem::take(&mut cleaned.copies).into_iter();
+        let old: Vec<Segment> = self.segments.drain(..end).collect();
+        let mut kept_segments = Vec::with_capacity(end);
+        let mut result = Ok(());
+        let mut old_iter = old.into_iter();
+        for (i, seg) in old_iter.by_ref().enumerate() {
+            // Nothing dropped: the old files stay.
+            let Some(copy) = copies.next().flatten() else {
+                kept_segments.push(seg);
+                continue;
+            };
+            let mut seg = seg;
+            match swap_in(&dir, &mut seg, copy, i == 0) {
+                Ok(Some(s)) => kept_segments.push(s),
+                Ok(None) => {}
+                Err(e) => {
+                    kept_segments.push(seg);
+                    result = Err(e);
+                    break;
+                }
+            }
+        }
+        // (Copies not reached are deleted.)
+        cleaned.copies = copies.collect();
+        kept_segments.extend(old_iter);
+        kept_segments.append(&mut self.segments);
+        self.segments = kept_segments;
+        result?;
+        let clean_end = cleaned.clean_end;
+        self.cleaner_checkpoint = clean_end;
+        checkpoint::write_checkpoint(&dir, CLEANER_CHECKPOINT, &[(0, clean_end.0)])?;
+        info!(dir = %dir.display(), %clean_end, keys = cleaned.keys, "compacted log");
+        Ok(true)
+    }
+}
 
+impl CompactionRun {
+    /// Maps each key of the dirty segments to its latest offset (bounded by
+    /// [`OFFSET_MAP_BYTES_MAX`]), then writes a cleaned copy of every segment
+    /// up to the end of the mapped part. Needs no lock of the log.
+    pub fn clean(self) -> Result<CleanedSegments, LogError> {
+        let CompactionRun {
+            dir,
+            mut segments,
+            first_dirty,
+            aborted,
+            tombstone_horizon,
+            interval,
+            now_ms,
+            _running,
+        } = self;
+        let n = segments.len() - 1;
         // Pass 1: key -> latest offset over the dirty segments, bounded.
         let mut map: HashMap<Bytes, Offset> = HashMap::new();
         let mut map_bytes = 0usize;
         let mut end = first_dirty;
         while end < n {
-            for_each_batch(&self.segments[end], true, |h, records, _| {
+            for_each_batch(&segments[end], true, |h, records, _| {
                 if aborted.contains(h) {
                     return Ok(());
                 }
@@ -175,70 +370,46 @@ impl Log {
                 break;
             }
         }
-        let clean_end = self.segments[end].base_offset;
-        let tombstone_horizon =
-            now_ms.saturating_sub(config.delete_retention_ms.min(i64::MAX as u64) as i64);
+        segments.truncate(end + 1);
+        let clean_end = segments[end].base_offset;
 
-        // Pass 2: rewrite segments [0, end).
-        let dir = self.dir().to_path_buf();
-        let interval = config.index_interval_bytes;
-        let old: Vec<Segment> = self.segments.drain(..end).collect();
-        let mut kept_segments = Vec::with_capacity(end);
-        let mut result = Ok(());
-        let mut old_iter = old.into_iter();
+        // Pass 2: a cleaned copy of segments [0, end).
+        let mut cleaned = CleanedSegments {
+            dir,
+            segments,
+            copies: Vec::with_capacity(end),
+            clean_end,
+            keys: map.len(),
+            _running,
+        };
         let mut txns = TxnCleaning {
             aborted: &aborted,
             kept_data: HashMap::new(),
         };
-        for (i, seg) in old_iter.by_ref().enumerate() {
-            let cleaning = Cleaning {
-                map: &map,
-                tombstone_horizon,
-                interval,
-                now_ms,
-            };
-            match clean_segment(&dir, &seg, &cleaning, &mut txns) {
-                Ok((mut cleaned, false)) => {
-                    // Nothing to drop: keep the old files, discard the copy.
-                    let dropped = cleaned.delete_files();
-                    kept_segments.push(seg);
-                    if let Err(e) = dropped {
-                        result = Err(e);
-                        break;
-                    }
-                }
-                Ok((cleaned, true)) => {
-                    let mut seg = seg;
-                    match swap_in(&dir, &mut seg, cleaned, i == 0) {
-                        Ok(Some(s)) => kept_segments.push(s),
-                        Ok(None) => {}
-                        Err(e) => {
-                            kept_segments.push(seg);
-                            result = Err(e);
-                            break;
-                        }
-                    }
-                }
-                Err(e) => {
-                    kept_segments.push(seg);
-                    result = Err(e);
-                    break;
-                }
+        let cleaning = Cleaning {
+            map: &map,
+            tombstone_horizon,
+            interval,
+            now_ms,
+        };
+        for i in 0..end {
+            let (mut copy, changed) =
+                clean_segment(&cleaned.dir, &cleaned.segments[i], &cleaning, &mut txns)?;
+            if changed {
+                cleaned.copies.push(Some(copy));
+            } else {
+                // Nothing to drop: the old files stay, the copy goes.
+                copy.delete_files()?;
+                cleaned.copies.push(None);
             }
         }
-        kept_segments.extend(old_iter);
-        kept_segments.append(&mut self.segments);
-        self.segments = kept_segments;
-        result?;
-        self.cleaner_checkpoint = clean_end;
-        checkpoint::write_checkpoint(&dir, CLEANER_CHECKPOINT, &[(0, clean_end.0)])?;
-        info!(dir = %dir.display(), %clean_end, keys = map.len(), "compacted log");
-        Ok(true)
+        Ok(cleaned)
     }
 }
 
 /// The batches of aborted transactions: producer id -> (first offset, marker
 /// offset) of each of its aborted transactions.
+#[derive(Debug)]
 struct AbortedBatches(HashMap<i64, Vec<(Offset, Offset)>>);
 
 impl AbortedBatches {
@@ -298,14 +469,32 @@ impl TxnCleaning<'_> {
 /// whether anything was dropped.
 fn clean_segment(
     dir: &Path,
-    seg: &Segment,
+    seg: &Sealed,
     c: &Cleaning<'_>,
     txns: &mut TxnCleaning<'_>,
 ) -> Result<(Segment, bool), LogError> {
-    let (map, tombstone_horizon, interval, now_ms) =
-        (c.map, c.tombstone_horizon, c.interval, c.now_ms);
+    let mut out = Segment::create_with_suffix(dir, seg.base_offset, CLEANED_SUFFIX, c.now_ms)?;
+    match write_cleaned(seg, c, txns, &mut out) {
+        Ok(changed) => Ok((out, changed)),
+        Err(e) => {
+            if let Err(d) = out.delete_files() {
+                tracing::warn!(error = %d, "could not delete a partly written cleaned segment (the next open deletes it)");
+            }
+            Err(e)
+        }
+    }
+}
+
+/// Writes the batches of `seg` that stay into `out`, fsynced; returns
+/// whether anything was dropped.
+fn write_cleaned(
+    seg: &Sealed,
+    c: &Cleaning<'_>,
+    txns: &mut TxnCleaning<'_>,
+    out: &mut Segment,
+) -> Result<bool, LogError> {
+    let (map, tombstone_horizon, interval) = (c.map, c.tombstone_horizon, c.interval);
     let mut changed = false;
-    let mut out = Segment::create_with_suffix(dir, seg.base_offset, CLEANED_SUFFIX, now_ms)?;
     let mut buf: Vec<u8> = Vec::with_capacity(CLEANER_WRITE_CHUNK_BYTES);
     let mut headers: Vec<(BatchHeader, u64)> = Vec::new();
     let mut push =
@@ -329,7 +518,7 @@ fn clean_segment(
                 changed = true;
                 return Ok(());
             }
-            return push(&mut out, bytes, *h, false);
+            return push(out, bytes, *h, false);
         }
         if txns.aborted.contains(h) {
             changed = true;
@@ -337,7 +526,7 @@ fn clean_segment(
         }
         let Some(records) = records else {
             txns.kept(h);
-            return push(&mut out, bytes, *h, false);
+            return push(out, bytes, *h, false);
         };
         let keep = |r: &StoredRecord| match &r.key {
             None => true,
@@ -349,7 +538,7 @@ fn clean_segment(
         let kept: Vec<&StoredRecord> = records.iter().filter(|r| keep(r)).collect();
         if kept.len() == records.len() {
             txns.kept(h);
-            return push(&mut out, bytes, *h, false);
+            return push(out, bytes, *h, false);
         }
         changed = true;
         if kept.is_empty() {
@@ -358,7 +547,7 @@ fn clean_segment(
         txns.kept(h);
         let compression = h
             .compression()
-            .map_err(|e| corrupt(seg, 0, e.to_string()))?;
+            .map_err(|e| corrupt(&seg.path, 0, e.to_string()))?;
         let mut b = BatchBuilder::new(compression).producer(
             h.producer_id,
             h.producer_epoch,
@@ -386,13 +575,13 @@ fn clean_segment(
             (h.base_offset, h.last_offset()),
             "a cleaned batch keeps its offset range"
         );
-        push(&mut out, &rebuilt, nh, false)
+        push(out, &rebuilt, nh, false)
     })?;
     if let Some(h) = last_header {
-        push(&mut out, &[], h, true)?;
+        push(out, &[], h, true)?;
     }
     out.flush_sealed()?;
-    Ok((out, changed))
+    Ok(changed)
 }
 
 fn remove_if_exists(p: &Path) -> Result<(), LogError> {

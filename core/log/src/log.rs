@@ -38,6 +38,7 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use tracing::info;
 
 /// What an append wrote.
@@ -127,6 +128,8 @@ pub struct Log {
     producers: ProducerStates,
     /// Open and aborted transactions (see [`crate::txn`]).
     pub(crate) txns: TxnIndex,
+    /// Whether a compaction run is under way (see [`crate::compaction::CompactionRun`]).
+    pub(crate) compacting: Arc<AtomicBool>,
 }
 
 /// A batch checked for append: its header and position within the input.
@@ -200,6 +203,7 @@ impl Log {
             flush_count: 0,
             producers: ProducerStates::default(),
             txns: TxnIndex::default(),
+            compacting: Arc::new(AtomicBool::new(false)),
         };
         log.txns.load_aborted(read_aborted(dir)?);
         log.rebuild_producers()?;

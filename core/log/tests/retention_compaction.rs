@@ -170,6 +170,12 @@ fn keys_and_values(log: &Log) -> Appended {
 /// whole. Compared record by record, so a stale value cannot hide.
 fn check_exact(log: &Log, appended: &Appended, horizon: i64) {
     let active = log.segment_base_offsets().last().unwrap().0;
+    check_cleaned_below(log, appended, horizon, active);
+}
+
+/// As [`check_exact`], when the segments below `active` were cleaned and
+/// everything from `active` on was not.
+fn check_cleaned_below(log: &Log, appended: &Appended, horizon: i64, active: i64) {
     let mut last: HashMap<&str, i64> = HashMap::new();
     for (off, k, _) in appended.iter().filter(|r| r.0 < active) {
         last.insert(k, *off);
@@ -389,4 +395,106 @@ fn interrupted_compaction_swap_recovers() {
     let log = Log::open(dir.path(), compact_config(), NOW).unwrap();
     assert_eq!(read_all(&log), compacted);
     assert!(ext("index").exists() && !ext("index.cleaned").exists());
+}
+
+/// Appends `n` single-record batches of keys k0..k4 with values v{from}..,
+/// noting them in `appended`.
+fn append_keyed(log: &mut Log, appended: &mut Appended, from: usize, n: usize) {
+    for i in from..from + n {
+        let (k, v) = (format!("k{}", i % 5), format!("v{i}"));
+        let mut b = keyed_batch(&[(k.as_str(), Some(v.as_str()), NOW)]);
+        let offset = log.log_end_offset().0;
+        log.append(&mut b, E1, NOW).unwrap();
+        appended.push((offset, k, Some(v)));
+    }
+}
+
+/// Whether a `.cleaned` file is left in `dir`.
+fn cleaned_files(dir: &std::path::Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".cleaned"))
+        .collect()
+}
+
+/// A compaction run reads the segments and writes their copies without the
+/// log (the broker holds the log's lock only to plan and to swap): appends
+/// and rolls between the plan and the swap all stay, and below the plan's
+/// boundary the log holds exactly what compaction leaves. One run at a time.
+#[test]
+fn appends_between_a_compaction_plan_and_its_swap_stay() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path(), compact_config(), NOW).unwrap();
+    let mut appended = Appended::new();
+    append_keyed(&mut log, &mut appended, 0, 40);
+    assert!(log.segment_count() > 2, "{}", log.segment_count());
+    let boundary = log.segment_base_offsets().last().unwrap().0;
+    let run = log.plan_compaction(NOW).expect("dirty enough to run");
+    assert!(log.plan_compaction(NOW).is_none(), "one run at a time");
+    let segments = log.segment_count();
+    append_keyed(&mut log, &mut appended, 40, 30);
+    let cleaned = run.clean().unwrap();
+    append_keyed(&mut log, &mut appended, 70, 30);
+    assert!(log.segment_count() > segments, "the appends rolled");
+    let end = log.log_end_offset();
+    assert!(log.finish_compaction(cleaned).unwrap(), "swapped in");
+    assert_eq!(log.log_end_offset(), end);
+    check_cleaned_below(&log, &appended, NOW - 1000, boundary);
+    assert!(cleaned_files(dir.path()).is_empty());
+    // The run is over: the next one runs, and cleans up to the active segment.
+    assert!(log.plan_compaction(NOW).is_some());
+    assert!(log.compact(NOW).unwrap());
+    check_exact(&log, &appended, NOW - 1000);
+    drop(log);
+    let log = Log::open(dir.path(), compact_config(), NOW).unwrap();
+    check_exact(&log, &appended, NOW - 1000);
+}
+
+/// A run whose segments changed under it (retention deleted one, or a
+/// truncation cut into one) swaps nothing in: every record stays, no cleaned
+/// copy is left behind, and the next run cleans.
+#[test]
+fn a_compaction_run_is_dropped_when_its_segments_changed() {
+    for truncate in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = Log::open(dir.path(), compact_config(), NOW).unwrap();
+        let mut appended = Appended::new();
+        append_keyed(&mut log, &mut appended, 0, 40);
+        let cleaned = log.plan_compaction(NOW).unwrap().clean().unwrap();
+        if truncate {
+            let cut = log.segment_base_offsets()[1].0 + 1;
+            log.truncate_to(o(cut)).unwrap();
+            appended.retain(|r| r.0 < cut);
+        } else {
+            let mut c = log.config().clone();
+            c.cleanup_policy = CleanupPolicy::COMPACT_DELETE;
+            c.retention_ms = Some(0);
+            log.set_config(c);
+            assert!(log.apply_retention(NOW + 1).unwrap() > 0);
+            let start = log.log_start_offset().0;
+            appended.retain(|r| r.0 >= start);
+            let mut c = log.config().clone();
+            c.cleanup_policy = CleanupPolicy::COMPACT;
+            c.retention_ms = None;
+            log.set_config(c);
+            append_keyed(&mut log, &mut appended, 40, 40);
+        }
+        let before = read_all(&log);
+        assert!(
+            !log.finish_compaction(cleaned).unwrap(),
+            "a run over changed segments was swapped in (truncate: {truncate})"
+        );
+        assert_eq!(read_all(&log), before);
+        assert!(
+            cleaned_files(dir.path()).is_empty(),
+            "{:?}",
+            cleaned_files(dir.path())
+        );
+        assert!(
+            log.compact(NOW).unwrap(),
+            "the next run (truncate: {truncate})"
+        );
+        check_exact(&log, &appended, NOW - 1000);
+    }
 }
