@@ -1341,3 +1341,102 @@ async fn a_partition_directory_of_an_older_incarnation_is_replaced_not_adopted()
     drop(client);
     broker.shutdown().await.unwrap();
 }
+
+/// Compaction runs on the broker's timer while producers write: the cleaner
+/// holds the log only to plan a run and to swap its segments in, so appends
+/// go on beside it, and every key's latest acknowledged value is read back at
+/// its offset once the log was cleaned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compaction_runs_beside_produce_and_keeps_the_latest_of_every_key() {
+    let env = Env::new();
+    let broker = env.start().await;
+    let client = env.client(broker.local_addr()).await;
+    let created = client
+        .create(
+            "kv",
+            1,
+            &[
+                ("cleanup.policy", "compact"),
+                ("segment.bytes", "2048"),
+                ("min.cleanable.dirty.ratio", "0.01"),
+            ],
+        )
+        .await;
+    assert_eq!(created, None);
+    const KEYS: usize = 20;
+    let mut latest: std::collections::BTreeMap<String, (i64, String)> = Default::default();
+    let mut produced = 0usize;
+    let mut i = 0usize;
+    let deadline = std::time::Instant::now() + STEP;
+    // Write until the log was compacted under the writes (records gone), and
+    // a while after.
+    let mut cleaned_at = None;
+    while cleaned_at.is_none_or(|at| i < at + 200) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the log was never compacted ({produced} records written)"
+        );
+        let mut b = BatchBuilder::new(Compression::None);
+        let mut keys = Vec::new();
+        // Cold keys, written twice at the start only: their latest values
+        // sit in segments the cleaner rewrites.
+        for j in 0..5 {
+            let key = if i < 2 {
+                format!("cold{j}")
+            } else {
+                format!("k{}", (i * 5 + j) % KEYS)
+            };
+            let value = format!("{key}-{i}");
+            b.push(&Record {
+                key: Some(Bytes::from(key.clone())),
+                value: Some(Bytes::from(value.clone())),
+                headers: Vec::new(),
+                timestamp_ms: rill_proto::types::now_ms(),
+            });
+            keys.push((key, value));
+        }
+        let p = client.produce("kv", 0, b.build()).await;
+        assert_eq!(p.error, None, "{p:?}");
+        for (n, (key, value)) in keys.into_iter().enumerate() {
+            latest.insert(key, (p.base_offset.0 + n as i64, value));
+        }
+        produced += 5;
+        i += 1;
+        if cleaned_at.is_none() && i % 20 == 0 {
+            let end = client.list_offset("kv", OffsetSpec::Latest).await.offset.0;
+            let mut held = 0usize;
+            let mut at = 0i64;
+            while at < end {
+                let (f, records) = client.fetch("kv", 0, at, 0).await;
+                assert_eq!(f.error, None);
+                held += records.len();
+                at = records.last().map_or(end, |r| r.offset.0 + 1);
+            }
+            if held < produced {
+                cleaned_at = Some(i);
+            }
+        }
+    }
+    // Everything is read back: offsets rise, and each key's latest
+    // acknowledged value is there at its offset.
+    let end = client.list_offset("kv", OffsetSpec::Latest).await.offset.0;
+    let mut read: Vec<StoredRecord> = Vec::new();
+    let mut at = 0i64;
+    while at < end {
+        let (f, records) = client.fetch("kv", 0, at, 0).await;
+        assert_eq!(f.error, None);
+        at = records.last().map_or(end, |r| r.offset.0 + 1);
+        read.extend(records);
+    }
+    assert!(read.windows(2).all(|w| w[0].offset < w[1].offset));
+    assert!(read.len() < produced, "{} of {produced}", read.len());
+    for (key, (offset, value)) in &latest {
+        let r = read
+            .iter()
+            .find(|r| r.offset.0 == *offset)
+            .unwrap_or_else(|| panic!("the latest value of {key} (offset {offset}) is gone"));
+        assert_eq!(r.key.as_deref(), Some(key.as_bytes()));
+        assert_eq!(r.value.as_deref(), Some(value.as_bytes()));
+    }
+    broker.shutdown().await.unwrap();
+}
