@@ -42,6 +42,19 @@
 //! coordinator first being given every partition while the others still
 //! consumed theirs.
 //!
+//! The members record names the members of both protocols. A classic group
+//! held after a load completes no generation (its leader assigns whatever it
+//! is given) until each recorded member was told here that it is unknown
+//! (UNKNOWN_MEMBER_ID to a heartbeat, a commit, a sync or a join with its
+//! id: Kafka's clients then give their partitions up and join again) or
+//! left, or the session passed. For the hold to know every member that may
+//! hold partitions, nothing is handed out before the records naming its
+//! member are replicated: a consumer-protocol heartbeat whose records were
+//! not is answered with an error (the shell), and a classic SyncGroup waits
+//! until its generation is durable ([`input::Replicated`]); a classic
+//! generation that could not be made durable rebalances again
+//! ([`input::Unwritten`]).
+//!
 //! Invariants (asserted in `check_invariants`, run by the tests after every
 //! step): no partition is held (assigned or revoking) by two members; every
 //! member's epoch is at most the group epoch.
@@ -213,6 +226,18 @@ pub mod input {
     /// A record that is durable in `__consumer_offsets` (written or loaded).
     #[derive(Debug, Clone)]
     pub struct Replay(pub GroupRecord);
+
+    /// A step's group records reached the in-sync replicas: these groups'
+    /// epochs are durable (a classic generation's assignment may be handed
+    /// out).
+    #[derive(Debug, Clone)]
+    pub struct Replicated(pub Vec<(String, i32)>);
+
+    /// A step's group records were not made durable (not appended, or not
+    /// replicated): a classic generation among them rebalances again, since
+    /// its assignment may not be handed out.
+    #[derive(Debug, Clone)]
+    pub struct Unwritten(pub Vec<(String, i32)>);
 }
 
 impl Input for input::Heartbeat {
@@ -372,6 +397,28 @@ impl Input for input::Replay {
     }
 }
 
+impl Input for input::Replicated {
+    type Reply = ();
+    fn apply(self, c: &mut GroupCoordinator, _now: Millis) -> Output<Self::Reply> {
+        for (gid, epoch) in self.0 {
+            if let Some(g) = c.groups.get_mut(&gid) {
+                g.durable_epoch = g.durable_epoch.max(epoch);
+            }
+        }
+        Output::reply(())
+    }
+}
+
+impl Input for input::Unwritten {
+    type Reply = ();
+    fn apply(self, c: &mut GroupCoordinator, now: Millis) -> Output<Self::Reply> {
+        for (gid, epoch) in self.0 {
+            c.classic_unwritten(&gid, epoch, now);
+        }
+        Output::reply(())
+    }
+}
+
 /// What a step produced: the reply, and records to make durable (then replay)
 /// before the reply is sent.
 #[derive(Debug, Clone)]
@@ -410,6 +457,11 @@ struct Group {
     epoch: i32,
     /// The epoch last sent out to be written.
     persisted_epoch: i32,
+    /// The newest epoch known to be in the in-sync replicas' logs (written
+    /// and replicated here, or loaded from the log as its new leader). A
+    /// classic member gets its generation's assignment only once that
+    /// generation is durable, so a successor coordinator knows its members.
+    durable_epoch: i32,
     assignor: String,
     members: BTreeMap<String, Member>,
     target: BTreeMap<String, BTreeSet<Tp>>,
@@ -646,6 +698,8 @@ impl GroupCoordinator {
     /// module doc).
     pub fn hold_after_load(&mut self, now: Millis) {
         for g in self.groups.values_mut() {
+            // The new leader's log is the truth: what it holds is durable.
+            g.durable_epoch = g.persisted_epoch;
             g.hold = g
                 .recorded_members
                 .as_ref()
@@ -1075,25 +1129,30 @@ impl GroupCoordinator {
                 assignor: g.assignor.clone(),
             }),
         }];
-        // (Not for a group that had and has no consumer-protocol members: a
-        // classic group.)
+        // (Not for a group that had and has no members.) Members of either
+        // protocol: a successor waits for classic members too.
         let had_members = g
             .recorded_members
             .as_ref()
             .is_some_and(|m| !m.member_ids.is_empty());
-        if g.members.is_empty() && !had_members {
+        if !g.has_members() && !had_members {
             return records;
         }
+        let sessions = g
+            .members
+            .values()
+            .map(|m| m.session_timeout_ms)
+            .chain(g.classic.members.values().map(|m| m.session_timeout_ms));
         records.push(GroupRecord::Members {
             group: gid.to_string(),
             value: Some(MembersValue {
-                member_ids: g.members.keys().cloned().collect(),
-                session_timeout_ms_max: g
+                member_ids: g
                     .members
-                    .values()
-                    .map(|m| m.session_timeout_ms)
-                    .max()
-                    .unwrap_or(0),
+                    .keys()
+                    .chain(g.classic.members.keys())
+                    .cloned()
+                    .collect(),
+                session_timeout_ms_max: sessions.max().unwrap_or(0),
             }),
         });
         records

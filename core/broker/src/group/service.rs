@@ -381,9 +381,25 @@ impl GroupService {
             (out, turn)
         };
         self.wait_turn(&turn).await;
+        // The group epochs these records write, to report as durable or not.
+        let epochs: Vec<(String, i32)> = out
+            .records
+            .iter()
+            .filter_map(|r| match r {
+                GroupRecord::Group {
+                    group,
+                    value: Some(v),
+                } => Some((group.clone(), v.group_epoch)),
+                _ => None,
+            })
+            .collect();
         let written = match self.append(state, &out.records).await {
             Ok(written) => written,
-            Err(e) => return (out.reply, Err(e)),
+            Err(e) => {
+                drop(turn);
+                self.report(epochs, false);
+                return (out.reply, Err(e));
+            }
         };
         {
             let mut inner = self.inner.lock();
@@ -406,10 +422,28 @@ impl GroupService {
             )
             .await
             {
+                self.report(epochs, false);
                 return (out.reply, Err(not_coordinator_if_moved(e)));
             }
         }
+        self.report(epochs, true);
         (out.reply, Ok(()))
+    }
+
+    /// Tells the coordinator whether a step's group epochs became durable,
+    /// and wakes the waiters (a classic SyncGroup waits for it).
+    fn report(&self, epochs: Vec<(String, i32)>, durable: bool) {
+        if epochs.is_empty() {
+            return;
+        }
+        let mut inner = self.inner.lock();
+        let now = self.now();
+        if durable {
+            inner.coordinator.step(now, input::Replicated(epochs));
+        } else {
+            inner.coordinator.step(now, input::Unwritten(epochs));
+        }
+        self.changed.notify_waiters();
     }
 
     /// Appends records to their groups' partitions, one batch per partition; each

@@ -21,6 +21,12 @@
 //! is there. The coordinator keeps each member's join answer until it is
 //! taken, so no answer depends on a waiter being present when the phase ends.
 //!
+//! A member's assignment goes out only once its generation's records (the
+//! group epoch and its members) are replicated, and a coordinator that
+//! loaded the group from the log forms no generation while a member of the
+//! previous coordinator may still consume ("Hold after a load" in the
+//! parent module).
+//!
 //! Sessions: a member's session is renewed by each of its requests; a member
 //! that is silent past it is removed and the group rebalances. While the group
 //! prepares a rebalance no member expires (the rebalance deadline decides).
@@ -365,6 +371,9 @@ impl GroupCoordinator {
         {
             req.member_id.clone()
         } else {
+            // A member of the previous coordinator learns here that it is
+            // gone, and gives its partitions up (Kafka's clients do).
+            g.no_longer_awaited(&req.member_id);
             return done(
                 ErrorInfo::new(
                     ErrorCode::UnknownMemberId,
@@ -458,6 +467,11 @@ impl GroupCoordinator {
         let Some(g) = self.groups.get_mut(gid) else {
             return;
         };
+        // After a load, no generation while a member of the previous
+        // coordinator may still consume (see "Hold after a load").
+        if g.held_until(now).is_some() {
+            return;
+        }
         let c = &mut g.classic;
         if c.phase != Phase::PreparingRebalance {
             return;
@@ -572,6 +586,10 @@ impl GroupCoordinator {
             ));
         };
         let epoch = g.epoch;
+        if !g.classic.members.contains_key(mid) {
+            // (As in join_group: told it is gone, it gives its partitions up.)
+            g.no_longer_awaited(mid);
+        }
         let Some(m) = g.classic.members.get_mut(mid) else {
             return Err(ErrorInfo::new(
                 ErrorCode::UnknownMemberId,
@@ -669,7 +687,9 @@ impl GroupCoordinator {
                 format!("group {gid} is rebalancing again: join again"),
             )));
         }
-        if c.phase == Phase::CompletingRebalance {
+        // Not before the generation's records (its members) are durable: a
+        // successor coordinator must know whom to wait for.
+        if c.phase == Phase::CompletingRebalance || g.durable_epoch < generation {
             return Pending::Wait;
         }
         Pending::Done(SyncGroupResponse {
@@ -714,6 +734,9 @@ impl GroupCoordinator {
                 members: Vec::new(),
             });
         };
+        for l in &req.members {
+            g.no_longer_awaited(&l.member_id);
+        }
         let c = &mut g.classic;
         let mut removed = false;
         let members = req
@@ -762,6 +785,24 @@ impl GroupCoordinator {
                 members,
             },
             records,
+        }
+    }
+
+    /// The records of `gid`'s `epoch` were not made durable: if that is the
+    /// classic generation in force and its assignment may not go out yet, the
+    /// group rebalances again (waiting syncs get REBALANCE_IN_PROGRESS, and
+    /// the next generation is written again), as Kafka's coordinator does
+    /// when it cannot store a group's assignment.
+    pub(super) fn classic_unwritten(&mut self, gid: &str, epoch: i32, now: Millis) {
+        let Some(g) = self.groups.get_mut(gid) else {
+            return;
+        };
+        let c = &mut g.classic;
+        if g.epoch == epoch
+            && g.durable_epoch < epoch
+            && matches!(c.phase, Phase::CompletingRebalance | Phase::Stable)
+        {
+            Self::prepare(c, now);
         }
     }
 
@@ -1004,7 +1045,22 @@ mod tests {
         }
     }
 
+    /// A member's SyncGroup, once the generation's records were written and
+    /// replicated (the shell reports that; see
+    /// `an_assignment_goes_out_only_once_its_generation_is_replicated`).
     fn sync(
+        c: &mut GroupCoordinator,
+        now: Millis,
+        id: &str,
+        generation: i32,
+        assignments: &[(&str, &[u8])],
+    ) -> Pending<SyncGroupResponse> {
+        c.step(now, input::Replicated(vec![(G.into(), generation)]));
+        sync_unreplicated(c, now, id, generation, assignments)
+    }
+
+    /// A SyncGroup as it arrives, whether or not the generation is durable.
+    fn sync_unreplicated(
         c: &mut GroupCoordinator,
         now: Millis,
         id: &str,
@@ -1065,10 +1121,19 @@ mod tests {
         assert_eq!(second, Pending::Wait);
         // The delay ends: one generation with both.
         let out = c.step(DELAY, input::Tick);
-        assert_eq!(
-            out.records.len(),
-            1,
-            "the generation is written: {:?}",
+        // The generation is written, with its members (a successor
+        // coordinator waits for them).
+        let mut named = vec![a.clone(), b.clone()];
+        named.sort();
+        assert!(
+            matches!(
+                &out.records[..],
+                [
+                    GroupRecord::Group { value: Some(g), .. },
+                    GroupRecord::Members { value: Some(m), .. },
+                ] if g.group_epoch == 1 && m.member_ids == named && m.session_timeout_ms_max == 1000
+            ),
+            "{:?}",
             out.records
         );
         let ra = done(result(&mut c, DELAY, &a));
@@ -1132,6 +1197,128 @@ mod tests {
         done(result(c, DELAY, &b));
         done(sync(c, DELAY, &a, 1, &[]));
         (a, b)
+    }
+
+    fn sync_result(c: &mut GroupCoordinator, now: Millis, id: &str) -> Pending<SyncGroupResponse> {
+        c.step(
+            now,
+            input::SyncResult {
+                group_id: G.into(),
+                member_id: id.into(),
+                generation: 1,
+            },
+        )
+        .reply
+    }
+
+    /// A member gets its generation's assignment only once the generation's
+    /// records (its members) reached the in-sync replicas; if they did not,
+    /// the group rebalances again. Else a deposed coordinator could hand out
+    /// an assignment its successor never heard of (the consumer protocol's
+    /// like case: `a_join_is_answered_only_once_its_records_are_replicated`).
+    #[test]
+    fn an_assignment_goes_out_only_once_its_generation_is_replicated() {
+        for replicated in [true, false] {
+            let mut c = coordinator();
+            let (a, _) = join_new(&mut c, 0, &["range"]);
+            let out = c.step(DELAY, input::Tick);
+            assert!(!out.records.is_empty());
+            assert_eq!(done(result(&mut c, DELAY, &a)).generation, 1);
+            // The leader's assignment arrives before the records are durable.
+            assert_eq!(
+                sync_unreplicated(&mut c, DELAY + 1, &a, 1, &[(&a, b"A")]),
+                Pending::Wait,
+                "an assignment went out before its generation was replicated"
+            );
+            if replicated {
+                c.step(DELAY + 2, input::Replicated(vec![(G.into(), 1)]));
+                assert_eq!(done(sync_result(&mut c, DELAY + 2, &a)).assignment, b"A");
+                assert_eq!(heartbeat(&mut c, DELAY + 3, &a, 1), None);
+            } else {
+                c.step(DELAY + 2, input::Unwritten(vec![(G.into(), 1)]));
+                let e = done(sync_result(&mut c, DELAY + 2, &a)).error.unwrap();
+                assert_eq!(e.code, ErrorCode::RebalanceInProgress, "{e:?}");
+                // It joins again: generation 2, written again.
+                let out = c.step(
+                    DELAY + 3,
+                    input::JoinGroup {
+                        request: join_req(&a, &["range"]),
+                        new_member_id: "unused".into(),
+                    },
+                );
+                assert_eq!(done(out.reply).generation, 2);
+                assert!(
+                    out.records.iter().any(|r| matches!(
+                        r,
+                        GroupRecord::Group { value: Some(g), .. } if g.group_epoch == 2
+                    )),
+                    "generation 2 is written: {:?}",
+                    out.records
+                );
+            }
+        }
+    }
+
+    /// After the coordinator moved, a classic member that reaches the new one
+    /// first forms no generation while a member of the old one may still
+    /// consume: not until each old member was told it is unknown here (Kafka's
+    /// clients then give their partitions up) or left, or the old members'
+    /// longest session passed since the load.
+    #[test]
+    fn a_moved_coordinator_forms_no_classic_generation_until_the_old_members_are_told() {
+        let mut old = coordinator();
+        let (a, _) = join_new(&mut old, 0, &["range"]);
+        let (b, _) = join_new(&mut old, 0, &["range"]);
+        let log = old.step(DELAY, input::Tick).records;
+        done(result(&mut old, DELAY, &a));
+        done(result(&mut old, DELAY, &b));
+        done(sync(&mut old, DELAY, &a, 1, &[(&a, b"A"), (&b, b"B")]));
+        let loaded: Millis = 500;
+        for b_is_told in [true, false] {
+            let mut c = coordinator();
+            for r in &log {
+                c.step(loaded, input::Replay(r.clone()));
+            }
+            c.hold_after_load(loaded);
+            let (x, first) = join_new(&mut c, loaded, &["range"]);
+            assert_eq!(first, Pending::Wait);
+            let t = loaded + DELAY + 10;
+            assert!(c.step(t, input::Tick).records.is_empty());
+            assert_eq!(
+                result(&mut c, t, &x),
+                Pending::Wait,
+                "a generation formed while a and b may still consume"
+            );
+            // a learns of the move: unknown here.
+            assert_eq!(
+                heartbeat(&mut c, t, &a, 1),
+                Some(ErrorCode::UnknownMemberId)
+            );
+            c.step(t + 1, input::Tick);
+            assert_eq!(
+                result(&mut c, t + 1, &x),
+                Pending::Wait,
+                "b may still consume"
+            );
+            let t = if b_is_told {
+                let e = done(sync_unreplicated(&mut c, t + 2, &b, 1, &[]))
+                    .error
+                    .unwrap();
+                assert_eq!(e.code, ErrorCode::UnknownMemberId);
+                t + 2
+            } else {
+                // b is silent: its session (1,000 ms) after the load, it has
+                // given its partitions up.
+                c.step(loaded + 999, input::Tick);
+                assert_eq!(result(&mut c, loaded + 999, &x), Pending::Wait);
+                loaded + 1000
+            };
+            c.step(t, input::Tick);
+            let rx = done(result(&mut c, t, &x));
+            assert_eq!(rx.error, None);
+            assert_eq!(rx.generation, 2);
+            assert_eq!(rx.members.len(), 1, "{rx:?}");
+        }
     }
 
     #[test]
