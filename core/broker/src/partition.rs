@@ -977,9 +977,22 @@ impl Partition {
         let Some(run) = run else {
             return Ok((deleted, false));
         };
-        let cleaned = run
-            .clean()
-            .map_err(|e| self.error_info(LogOp::Maintain, &e))?;
+        let cleaned = match run.clean() {
+            Ok(cleaned) => cleaned,
+            Err(failed) => {
+                // A truncation can cut a segment the run was reading: then
+                // the failure says nothing about the data.
+                if self.with_log(LogOp::Maintain, |log| Ok(log.changed_since(&failed)))? {
+                    tracing::info!(
+                        partition = %format!("{}-{}", self.topic, self.index),
+                        error = %failed.error,
+                        "compaction dropped: the log changed while it ran"
+                    );
+                    return Ok((deleted, false));
+                }
+                return Err(self.error_info(LogOp::Maintain, &failed.error));
+            }
+        };
         let compacted = self.with_log_long(LogOp::Maintain, |log| {
             let swapped = log.finish_compaction(cleaned)?;
             self.refresh_offsets(log);

@@ -42,8 +42,9 @@
 //! last step. The swap happens only if the cleaned segments are still the
 //! log's first ones, unchanged; otherwise the copies are deleted.
 //!
-//! Crash safety: the output is written to `<base>.log.cleaned` (+ `.index.cleaned`,
-//! `.timeindex.cleaned`) and fsynced; then the old indexes are deleted (dir fsync),
+//! Crash safety: the output is written to `<base>.log.<run>.cleaned` (+
+//! `.index.<run>.cleaned`, `.timeindex.<run>.cleaned`; `<run>` numbers the runs
+//! of the process) and fsynced; then the old indexes are deleted (dir fsync),
 //! the `.log.cleaned` is renamed over the `.log` (atomic; dir fsync) and the indexes
 //! renamed into place. A crash at any point leaves the old or the new segment whole;
 //! recovery deletes `*.cleaned` leftovers and rebuilds missing indexes.
@@ -66,7 +67,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use tracing::info;
 
 /// File name of the cleaner checkpoint.
@@ -77,6 +78,11 @@ pub const OFFSET_MAP_BYTES_MAX: usize = 64 << 20;
 const OFFSET_MAP_ENTRY_OVERHEAD: usize = 48;
 /// Output is written in chunks of this size.
 const CLEANER_WRITE_CHUNK_BYTES: usize = 1 << 20;
+/// Numbers compaction runs within the process: each run names its copies
+/// `<base>.log.<run>.cleaned`, so a run still going on a log closed meanwhile
+/// never writes to or deletes the copies of a run on the log opened again
+/// on the same directory.
+static RUNS: AtomicU64 = AtomicU64::new(0);
 
 pub(crate) fn read_cleaner_checkpoint(dir: &Path) -> Result<Option<Offset>, LogError> {
     Ok(checkpoint::read_checkpoint(&dir.join(CLEANER_CHECKPOINT))?
@@ -94,7 +100,7 @@ fn corrupt(path: &Path, position: u64, reason: impl Into<String>) -> LogError {
 /// A sealed segment as a compaction run reads it, without the log's lock: its
 /// file stays open and readable even if the log drops or replaces the segment
 /// meanwhile.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Sealed {
     base_offset: Offset,
     path: PathBuf,
@@ -176,7 +182,19 @@ pub struct CompactionRun {
     tombstone_horizon: TimestampMs,
     interval: u32,
     now_ms: TimestampMs,
+    /// What this run's copies end with (see [`RUNS`]).
+    suffix: String,
     _running: Running,
+}
+
+/// A [`CompactionRun::clean`] that failed: the error, and what the run had
+/// planned, so the caller can tell whether the log changed under it
+/// ([`Log::changed_since`]): a truncation can cut a segment the run is
+/// reading, which then reads as damaged.
+#[derive(Debug)]
+pub struct CleanFailed {
+    pub error: LogError,
+    segments: Vec<Sealed>,
 }
 
 /// The cleaned copies of a [`CompactionRun`], to hand to
@@ -222,7 +240,7 @@ impl Log {
     pub fn compact(&mut self, now_ms: TimestampMs) -> Result<bool, LogError> {
         match self.plan_compaction(now_ms) {
             Some(run) => {
-                let cleaned = run.clean()?;
+                let cleaned = run.clean().map_err(|f| f.error)?;
                 self.finish_compaction(cleaned)
             }
             None => Ok(false),
@@ -270,8 +288,17 @@ impl Log {
                 .saturating_sub(config.delete_retention_ms.min(i64::MAX as u64) as i64),
             interval: config.index_interval_bytes,
             now_ms,
+            suffix: format!(".{}{CLEANED_SUFFIX}", RUNS.fetch_add(1, Ordering::Relaxed)),
             _running: Running(self.compacting.clone()),
         })
+    }
+
+    /// Whether the segments a failed run read are no longer the log's
+    /// first ones as they were (the failure may come from that change).
+    pub fn changed_since(&self, failed: &CleanFailed) -> bool {
+        let sealed = &failed.segments[..failed.segments.len() - 1];
+        self.segments.len() <= sealed.len()
+            || !sealed.iter().zip(&self.segments).all(|(s, seg)| s.is(seg))
     }
 
     /// Swaps in the copies of a run, if the segments it cleaned are still the
@@ -334,7 +361,15 @@ impl CompactionRun {
     /// Maps each key of the dirty segments to its latest offset (bounded by
     /// [`OFFSET_MAP_BYTES_MAX`]), then writes a cleaned copy of every segment
     /// up to the end of the mapped part. Needs no lock of the log.
-    pub fn clean(self) -> Result<CleanedSegments, LogError> {
+    pub fn clean(self) -> Result<CleanedSegments, CleanFailed> {
+        let planned = self.segments.clone();
+        self.clean_inner().map_err(|error| CleanFailed {
+            error,
+            segments: planned,
+        })
+    }
+
+    fn clean_inner(self) -> Result<CleanedSegments, LogError> {
         let CompactionRun {
             dir,
             mut segments,
@@ -343,6 +378,7 @@ impl CompactionRun {
             tombstone_horizon,
             interval,
             now_ms,
+            suffix,
             _running,
         } = self;
         let n = segments.len() - 1;
@@ -393,8 +429,13 @@ impl CompactionRun {
             now_ms,
         };
         for i in 0..end {
-            let (mut copy, changed) =
-                clean_segment(&cleaned.dir, &cleaned.segments[i], &cleaning, &mut txns)?;
+            let (mut copy, changed) = clean_segment(
+                &cleaned.dir,
+                &cleaned.segments[i],
+                &suffix,
+                &cleaning,
+                &mut txns,
+            )?;
             if changed {
                 cleaned.copies.push(Some(copy));
             } else {
@@ -465,15 +506,16 @@ impl TxnCleaning<'_> {
     }
 }
 
-/// Writes the cleaned copy of `seg` as `<base>.*.cleaned`, fsynced; also says
+/// Writes the cleaned copy of `seg` as `<base>.*<suffix>`, fsynced; also says
 /// whether anything was dropped.
 fn clean_segment(
     dir: &Path,
     seg: &Sealed,
+    suffix: &str,
     c: &Cleaning<'_>,
     txns: &mut TxnCleaning<'_>,
 ) -> Result<(Segment, bool), LogError> {
-    let mut out = Segment::create_with_suffix(dir, seg.base_offset, CLEANED_SUFFIX, c.now_ms)?;
+    let mut out = Segment::create_with_suffix(dir, seg.base_offset, suffix, c.now_ms)?;
     match write_cleaned(seg, c, txns, &mut out) {
         Ok(changed) => Ok((out, changed)),
         Err(e) => {

@@ -33,7 +33,7 @@ pub mod tail;
 pub mod tiering;
 pub mod txn;
 
-pub use compaction::{CleanedSegments, CompactionRun};
+pub use compaction::{CleanFailed, CleanedSegments, CompactionRun};
 pub use config::{CleanupPolicy, LogConfig};
 pub use error::LogError;
 pub use log::{AppendInfo, FileSlice, Log};

@@ -498,3 +498,49 @@ fn a_compaction_run_is_dropped_when_its_segments_changed() {
         check_exact(&log, &appended, NOW - 1000);
     }
 }
+
+/// A run still going on a log that was closed (a restart, a topic deleted
+/// and made again) does not touch the copies of a run on the log opened
+/// again on the same directory: each run names its own copies.
+#[test]
+fn a_run_on_a_closed_log_leaves_the_reopened_logs_run_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path(), compact_config(), NOW).unwrap();
+    let mut appended = Appended::new();
+    append_keyed(&mut log, &mut appended, 0, 40);
+    let stale = log.plan_compaction(NOW).unwrap();
+    log.close().unwrap();
+    let mut log = Log::open(dir.path(), compact_config(), NOW).unwrap();
+    let fresh = log.plan_compaction(NOW).unwrap();
+    let fresh = fresh.clean().unwrap();
+    // The stale run writes its copies after the fresh one, then its log is
+    // gone: its copies are dropped.
+    drop(stale.clean().unwrap());
+    assert!(log.finish_compaction(fresh).unwrap());
+    check_exact(&log, &appended, NOW - 1000);
+    assert!(
+        cleaned_files(dir.path()).is_empty(),
+        "{:?}",
+        cleaned_files(dir.path())
+    );
+}
+
+/// A truncation that cuts a segment a run is reading makes the run fail or
+/// its swap be refused, and the failure is seen as the log's change.
+#[test]
+fn a_truncation_under_a_run_is_told_apart_from_damage() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path(), compact_config(), NOW).unwrap();
+    let mut appended = Appended::new();
+    append_keyed(&mut log, &mut appended, 0, 40);
+    let run = log.plan_compaction(NOW).unwrap();
+    let cut = log.segment_base_offsets()[1].0 + 1;
+    log.truncate_to(o(cut)).unwrap();
+    appended.retain(|r| r.0 < cut);
+    match run.clean() {
+        Err(failed) => assert!(log.changed_since(&failed), "{:?}", failed.error),
+        Ok(cleaned) => assert!(!log.finish_compaction(cleaned).unwrap()),
+    }
+    assert!(log.compact(NOW).unwrap());
+    check_exact(&log, &appended, NOW - 1000);
+}

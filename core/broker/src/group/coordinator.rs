@@ -401,7 +401,9 @@ impl Input for input::Replicated {
     type Reply = ();
     fn apply(self, c: &mut GroupCoordinator, _now: Millis) -> Output<Self::Reply> {
         for (gid, epoch) in self.0 {
-            if let Some(g) = c.groups.get_mut(&gid) {
+            // (Not for a group deleted and made again meanwhile, whose
+            // epochs started over.)
+            if let Some(g) = c.groups.get_mut(&gid).filter(|g| epoch <= g.epoch) {
                 g.durable_epoch = g.durable_epoch.max(epoch);
             }
         }
@@ -1002,9 +1004,9 @@ impl GroupCoordinator {
                     }
                     old.revoking.clear();
                     old.left = false;
-                    if old.subscribed != req.subscribed_topics {
-                        g.bump();
-                    }
+                    // A new epoch, so the members record names the new id
+                    // (a successor coordinator waits for it, not the old).
+                    g.bump();
                     old
                 }
                 None => {

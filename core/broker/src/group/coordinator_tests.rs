@@ -309,6 +309,21 @@ fn a_static_member_gets_its_partitions_back_after_a_quick_restart() {
     b2.instance = Some("worker-b".into());
     w.heartbeat(now + 200, &mut b2);
     assert_eq!(b2.owned, b_had);
+    // The members record names the new incarnation, so a coordinator that
+    // loads the group waits for it (the old id would never come back).
+    let named = w
+        .log
+        .iter()
+        .rev()
+        .find_map(|r| match r {
+            GroupRecord::Members { value: Some(m), .. } => Some(m.member_ids.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert!(
+        named.contains(&b2.id) && !named.contains(&ms[1].id),
+        "{named:?}"
+    );
     // The old incarnation is fenced.
     let old = w.heartbeat_raw(now + 210, ms[1].request("g", "uniform"));
     assert_eq!(old.error.unwrap().code, ErrorCode::UnknownMemberId);

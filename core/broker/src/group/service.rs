@@ -426,6 +426,18 @@ impl GroupService {
                 return (out.reply, Err(not_coordinator_if_moved(e)));
             }
         }
+        // Only for partitions not loaded again since the append (a load
+        // sets what is durable from the log itself).
+        let epochs = {
+            let inner = self.inner.lock();
+            epochs
+                .into_iter()
+                .filter(|(group, _)| {
+                    let index = offsets_partition_for(group, written.partition_count);
+                    written.generations.get(&index) == Some(&inner.generation(index))
+                })
+                .collect()
+        };
         self.report(epochs, true);
         (out.reply, Ok(()))
     }
