@@ -55,6 +55,8 @@ pub mod replica;
 mod router;
 mod server;
 mod state;
+#[cfg(test)]
+mod test_broker;
 pub mod tier;
 pub mod topic_configs;
 pub mod topics;

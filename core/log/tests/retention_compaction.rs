@@ -362,13 +362,7 @@ fn tombstone_grace_and_a_deleted_key_stays_deleted() {
 #[test]
 fn interrupted_compaction_swap_recovers() {
     let dir = tempfile::tempdir().unwrap();
-    let mut log = Log::open(dir.path(), compact_config(), NOW).unwrap();
-    for i in 0..40 {
-        let k = format!("k{}", i % 5);
-        let v = format!("v{i}");
-        let mut b = keyed_batch(&[(k.as_str(), Some(v.as_str()), NOW)]);
-        log.append(&mut b, E1, NOW).unwrap();
-    }
+    let (log, _) = keyed_log(dir.path());
     let before = read_all(&log);
     let first = dir.path().join("00000000000000000000");
     let ext = |e: &str| first.with_extension(e);
@@ -409,6 +403,15 @@ fn append_keyed(log: &mut Log, appended: &mut Appended, from: usize, n: usize) {
     }
 }
 
+/// A compacted log in `dir` with 40 single-record batches of keys k0..k4
+/// (several segments), and what was appended.
+fn keyed_log(dir: &std::path::Path) -> (Log, Appended) {
+    let mut log = Log::open(dir, compact_config(), NOW).unwrap();
+    let mut appended = Appended::new();
+    append_keyed(&mut log, &mut appended, 0, 40);
+    (log, appended)
+}
+
 /// Whether a `.cleaned` file is left in `dir`.
 fn cleaned_files(dir: &std::path::Path) -> Vec<String> {
     std::fs::read_dir(dir)
@@ -425,9 +428,7 @@ fn cleaned_files(dir: &std::path::Path) -> Vec<String> {
 #[test]
 fn appends_between_a_compaction_plan_and_its_swap_stay() {
     let dir = tempfile::tempdir().unwrap();
-    let mut log = Log::open(dir.path(), compact_config(), NOW).unwrap();
-    let mut appended = Appended::new();
-    append_keyed(&mut log, &mut appended, 0, 40);
+    let (mut log, mut appended) = keyed_log(dir.path());
     assert!(log.segment_count() > 2, "{}", log.segment_count());
     let boundary = log.segment_base_offsets().last().unwrap().0;
     let run = log.plan_compaction(NOW).expect("dirty enough to run");
@@ -458,9 +459,7 @@ fn appends_between_a_compaction_plan_and_its_swap_stay() {
 fn a_compaction_run_is_dropped_when_its_segments_changed() {
     for truncate in [false, true] {
         let dir = tempfile::tempdir().unwrap();
-        let mut log = Log::open(dir.path(), compact_config(), NOW).unwrap();
-        let mut appended = Appended::new();
-        append_keyed(&mut log, &mut appended, 0, 40);
+        let (mut log, mut appended) = keyed_log(dir.path());
         let cleaned = log.plan_compaction(NOW).unwrap().clean().unwrap();
         if truncate {
             let cut = log.segment_base_offsets()[1].0 + 1;
@@ -505,9 +504,7 @@ fn a_compaction_run_is_dropped_when_its_segments_changed() {
 #[test]
 fn a_run_on_a_closed_log_leaves_the_reopened_logs_run_alone() {
     let dir = tempfile::tempdir().unwrap();
-    let mut log = Log::open(dir.path(), compact_config(), NOW).unwrap();
-    let mut appended = Appended::new();
-    append_keyed(&mut log, &mut appended, 0, 40);
+    let (log, appended) = keyed_log(dir.path());
     let stale = log.plan_compaction(NOW).unwrap();
     log.close().unwrap();
     let mut log = Log::open(dir.path(), compact_config(), NOW).unwrap();
@@ -530,9 +527,7 @@ fn a_run_on_a_closed_log_leaves_the_reopened_logs_run_alone() {
 #[test]
 fn a_truncation_under_a_run_is_told_apart_from_damage() {
     let dir = tempfile::tempdir().unwrap();
-    let mut log = Log::open(dir.path(), compact_config(), NOW).unwrap();
-    let mut appended = Appended::new();
-    append_keyed(&mut log, &mut appended, 0, 40);
+    let (mut log, mut appended) = keyed_log(dir.path());
     let run = log.plan_compaction(NOW).unwrap();
     let cut = log.segment_base_offsets()[1].0 + 1;
     log.truncate_to(o(cut)).unwrap();

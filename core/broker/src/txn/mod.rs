@@ -16,8 +16,9 @@ pub mod service;
 
 #[cfg(test)]
 mod tests {
+    use crate::handlers;
     use crate::router::Answer;
-    use crate::{Broker, BrokerConfig, handlers};
+    use crate::test_broker::TestBroker;
     use rill_proto::control::{Marker, MarkerKind};
     use rill_proto::wire::*;
     use rill_proto::{BatchBuilder, Compression, Offset, ProducerId, Record};
@@ -61,32 +62,9 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn read_committed_fetches_stop_at_the_last_stable_offset_and_name_the_aborts() {
-        let data = tempfile::tempdir().unwrap();
-        let home = tempfile::tempdir().unwrap();
-        let broker = Broker::start(BrokerConfig {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            data_dir: data.path().to_path_buf(),
-            rill_home: Some(home.path().to_path_buf()),
-            ..BrokerConfig::default()
-        })
-        .await
-        .unwrap();
-        let state = broker.state.clone();
-        let created = handlers::create_topics(
-            &state,
-            CreateTopicsRequest {
-                topics: vec![NewTopic {
-                    name: "t".into(),
-                    partitions: Some(1),
-                    replication_factor: None,
-                    configs: Vec::new(),
-                }],
-                validate_only: false,
-            },
-        )
-        .await
-        .unwrap();
-        assert!(created.results[0].error.is_none(), "{created:?}");
+        let broker = TestBroker::start(|_| {}).await;
+        let state = broker.state();
+        broker.create_topic("t", 1).await;
         let mut p = None;
         for _ in 0..100 {
             if let Ok(found) = state.registry.partition("t", 0)
@@ -176,6 +154,6 @@ mod tests {
                 .unwrap(),
         );
         assert_eq!(batch_offsets(&payload), vec![0, 2, 4, 5]);
-        broker.shutdown().await.unwrap();
+        broker.shutdown().await;
     }
 }

@@ -1088,6 +1088,19 @@ mod tests {
         .reply
     }
 
+    /// Whether a waiting SyncGroup of generation 1 is answered.
+    fn sync_result(c: &mut GroupCoordinator, now: Millis, id: &str) -> Pending<SyncGroupResponse> {
+        c.step(
+            now,
+            input::SyncResult {
+                group_id: G.into(),
+                member_id: id.into(),
+                generation: 1,
+            },
+        )
+        .reply
+    }
+
     fn heartbeat(
         c: &mut GroupCoordinator,
         now: Millis,
@@ -1162,17 +1175,7 @@ mod tests {
         assert_eq!(sync(&mut c, DELAY + 1, &b, 1, &[]), Pending::Wait);
         let sa = done(sync(&mut c, DELAY + 2, &a, 1, &[(&a, b"A"), (&b, b"B")]));
         assert_eq!(sa.assignment, b"A");
-        let sb = done(
-            c.step(
-                DELAY + 3,
-                input::SyncResult {
-                    group_id: G.into(),
-                    member_id: b.clone(),
-                    generation: 1,
-                },
-            )
-            .reply,
-        );
+        let sb = done(sync_result(&mut c, DELAY + 3, &b));
         assert_eq!(
             (sb.assignment, sb.protocol_name),
             (b"B".to_vec(), "cooperative-sticky".to_string())
@@ -1197,18 +1200,6 @@ mod tests {
         done(result(c, DELAY, &b));
         done(sync(c, DELAY, &a, 1, &[]));
         (a, b)
-    }
-
-    fn sync_result(c: &mut GroupCoordinator, now: Millis, id: &str) -> Pending<SyncGroupResponse> {
-        c.step(
-            now,
-            input::SyncResult {
-                group_id: G.into(),
-                member_id: id.into(),
-                generation: 1,
-            },
-        )
-        .reply
     }
 
     /// A member gets its generation's assignment only once the generation's
