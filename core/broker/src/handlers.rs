@@ -700,7 +700,7 @@ fn check_epoch(p: &Partition, fp: &FetchPartition) -> Result<(), ErrorInfo> {
 /// within the per-partition and per-response byte bounds.
 /// One look at every requested partition: what each has to read, and the
 /// bytes in all. With `wait` false, `None` as soon as a partition's log has
-/// a long holder (a compaction pass holds it for as long as it runs): the
+/// a long holder (a roll's fsync, retention, a compaction's swap): the
 /// caller then looks again on the blocking pool, not on the thread that
 /// serves other connections.
 fn fetch_pass(
@@ -1186,7 +1186,7 @@ async fn offset_for_timestamp(
         }
     }
     // On the blocking pool: it reads the time index and the segment, under
-    // the partition's log, which a compaction pass may hold for long.
+    // the partition's log, which maintenance may hold for long.
     let p2 = p.clone();
     let found = blocking(move || p2.offset_for_timestamp(ts)).await??;
     Ok(match found {

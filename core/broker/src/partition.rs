@@ -515,8 +515,8 @@ impl Partition {
     }
 
     /// [`Partition::with_log`], or with `wait` false `None` at once while a
-    /// long holder has the log's mutex or waits for it (a compaction pass
-    /// holds it throughout; see [`Partition::lock_for_task`]).
+    /// long holder has the log's mutex or waits for it (see
+    /// [`Partition::lock_for_task`]).
     fn with_log_if<T>(
         &self,
         wait: bool,
@@ -772,8 +772,8 @@ impl Partition {
 
     /// [`Partition::read`]; with `wait` false, `None` at once while a long
     /// holder has the log's mutex or waits for it, so an async task can take
-    /// the read to the blocking pool instead of waiting (a compaction pass
-    /// holds it for as long as it runs; short holders are waited for, see
+    /// the read to the blocking pool instead of waiting (a roll's fsync,
+    /// retention, a compaction's swap; short holders are waited for, see
     /// [`Partition::lock_for_task`]).
     pub fn read_if(
         &self,
@@ -1226,7 +1226,7 @@ mod restart_tests {
     }
 
     /// A fetch on an async task does not wait for a log a long holder has (a
-    /// compaction pass holds it for as long as it runs): `read_if`,
+    /// roll's fsync, retention, a compaction's swap): `read_if`,
     /// `read_up_to_if` and `aborted_transactions_if` without waiting
     /// decline, and read once it is free.
     #[test]

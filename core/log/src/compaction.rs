@@ -296,24 +296,24 @@ impl Log {
     /// Whether the segments a failed run read are no longer the log's
     /// first ones as they were (the failure may come from that change).
     pub fn changed_since(&self, failed: &CleanFailed) -> bool {
-        let sealed = &failed.segments[..failed.segments.len() - 1];
-        self.segments.len() <= sealed.len()
-            || !sealed.iter().zip(&self.segments).all(|(s, seg)| s.is(seg))
+        !self.still_first(&failed.segments[..failed.segments.len() - 1])
+    }
+
+    /// Whether `sealed` are still the log's first segments, unchanged, and
+    /// another segment follows them.
+    fn still_first(&self, sealed: &[Sealed]) -> bool {
+        self.segments.len() > sealed.len()
+            && sealed.iter().zip(&self.segments).all(|(s, seg)| s.is(seg))
     }
 
     /// Swaps in the copies of a run, if the segments it cleaned are still the
     /// log's first ones, unchanged; else drops the copies (a retention pass, a
     /// truncation or a restart changed them meanwhile; a later run cleans
     /// again). Returns whether the copies were swapped in.
-    pub fn finish_compaction(&mut self, cleaned: CleanedSegments) -> Result<bool, LogError> {
-        let mut cleaned = cleaned;
+    pub fn finish_compaction(&mut self, mut cleaned: CleanedSegments) -> Result<bool, LogError> {
         let end = cleaned.copies.len();
         let boundary = &cleaned.segments[end];
-        let same = self.segments.len() > end
-            && cleaned.segments[..end]
-                .iter()
-                .zip(&self.segments)
-                .all(|(s, seg)| s.is(seg))
+        let same = self.still_first(&cleaned.segments[..end])
             && boundary.base_offset == self.segments[end].base_offset
             && Arc::ptr_eq(&boundary.file, &self.segments[end].file);
         if !same {

@@ -397,7 +397,7 @@ impl GroupService {
             Ok(written) => written,
             Err(e) => {
                 drop(turn);
-                self.report(epochs, false);
+                self.report(epochs, None);
                 return (out.reply, Err(e));
             }
         };
@@ -413,47 +413,47 @@ impl GroupService {
             }
         }
         drop(turn);
-        for (p, end) in written.partitions {
+        for (p, end) in &written.partitions {
             if let Err(e) = cluster_api::wait_replicated(
                 state,
-                &p,
-                end,
+                p,
+                *end,
                 tokio::time::Instant::now() + REPLICATION_WAIT,
             )
             .await
             {
-                self.report(epochs, false);
+                self.report(epochs, None);
                 return (out.reply, Err(not_coordinator_if_moved(e)));
             }
         }
-        // Only for partitions not loaded again since the append (a load
-        // sets what is durable from the log itself).
-        let epochs = {
-            let inner = self.inner.lock();
-            epochs
-                .into_iter()
-                .filter(|(group, _)| {
-                    let index = offsets_partition_for(group, written.partition_count);
-                    written.generations.get(&index) == Some(&inner.generation(index))
-                })
-                .collect()
-        };
-        self.report(epochs, true);
+        self.report(epochs, Some(&written));
         (out.reply, Ok(()))
     }
 
-    /// Tells the coordinator whether a step's group epochs became durable,
-    /// and wakes the waiters (a classic SyncGroup waits for it).
-    fn report(&self, epochs: Vec<(String, i32)>, durable: bool) {
+    /// Tells the coordinator whether a step's group epochs became durable
+    /// (`replicated`: what the step wrote) or not (`None`), and wakes the waiters (a classic SyncGroup
+    /// waits for it). A partition loaded again since the append is left out
+    /// of a durable report: its load set what is durable from the log itself.
+    fn report(&self, epochs: Vec<(String, i32)>, replicated: Option<&Written>) {
         if epochs.is_empty() {
             return;
         }
         let mut inner = self.inner.lock();
         let now = self.now();
-        if durable {
-            inner.coordinator.step(now, input::Replicated(epochs));
-        } else {
-            inner.coordinator.step(now, input::Unwritten(epochs));
+        match replicated {
+            Some(written) => {
+                let durable = epochs
+                    .into_iter()
+                    .filter(|(group, _)| {
+                        let index = offsets_partition_for(group, written.partition_count);
+                        written.generations.get(&index) == Some(&inner.generation(index))
+                    })
+                    .collect();
+                inner.coordinator.step(now, input::Replicated(durable));
+            }
+            None => {
+                inner.coordinator.step(now, input::Unwritten(epochs));
+            }
         }
         self.changed.notify_waiters();
     }
@@ -512,7 +512,8 @@ impl GroupService {
                 .map_err(not_coordinator_if_moved)?;
             let batch = Rope::from(builder.build());
             // On this task unless the append could wait on the disk or on the
-            // log's mutex (compaction of this compacted topic holds it).
+            // log's mutex (a roll, retention, a compaction's plan or swap
+            // hold it).
             let result = partition.append_from_task(batch, now).await;
             let info = result.inspect_err(|e| {
                 tracing::error!(error = %e, partition = p, "could not write to {OFFSETS_TOPIC}");
@@ -763,7 +764,7 @@ pub(crate) async fn heartbeat(
         Err(e) => {
             tracing::warn!(error = %e, member = %asked.member_id, "a member's change did not become durable; not answered");
             ConsumerGroupHeartbeatResponse {
-                error: Some(unwritten(&e)),
+                error: Some(unwritten(e)),
                 ..asked
             }
         }
@@ -774,9 +775,10 @@ pub(crate) async fn heartbeat(
 /// NOT_COORDINATOR if this broker no longer leads the group's partition,
 /// else COORDINATOR_NOT_AVAILABLE (retriable), as Kafka's coordinator maps
 /// its write errors.
-fn unwritten(e: &ErrorInfo) -> ErrorInfo {
+fn unwritten(e: ErrorInfo) -> ErrorInfo {
+    let e = not_coordinator_if_moved(e);
     let code = match e.code {
-        ErrorCode::NotCoordinator | ErrorCode::NotLeaderOrFollower => ErrorCode::NotCoordinator,
+        ErrorCode::NotCoordinator => ErrorCode::NotCoordinator,
         _ => ErrorCode::CoordinatorNotAvailable,
     };
     ErrorInfo::new(
@@ -1269,7 +1271,7 @@ fn coordinator_answer(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Broker, BrokerConfig};
+    use crate::test_broker::TestBroker;
 
     /// Bound on each step, so a hang (a heartbeat stuck behind a load) fails
     /// the test instead of blocking it; nothing here measures time.
@@ -1329,18 +1331,8 @@ mod tests {
     /// (broker 99) in the ISR never fetches, so the high watermark stops.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn offset_fetch_answers_only_replicated_commits() {
-        let data = tempfile::tempdir().unwrap();
-        let home = tempfile::tempdir().unwrap();
-        let broker = Broker::start(BrokerConfig {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            data_dir: data.path().to_path_buf(),
-            rill_home: Some(home.path().to_path_buf()),
-            offsets_topic_num_partitions: 1,
-            ..BrokerConfig::default()
-        })
-        .await
-        .unwrap();
-        let state = broker.state.clone();
+        let broker = TestBroker::start(|c| c.offsets_topic_num_partitions = 1).await;
+        let state = broker.state();
         let me = state.config.id;
         let commit = |offset: i64| OffsetCommitRequest {
             group_id: "g".into(),
@@ -1448,7 +1440,7 @@ mod tests {
         assert!(fetched.error.is_none(), "{fetched:?}");
         assert_eq!(fetched.offsets.len(), 1, "{fetched:?}");
         assert_eq!(fetched.offsets[0].offset, Some(Offset(7)));
-        broker.shutdown().await.unwrap();
+        broker.shutdown().await;
     }
 
     /// A member gets an assignment only once the records of its join reached
@@ -1461,33 +1453,9 @@ mod tests {
     /// the join waits.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_join_is_answered_only_once_its_records_are_replicated() {
-        let data = tempfile::tempdir().unwrap();
-        let home = tempfile::tempdir().unwrap();
-        let broker = Broker::start(BrokerConfig {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            data_dir: data.path().to_path_buf(),
-            rill_home: Some(home.path().to_path_buf()),
-            offsets_topic_num_partitions: 1,
-            ..BrokerConfig::default()
-        })
-        .await
-        .unwrap();
-        let state = broker.state.clone();
-        let created = crate::handlers::create_topics(
-            &state,
-            CreateTopicsRequest {
-                topics: vec![NewTopic {
-                    name: "t".into(),
-                    partitions: Some(3),
-                    replication_factor: None,
-                    configs: Vec::new(),
-                }],
-                validate_only: false,
-            },
-        )
-        .await
-        .unwrap();
-        assert!(created.results[0].error.is_none(), "{created:?}");
+        let broker = TestBroker::start(|c| c.offsets_topic_num_partitions = 1).await;
+        let state = broker.state();
+        broker.create_topic("t", 3).await;
         // Another group's member joins: the coordinator is up and loaded,
         // and a lone member gets every partition of t.
         let warm = join(&state, "warm").await;
@@ -1532,23 +1500,13 @@ mod tests {
         let e = resp.error.clone().expect("the join is refused");
         assert_eq!(e.code, ErrorCode::NotCoordinator, "{e:?}");
         assert_eq!(resp.member_epoch, 0, "{resp:?}");
-        broker.shutdown().await.unwrap();
+        broker.shutdown().await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn heartbeats_are_answered_while_a_partition_loads() {
-        let data = tempfile::tempdir().unwrap();
-        let home = tempfile::tempdir().unwrap();
-        let broker = Broker::start(BrokerConfig {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            data_dir: data.path().to_path_buf(),
-            rill_home: Some(home.path().to_path_buf()),
-            offsets_topic_num_partitions: 2,
-            ..BrokerConfig::default()
-        })
-        .await
-        .unwrap();
-        let state = broker.state.clone();
+        let broker = TestBroker::start(|c| c.offsets_topic_num_partitions = 2).await;
+        let state = broker.state();
         let (a, c, b) = (group_on(0, 0), group_on(0, 1), group_on(1, 0));
         let first_a = join(&state, &a).await;
         assert!(first_a.error.is_none(), "{:?}", first_a.error);
@@ -1652,6 +1610,6 @@ mod tests {
             first_b.member_epoch
         );
         *state.groups.load_hook.lock() = None;
-        broker.shutdown().await.unwrap();
+        broker.shutdown().await;
     }
 }

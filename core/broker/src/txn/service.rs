@@ -320,7 +320,7 @@ async fn persist(state: &BrokerState, topic: &Topic, meta: &TxnMeta) -> Result<(
     });
     let batch = Rope::from(b.build());
     // On this task unless the append could wait on the disk or on the log's
-    // mutex (compaction of this compacted topic holds it).
+    // mutex (a roll, retention, a compaction's plan or swap hold it).
     let info = p.append_from_task(batch, now).await?;
     cluster_api::wait_replicated(
         state,
