@@ -28,8 +28,19 @@ pub const TEMP_SUFFIX: &str = ".tmp";
 /// Upper bound on the entries a checkpoint may hold (bounds memory on read).
 pub const CHECKPOINT_ENTRIES_MAX: usize = 1 << 20;
 
+std::thread_local! {
+    static DIR_FSYNCS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// How many directory fsyncs this thread has asked for (for tests and
+/// benchmarks of code that runs on one thread, such as a compaction swap).
+pub fn dir_fsyncs_on_this_thread() -> u64 {
+    DIR_FSYNCS.with(|n| n.get())
+}
+
 /// fsyncs a directory so that creations, renames and deletions in it are durable.
 pub fn fsync_dir(dir: &Path) -> Result<(), LogError> {
+    DIR_FSYNCS.with(|n| n.set(n.get() + 1));
     let d = File::open(dir).map_err(io_context(|| {
         format!("opening directory {}", dir.display())
     }))?;

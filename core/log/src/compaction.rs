@@ -321,34 +321,15 @@ impl Log {
             return Ok(false);
         }
         let dir = cleaned.dir.clone();
-        let mut copies = std::mem::take(&mut cleaned.copies).into_iter();
         let old: Vec<Segment> = self.segments.drain(..end).collect();
-        let mut kept_segments = Vec::with_capacity(end);
-        let mut result = Ok(());
-        let mut old_iter = old.into_iter();
-        for (i, seg) in old_iter.by_ref().enumerate() {
-            // Nothing dropped: the old files stay.
-            let Some(copy) = copies.next().flatten() else {
-                kept_segments.push(seg);
-                continue;
-            };
-            let mut seg = seg;
-            match swap_in(&dir, &mut seg, copy, i == 0) {
-                Ok(Some(s)) => kept_segments.push(s),
-                Ok(None) => {}
-                Err(e) => {
-                    kept_segments.push(seg);
-                    result = Err(e);
-                    break;
-                }
-            }
-        }
-        // (Copies not reached are deleted.)
-        cleaned.copies = copies.collect();
-        kept_segments.extend(old_iter);
-        kept_segments.append(&mut self.segments);
-        self.segments = kept_segments;
-        result?;
+        let copies = std::mem::take(&mut cleaned.copies);
+        let swapped = swap_in(&dir, old.into_iter().zip(copies).collect());
+        // (Copies not swapped in are deleted.)
+        cleaned.copies = swapped.unused;
+        let mut kept = swapped.kept;
+        kept.append(&mut self.segments);
+        self.segments = kept;
+        swapped.result?;
         let clean_end = cleaned.clean_end;
         self.cleaner_checkpoint = clean_end;
         checkpoint::write_checkpoint(&dir, CLEANER_CHECKPOINT, &[(0, clean_end.0)])?;
@@ -640,40 +621,115 @@ fn rename(from: &Path, to: &Path) -> Result<(), LogError> {
     }))
 }
 
-/// Replaces `old` by `cleaned` on disk (see the module doc for the order). Returns
-/// the segment to keep, or `None` when the cleaned segment is empty and not the
-/// first (both are deleted).
-fn swap_in(
-    dir: &Path,
-    old: &mut Segment,
-    mut cleaned: Segment,
-    first: bool,
-) -> Result<Option<Segment>, LogError> {
-    let base = old.base_offset;
-    if cleaned.is_empty() && !first {
-        cleaned.delete_files()?;
-        old.delete_files()?;
-        fsync_dir(dir)?;
-        return Ok(None);
+/// What [`swap_in`] did.
+struct Swapped {
+    /// The log's new first segments, in order.
+    kept: Vec<Segment>,
+    /// Copies that were not swapped in (to be deleted).
+    unused: Vec<Option<Segment>>,
+    result: Result<(), LogError>,
+}
+
+/// Replaces each old segment that has a copy by the copy on disk, in three
+/// steps with one directory fsync each, but the second step's one per segment
+/// (see the module doc for why that order). A copy that is empty and not the
+/// first is not swapped in: both it and the old segment are deleted. On an
+/// error, the segments not yet replaced stay as they were.
+fn swap_in(dir: &Path, mut pairs: Vec<(Segment, Option<Segment>)>) -> Swapped {
+    let mut kept = Vec::with_capacity(pairs.len());
+    let mut unused = Vec::new();
+    // Step 1: the indexes of every segment to be replaced go (a missing index
+    // is rebuilt on open).
+    let step1 = (|| {
+        let mut removed = false;
+        for (i, (old, copy)) in pairs.iter_mut().enumerate() {
+            if copy.as_ref().is_some_and(|c| i == 0 || !c.is_empty()) {
+                old.offset_index.release();
+                old.time_index.release();
+                remove_if_exists(old.offset_index.path())?;
+                remove_if_exists(old.time_index.path())?;
+                removed = true;
+            }
+        }
+        if removed { fsync_dir(dir) } else { Ok(()) }
+    })();
+    if let Err(e) = step1 {
+        for (old, copy) in pairs {
+            kept.push(old);
+            unused.push(copy);
+        }
+        return Swapped {
+            kept,
+            unused,
+            result: Err(e),
+        };
     }
-    old.offset_index.release();
-    old.time_index.release();
-    cleaned.offset_index.release();
-    cleaned.time_index.release();
-    let final_log = segment_path(dir, base, LOG_SUFFIX);
-    let final_index = segment_path(dir, base, INDEX_SUFFIX);
-    let final_time = segment_path(dir, base, TIME_INDEX_SUFFIX);
-    remove_if_exists(&final_index)?;
-    remove_if_exists(&final_time)?;
-    fsync_dir(dir)?;
-    rename(&cleaned.path, &final_log)?;
-    fsync_dir(dir)?;
-    rename(cleaned.offset_index.path(), &final_index)?;
-    rename(cleaned.time_index.path(), &final_time)?;
-    fsync_dir(dir)?;
-    cleaned.path = final_log;
-    cleaned.offset_index.set_path(final_index);
-    cleaned.time_index.set_path(final_time);
-    cleaned.created_ms = old.created_ms;
-    Ok(Some(cleaned))
+    // Step 2, in order, each durable before the next: a later copy may have
+    // dropped a tombstone or a marker whose older records an earlier copy
+    // dropped, so it must never be on disk before that earlier copy.
+    let mut result = Ok(());
+    let mut renamed = Vec::new();
+    let mut pairs = pairs.into_iter().enumerate();
+    for (i, (mut old, copy)) in pairs.by_ref() {
+        let Some(mut copy) = copy else {
+            kept.push(old);
+            continue;
+        };
+        if copy.is_empty() && i > 0 {
+            let deleted = copy
+                .delete_files()
+                .and_then(|()| old.delete_files())
+                .and_then(|()| fsync_dir(dir));
+            if let Err(e) = deleted {
+                kept.push(old);
+                result = Err(e);
+                break;
+            }
+            continue;
+        }
+        let final_log = segment_path(dir, old.base_offset, LOG_SUFFIX);
+        if let Err(e) = rename(&copy.path, &final_log) {
+            kept.push(old);
+            unused.push(Some(copy));
+            result = Err(e);
+            break;
+        }
+        copy.path = final_log;
+        copy.created_ms = old.created_ms;
+        renamed.push(kept.len());
+        kept.push(copy);
+        if let Err(e) = fsync_dir(dir) {
+            result = Err(e);
+            break;
+        }
+    }
+    for (_, (old, copy)) in pairs {
+        kept.push(old);
+        unused.push(copy);
+    }
+    // Step 3: the copies' indexes into place (after a crash before this, the
+    // `.cleaned` indexes are deleted and the indexes rebuilt).
+    let step3 = (|| {
+        for &k in &renamed {
+            let seg = &mut kept[k];
+            let final_index = segment_path(dir, seg.base_offset, INDEX_SUFFIX);
+            let final_time = segment_path(dir, seg.base_offset, TIME_INDEX_SUFFIX);
+            seg.offset_index.release();
+            seg.time_index.release();
+            rename(seg.offset_index.path(), &final_index)?;
+            seg.offset_index.set_path(final_index);
+            rename(seg.time_index.path(), &final_time)?;
+            seg.time_index.set_path(final_time);
+        }
+        if renamed.is_empty() {
+            Ok(())
+        } else {
+            fsync_dir(dir)
+        }
+    })();
+    Swapped {
+        kept,
+        unused,
+        result: result.and(step3),
+    }
 }

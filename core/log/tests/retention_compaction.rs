@@ -539,3 +539,46 @@ fn a_truncation_under_a_run_is_told_apart_from_damage() {
     assert!(log.compact(NOW).unwrap());
     check_exact(&log, &appended, NOW - 1000);
 }
+
+/// The swap fsyncs the directory once to delete the old indexes, once per
+/// replaced segment (in offset order, so no later copy is on disk before an
+/// earlier one) and once to rename the indexes, plus once for the cleaner
+/// checkpoint: not three times per segment, under the log's lock.
+#[test]
+fn a_swap_of_many_segments_fsyncs_the_directory_once_per_segment_and_twice_more() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path(), compact_config(), NOW).unwrap();
+    let mut appended = Appended::new();
+    // Every other record overwrites key x: each segment keeps its unique keys
+    // and loses its x, so every cleaned segment is replaced, none deleted.
+    for i in 0..100 {
+        let k = if i % 2 == 0 {
+            "x".to_string()
+        } else {
+            format!("u{i}")
+        };
+        let v = format!("v{i}");
+        let mut b = keyed_batch(&[(k.as_str(), Some(v.as_str()), NOW)]);
+        let offset = log.log_end_offset().0;
+        log.append(&mut b, E1, NOW).unwrap();
+        appended.push((offset, k, Some(v)));
+    }
+    let sealed = log.segment_count() - 1;
+    assert!(sealed >= 4, "{sealed} sealed segments");
+    let boundary = log.segment_base_offsets().last().unwrap().0;
+    let cleaned = log.plan_compaction(NOW).unwrap().clean().unwrap();
+    let before = rill_log::checkpoint::dir_fsyncs_on_this_thread();
+    assert!(log.finish_compaction(cleaned).unwrap());
+    let fsyncs = rill_log::checkpoint::dir_fsyncs_on_this_thread() - before;
+    assert_eq!(log.segment_count(), sealed + 1, "no segment was emptied");
+    assert!(
+        (4..=sealed as u64 + 3).contains(&fsyncs),
+        "{fsyncs} directory fsyncs to swap {sealed} segments"
+    );
+    check_cleaned_below(&log, &appended, NOW - 1000, boundary);
+    assert!(cleaned_files(dir.path()).is_empty());
+    // And reopened, the same.
+    log.close().unwrap();
+    let log = Log::open(dir.path(), compact_config(), NOW).unwrap();
+    check_cleaned_below(&log, &appended, NOW - 1000, boundary);
+}
