@@ -110,8 +110,14 @@ pub struct ProducerConfig {
     pub max_in_flight_per_broker: usize,
     /// How many times a batch is retried after a retriable error.
     pub retries: u32,
-    /// Pause before a retry.
+    /// Pause before a batch's first retry. Each further retry of the batch
+    /// doubles it, up to `retry_backoff_max`, with 20% jitter either way
+    /// (Kafka's `retry.backoff.ms`, exponential since KIP-580). A batch
+    /// refused by a leader that the cluster has since replaced is retried
+    /// with no pause (KIP-951).
     pub retry_backoff: Duration,
+    /// Bound on the pause between retries (Kafka's `retry.backoff.max.ms`).
+    pub retry_backoff_max: Duration,
     /// Bound on the time from `send` to the record's acknowledgement or failure.
     pub delivery_timeout: Duration,
     /// Bound on one produce request (all its batches); also caps one record.
@@ -141,6 +147,7 @@ impl Default for ProducerConfig {
             max_in_flight_per_broker: 5,
             retries: u32::MAX,
             retry_backoff: Duration::from_millis(100),
+            retry_backoff_max: Duration::from_secs(1),
             delivery_timeout: Duration::from_secs(120),
             max_request_bytes: 8 * 1024 * 1024,
             idempotence: true,
@@ -151,6 +158,17 @@ impl Default for ProducerConfig {
 }
 
 impl ProducerConfig {
+    /// The pause before a batch's retry number `retry` (1 for the first):
+    /// `retry_backoff * 2^(retry - 1)`, times a random factor in [0.8, 1.2],
+    /// at most `retry_backoff_max` (as Kafka's `ExponentialBackoff`).
+    pub fn retry_backoff_for(&self, retry: u32) -> Duration {
+        let doubled = self
+            .retry_backoff
+            .saturating_mul(1u32 << retry.saturating_sub(1).min(20));
+        let jittered = doubled.mul_f64(rand::random_range(0.8..=1.2));
+        jittered.min(self.retry_backoff_max.max(self.retry_backoff))
+    }
+
     /// Whether batches carry a producer id and sequences (idempotence needs
     /// acks=all: with fewer acks a batch can be lost on failover without the
     /// producer knowing, which a sequence would then report as a gap).
@@ -283,5 +301,45 @@ impl ConsumerConfig {
             )));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each retry doubles the pause, within 20% jitter, up to the bound.
+    #[test]
+    fn retry_backoff_doubles_with_jitter_up_to_its_bound() {
+        let c = ProducerConfig::default();
+        let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+        for (retry, mid) in [(1, 100.0), (2, 200.0), (3, 400.0), (4, 800.0)] {
+            let pauses: Vec<f64> = (0..200).map(|_| ms(c.retry_backoff_for(retry))).collect();
+            let (lo, hi) = pauses
+                .iter()
+                .fold((f64::MAX, 0.0f64), |(lo, hi), &p| (lo.min(p), hi.max(p)));
+            assert!(
+                lo >= mid * 0.8 - 1e-6 && hi <= mid * 1.2 + 1e-6,
+                "retry {retry}: {lo}..{hi}"
+            );
+            assert!(
+                hi - lo > mid * 0.05,
+                "retry {retry} is jittered: {lo}..{hi}"
+            );
+        }
+        for retry in [5, 6, 30, u32::MAX] {
+            assert!(
+                c.retry_backoff_for(retry) <= c.retry_backoff_max,
+                "retry {retry}"
+            );
+        }
+        assert!(ms(c.retry_backoff_for(30)) >= 800.0);
+        // A bound below the first pause does not shorten it.
+        let flat = ProducerConfig {
+            retry_backoff: Duration::from_millis(500),
+            retry_backoff_max: Duration::from_millis(100),
+            ..ProducerConfig::default()
+        };
+        assert!(flat.retry_backoff_for(3) <= Duration::from_millis(500));
     }
 }

@@ -97,7 +97,18 @@ struct PartitionQueue {
     open: Option<OpenBatch>,
     ready: VecDeque<ClosedBatch>,
     in_flight: bool,
-    backoff_until: Option<Instant>,
+    backoff: Option<Backoff>,
+}
+
+/// A partition's pause before retrying batches a broker refused.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Backoff {
+    /// Retry no earlier than this, unless the leader moved.
+    pub until: Instant,
+    /// The broker that refused the batches as not their leader, or failed
+    /// (metadata is refreshed meanwhile): once metadata names another leader,
+    /// they go to it at once (Kafka's KIP-951).
+    pub from: Option<i32>,
 }
 
 #[derive(Debug)]
@@ -228,6 +239,9 @@ pub(crate) struct Drained {
     pub expired: Vec<ClosedBatch>,
     /// Some ready partition has no known leader: refresh metadata.
     pub leader_unknown: bool,
+    /// Some partition waits out a retry backoff after a leadership or network
+    /// error: refresh metadata, so that a new leader ends the wait.
+    pub backing_off: bool,
     /// When the next batch becomes ready by linger or backoff.
     pub next_wake: Option<Instant>,
 }
@@ -494,14 +508,17 @@ impl Accumulator {
                 if q.in_flight || q.ready.is_empty() {
                     continue;
                 }
-                if let Some(until) = q.backoff_until {
-                    if until > now {
-                        out.next_wake = earliest(out.next_wake, until);
+                let leader = leader(&t.name, p as u32);
+                if let Some(b) = q.backoff {
+                    let moved = b.from.is_some_and(|f| leader.is_some_and(|l| l != f));
+                    if b.until > now && !moved {
+                        out.next_wake = earliest(out.next_wake, b.until);
+                        out.backing_off |= b.from.is_some();
                         continue;
                     }
-                    q.backoff_until = None;
+                    q.backoff = None;
                 }
-                let Some(broker) = leader(&t.name, p as u32) else {
+                let Some(broker) = leader else {
                     out.leader_unknown = true;
                     continue;
                 };
@@ -556,18 +573,18 @@ impl Accumulator {
 
     /// The request carrying a partition's batches finished: unmute it, and put
     /// `retry` (in their original order) back at the front of its queue, to be
-    /// sent no earlier than `backoff_until`.
+    /// sent after `backoff`.
     pub fn finish_in_flight(
         &mut self,
         topic: &str,
         partition: u32,
         retry: Vec<ClosedBatch>,
-        backoff_until: Option<Instant>,
+        backoff: Option<Backoff>,
     ) {
         let q = self.queue(topic, partition);
         q.in_flight = false;
         if !retry.is_empty() {
-            q.backoff_until = backoff_until;
+            q.backoff = backoff;
         }
         for b in retry.into_iter().rev() {
             q.ready.push_front(b);
@@ -722,6 +739,46 @@ mod tests {
         assert_eq!(queued + sent, 18);
     }
 
+    /// A retry waits out its backoff while the refusing broker is still
+    /// named the leader, and goes at once to a new leader (KIP-951).
+    #[test]
+    fn a_retry_goes_to_a_new_leader_without_waiting() {
+        let mut a = acc(70);
+        let t0 = Instant::now();
+        a.append("t", 0, &rec("x"), 1, t0);
+        let mut d = a.drain(t0 + Duration::from_secs(1), 1 << 20, |_, _| Some(1), |_| 1);
+        let batches = d.requests.pop().unwrap().1;
+        let until = t0 + Duration::from_secs(5);
+        a.finish_in_flight(
+            "t",
+            0,
+            batches,
+            Some(Backoff {
+                until,
+                from: Some(1),
+            }),
+        );
+        let now = t0 + Duration::from_secs(2);
+        for leader in [Some(1), None] {
+            let d = a.drain(now, 1 << 20, |_, _| leader, |_| 1);
+            assert!(d.requests.is_empty(), "leader {leader:?}");
+        }
+        let mut d = a.drain(now, 1 << 20, |_, _| Some(2), |_| 1);
+        let (broker, again) = d.requests.pop().expect("sent to the new leader");
+        assert_eq!((broker, again.len()), (2, 1));
+        // After an error that says nothing of leadership (not enough
+        // replicas, say), the pause stands and metadata is left alone.
+        a.finish_in_flight("t", 0, again, Some(Backoff { until, from: None }));
+        let d = a.drain(now, 1 << 20, |_, _| Some(3), |_| 1);
+        assert!(d.requests.is_empty() && !d.backing_off);
+        assert_eq!(
+            a.drain(until, 1 << 20, |_, _| Some(3), |_| 1)
+                .requests
+                .len(),
+            1
+        );
+    }
+
     #[test]
     fn retried_batches_go_back_in_order_after_backoff() {
         let mut a = acc(70);
@@ -733,9 +790,18 @@ mod tests {
         let batches = d.requests.pop().unwrap().1;
         let ids: Vec<u64> = batches.iter().map(|b| b.id).collect();
         let until = t0 + Duration::from_secs(2);
-        a.finish_in_flight("t", 0, batches, Some(until));
+        a.finish_in_flight(
+            "t",
+            0,
+            batches,
+            Some(Backoff {
+                until,
+                from: Some(1),
+            }),
+        );
         let d = a.drain(t0 + Duration::from_secs(1), 1 << 20, |_, _| Some(1), |_| 1);
         assert!(d.requests.is_empty());
+        assert!(d.backing_off, "metadata is refreshed while waiting");
         assert_eq!(d.next_wake, Some(until));
         let mut d = a.drain(until, 1 << 20, |_, _| Some(1), |_| 1);
         let again = d.requests.pop().unwrap().1;

@@ -24,7 +24,7 @@ use rill_proto::{Offset, ProducerId};
 use tokio::sync::OwnedSemaphorePermit;
 
 use super::ProducerShared;
-use super::accumulator::ClosedBatch;
+use super::accumulator::{Backoff, ClosedBatch};
 use super::delivery::BatchAck;
 use crate::error::{ClientError, needs_metadata_refresh};
 
@@ -59,8 +59,10 @@ pub(crate) async fn run(shared: Arc<ProducerShared>) {
             fail(&shared, batch, Arc::new(ClientError::Timeout { what }));
         }
         let mut next_wake = drained.next_wake;
-        if drained.leader_unknown {
+        if drained.leader_unknown || drained.backing_off {
             // Refresh at most once per backoff; never hold up sending elsewhere.
+            // (A retry waiting out its backoff goes at once when the refresh
+            // names a new leader.)
             let due = last_refresh.is_none_or(|t| t.elapsed() >= shared.config.retry_backoff);
             if due {
                 last_refresh = Some(now);
@@ -81,7 +83,7 @@ pub(crate) async fn run(shared: Arc<ProducerShared>) {
                 Ok(permit) => {
                     tokio::spawn(send_request(shared.clone(), broker, batches, permit));
                 }
-                Err(_) => requeue_all(&shared, batches, None),
+                Err(_) => requeue_all(&shared, batches),
             }
         }
         if closing && shared.acc.lock().is_empty() {
@@ -100,11 +102,11 @@ pub(crate) async fn run(shared: Arc<ProducerShared>) {
 }
 
 /// Puts every batch back (in order, per partition) and unmutes their partitions.
-fn requeue_all(shared: &ProducerShared, batches: Vec<ClosedBatch>, backoff_until: Option<Instant>) {
+fn requeue_all(shared: &ProducerShared, batches: Vec<ClosedBatch>) {
     let mut acc = shared.acc.lock();
     for group in group_by_partition(batches) {
         let (topic, partition) = (group[0].topic.clone(), group[0].partition);
-        acc.finish_in_flight(&topic, partition, group, backoff_until);
+        acc.finish_in_flight(&topic, partition, group, None);
     }
     drop(acc);
     shared.wake.notify_one();
@@ -402,6 +404,8 @@ async fn send_request(
 
     let mut refresh = false;
     let mut settled = Vec::with_capacity(groups.len());
+    // Per entry of `settled`: the pause before its retry.
+    let mut backoffs = Vec::with_capacity(groups.len());
     for (group, outcome) in groups.into_iter().zip(outcomes) {
         let (topic, partition) = (group[0].topic.clone(), group[0].partition);
         match outcome {
@@ -427,28 +431,31 @@ async fn send_request(
                     base = next;
                 }
                 settled.push((topic, partition, Vec::new()));
+                backoffs.push(None);
             }
             Outcome::Failed(error) => {
                 let now = Instant::now();
-                let deadline_ok = group.iter().all(|b| {
-                    now + shared.config.retry_backoff < b.created + shared.config.delivery_timeout
-                });
+                let retry = group.iter().map(|b| b.attempts).max().unwrap_or(0) + 1;
+                let backoff = shared.config.retry_backoff_for(retry);
+                let deadline_ok = group
+                    .iter()
+                    .all(|b| now + backoff < b.created + shared.config.delivery_timeout);
                 let attempts_ok = group.iter().all(|b| b.attempts < shared.config.retries);
                 if error.is_retriable() && deadline_ok && attempts_ok {
                     tracing::debug!(%topic, partition, %error, "produce will be retried");
-                    if error.code().is_some_and(needs_metadata_refresh)
-                        || matches!(error, ClientError::Shared(ref e) if matches!(**e, ClientError::Net(_)))
-                    {
-                        refresh = true;
-                    }
-                    let retry = group
+                    // Whether the leader may have moved.
+                    let leadership = error.code().is_some_and(needs_metadata_refresh)
+                        || matches!(error, ClientError::Shared(ref e) if matches!(**e, ClientError::Net(_)));
+                    refresh |= leadership;
+                    let batches = group
                         .into_iter()
                         .map(|mut b| {
                             b.attempts += 1;
                             b
                         })
                         .collect();
-                    settled.push((topic, partition, retry));
+                    settled.push((topic, partition, batches));
+                    backoffs.push(Some((backoff, leadership)));
                 } else {
                     let error = Arc::new(ClientError::Failed {
                         context: format!("produce to {topic}-{partition} failed"),
@@ -469,6 +476,7 @@ async fn send_request(
                         fail(&shared, b, error.clone());
                     }
                     settled.push((topic, partition, Vec::new()));
+                    backoffs.push(None);
                 }
             }
         }
@@ -476,11 +484,15 @@ async fn send_request(
     if refresh && let Err(e) = shared.client.refresh_metadata(started).await {
         tracing::debug!(error = %e, "metadata refresh after a produce error failed");
     }
-    let backoff_until = Instant::now() + shared.config.retry_backoff;
+    let now = Instant::now();
     {
         let mut acc = shared.acc.lock();
-        for (topic, partition, retry) in settled {
-            acc.finish_in_flight(&topic, partition, retry, Some(backoff_until));
+        for ((topic, partition, retry), backoff) in settled.into_iter().zip(backoffs) {
+            let backoff = backoff.map(|(b, leadership)| Backoff {
+                until: now + b,
+                from: leadership.then_some(broker),
+            });
+            acc.finish_in_flight(&topic, partition, retry, backoff);
         }
     }
     shared.wake.notify_one();
