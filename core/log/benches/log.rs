@@ -7,6 +7,11 @@
 //! Run: `CARGO_TARGET_DIR=/work/targets/log cargo bench -p rill-log --bench log`.
 //! Files go to `$RILL_BENCH_DIR` (default: the system temp dir) and are deleted.
 //! Set `RILL_BENCH_FSYNC_TOTAL_MB=0` to skip the one-shot fsync'd run.
+//!
+//! Also one-shot: the swap of a compaction run (`Log::finish_compaction`, the
+//! part that holds the partition's lock) over `RILL_BENCH_SWAP_SEGMENTS`
+//! (default 32; 0 skips) changed segments, timed over 5 runs; its time is
+//! mostly directory fsyncs, so run it with `RILL_BENCH_DIR` on a real disk.
 
 use bytes::Bytes;
 use criterion::{BenchmarkId, Criterion, Throughput};
@@ -216,8 +221,63 @@ fn fsync_total() {
     log.delete().unwrap();
 }
 
+/// Times `finish_compaction` over `RILL_BENCH_SWAP_SEGMENTS` segments, each
+/// of which loses half its records (every other record rewrites one key).
+fn compaction_swap() {
+    let segments: usize = std::env::var("RILL_BENCH_SWAP_SEGMENTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(32);
+    if segments == 0 {
+        return;
+    }
+    let config = LogConfig {
+        segment_bytes: 64 << 10,
+        cleanup_policy: rill_log::CleanupPolicy::COMPACT,
+        min_cleanable_dirty_ratio: 0.0,
+        ..config()
+    };
+    let value = Bytes::from(vec![7u8; 200]);
+    let mut times = Vec::new();
+    for _ in 0..5 {
+        let dir = bench_dir();
+        let mut log = Log::open(dir.path(), config.clone(), NOW).unwrap();
+        let mut i = 0u64;
+        while log.segment_count() <= segments {
+            let mut b = BatchBuilder::new(Compression::None);
+            for _ in 0..16 {
+                let key = if i % 2 == 0 {
+                    "same".to_string()
+                } else {
+                    format!("k{i}")
+                };
+                b.push(&Record {
+                    key: Some(Bytes::from(key)),
+                    value: Some(value.clone()),
+                    headers: Vec::new(),
+                    timestamp_ms: NOW,
+                });
+                i += 1;
+            }
+            log.append(&b.build(), LeaderEpoch(1), NOW).unwrap();
+        }
+        log.flush().unwrap();
+        let cleaned = log.plan_compaction(NOW).unwrap().clean().unwrap();
+        let t = Instant::now();
+        assert!(log.finish_compaction(cleaned).unwrap());
+        times.push(t.elapsed());
+        log.delete().unwrap();
+    }
+    times.sort();
+    println!(
+        "compaction_swap: {segments} changed segments swapped in {:.2?} (median of 5; {:.2?}..{:.2?})",
+        times[2], times[0], times[4]
+    );
+}
+
 fn main() {
     fsync_total();
+    compaction_swap();
     let mut c = Criterion::default().configure_from_args();
     append_benches(&mut c);
     read_benches(&mut c);
