@@ -1250,6 +1250,29 @@ mod tests {
         }
     }
 
+    /// A durability report for an epoch above the group's own (its writer
+    /// was a group of the same id, deleted since, whose epochs went higher)
+    /// makes no generation of this group durable.
+    #[test]
+    fn a_report_of_an_epoch_the_group_never_reached_hands_out_nothing() {
+        let mut c = coordinator();
+        let (a, _) = join_new(&mut c, 0, &["range"]);
+        c.step(DELAY, input::Tick);
+        assert_eq!(done(result(&mut c, DELAY, &a)).generation, 1);
+        assert_eq!(
+            sync_unreplicated(&mut c, DELAY + 1, &a, 1, &[(&a, b"A")]),
+            Pending::Wait
+        );
+        c.step(DELAY + 2, input::Replicated(vec![(G.into(), 7)]));
+        assert_eq!(
+            sync_result(&mut c, DELAY + 2, &a),
+            Pending::Wait,
+            "a report of epoch 7 made generation 1 durable"
+        );
+        c.step(DELAY + 3, input::Replicated(vec![(G.into(), 1)]));
+        assert_eq!(done(sync_result(&mut c, DELAY + 3, &a)).assignment, b"A");
+    }
+
     /// After the coordinator moved, a classic member that reaches the new one
     /// first forms no generation while a member of the old one may still
     /// consume: not until each old member was told it is unknown here (Kafka's
