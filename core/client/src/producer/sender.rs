@@ -436,10 +436,16 @@ async fn send_request(
             Outcome::Failed(error) => {
                 let now = Instant::now();
                 let retry = group.iter().map(|b| b.attempts).max().unwrap_or(0) + 1;
-                let backoff = shared.config.retry_backoff_for(retry);
-                let deadline_ok = group
-                    .iter()
-                    .all(|b| now + backoff < b.created + shared.config.delivery_timeout);
+                let deadline = group.iter().map(|b| b.created).min().unwrap_or(now)
+                    + shared.config.delivery_timeout;
+                // A retry that cannot start before the deadline fails now, with
+                // its error; a longer pause ends at the deadline, where the
+                // batch expires unless a new leader was named before.
+                let deadline_ok = now + shared.config.retry_backoff < deadline;
+                let backoff = shared
+                    .config
+                    .retry_backoff_for(retry)
+                    .min(deadline.saturating_duration_since(now));
                 let attempts_ok = group.iter().all(|b| b.attempts < shared.config.retries);
                 if error.is_retriable() && deadline_ok && attempts_ok {
                     tracing::debug!(%topic, partition, %error, "produce will be retried");
