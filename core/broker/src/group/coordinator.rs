@@ -35,7 +35,10 @@
 //! and a coordinator that loads a group whose last members record names
 //! members ([`GroupCoordinator::hold_after_load`]) adds no partition to any
 //! assignment (revocations go on) until each of those members rejoined or
-//! left, or that session timeout passed since the load. A group that was
+//! left, or that session timeout passed since the load. The record also
+//! maps each static member's instance id to its member id: a join with that
+//! instance id under a new member id (the member restarted) ends the wait
+//! for the old id, as the join would fence it. A group that was
 //! empty, or whose log predates members records, is not held. (Kafka's
 //! KIP-848 coordinator persists each member's assignment instead.) The
 //! network-fault test (issue 21) caught the member that reached the new
@@ -486,8 +489,23 @@ struct Group {
 struct Hold {
     /// Members of the previous coordinator that have not rejoined or left.
     awaited: BTreeSet<String>,
+    /// Instance id -> member id of the static ones among them: a join with
+    /// that instance id is the member restarted (its old incarnation holds
+    /// nothing, or is fenced by the join).
+    statics: BTreeMap<String, String>,
     /// Until when at most (the load plus their longest session timeout).
     until: Millis,
+}
+
+impl Hold {
+    /// A static member joined with `instance_id` under a new member id: if
+    /// the previous coordinator knew that instance under another id, that
+    /// incarnation restarted (or is fenced now), and is no longer awaited.
+    fn instance_rejoined(&mut self, instance_id: Option<&str>) {
+        if let Some(old) = instance_id.and_then(|iid| self.statics.remove(iid)) {
+            self.awaited.remove(&old);
+        }
+    }
 }
 
 impl Group {
@@ -557,6 +575,13 @@ impl Group {
     fn no_longer_awaited(&mut self, member_id: &str) {
         if let Some(h) = &mut self.hold {
             h.awaited.remove(member_id);
+        }
+    }
+
+    /// See [`Hold::instance_rejoined`].
+    fn instance_rejoined(&mut self, instance_id: Option<&str>) {
+        if let Some(h) = &mut self.hold {
+            h.instance_rejoined(instance_id);
         }
     }
 
@@ -708,6 +733,7 @@ impl GroupCoordinator {
                 .filter(|m| !m.member_ids.is_empty())
                 .map(|m| Hold {
                     awaited: m.member_ids.iter().cloned().collect(),
+                    statics: m.static_members.iter().cloned().collect(),
                     until: now + m.session_timeout_ms_max as Millis,
                 });
         }
@@ -982,8 +1008,9 @@ impl GroupCoordinator {
 
         if req.member_epoch == JOIN_GROUP_EPOCH {
             // A member of the previous coordinator rejoins only after giving
-            // up its partitions.
+            // up its partitions; a static one may have restarted instead.
             g.no_longer_awaited(&mid);
+            g.instance_rejoined(req.instance_id.as_deref());
             if g.members.contains_key(&mid) {
                 // Rejoining under the same id: start over.
                 g.remove_member(&mid);
@@ -1155,6 +1182,17 @@ impl GroupCoordinator {
                     .cloned()
                     .collect(),
                 session_timeout_ms_max: sessions.max().unwrap_or(0),
+                static_members: g
+                    .members
+                    .iter()
+                    .filter_map(|(id, m)| Some((m.instance_id.clone()?, id.clone())))
+                    .chain(
+                        g.classic
+                            .members
+                            .iter()
+                            .filter_map(|(id, m)| Some((m.instance_id.clone()?, id.clone()))),
+                    )
+                    .collect(),
             }),
         });
         records

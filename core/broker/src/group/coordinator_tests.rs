@@ -701,6 +701,46 @@ fn a_moved_coordinator_adds_no_partition_until_the_old_members_are_back() {
     assert_eq!(d.owned.len(), 2, "{d:?}");
 }
 
+/// A static member that restarts while the coordinator moves joins the new
+/// one under a new member id with its instance id: that ends the wait for
+/// its old id (the old incarnation is gone, or fenced by the join), so the
+/// group is not held for a whole session.
+#[test]
+fn a_static_member_restarted_across_a_coordinator_move_is_not_waited_for() {
+    let mut w = World::new(4);
+    let mut a = Sim::new("a");
+    a.instance = Some("host-a".into());
+    let mut b = Sim::new("b");
+    let mut now: Millis = 0;
+    for _ in 0..10 {
+        now += INTERVAL_MS as Millis;
+        w.heartbeat(now, &mut a);
+        w.heartbeat(now, &mut b);
+    }
+    assert_eq!(a.owned.len() + b.owned.len(), 4, "{a:?} {b:?}");
+    let loaded = now + 50;
+    let mut w = moved(&w, now, loaded);
+    // b learns of the move and rejoins; a's process restarted: a new member
+    // id, the same instance id.
+    let resp = w.heartbeat_raw(loaded + 10, b.request("g", "uniform"));
+    assert_eq!(resp.error.map(|e| e.code), Some(ErrorCode::UnknownMemberId));
+    let mut b = Sim::new("b");
+    let mut a2 = Sim::new("a-restarted");
+    a2.instance = Some("host-a".into());
+    let mut t = loaded + 10;
+    for _ in 0..4 {
+        w.heartbeat(t, &mut a2);
+        w.heartbeat(t, &mut b);
+        t += 10;
+    }
+    assert!(t < loaded + SESSION_MS as Millis / 2);
+    assert_eq!(
+        a2.owned.len() + b.owned.len(),
+        4,
+        "held for the restarted member's old id: {a2:?} {b:?}"
+    );
+}
+
 /// OffsetFetch with `require_stable` (KIP-447): while an open transaction
 /// holds offsets for a partition, UNSTABLE_OFFSET_COMMIT naming it; the
 /// committed offsets again once the transaction ends (commit or abort), or

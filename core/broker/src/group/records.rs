@@ -9,7 +9,7 @@
 //! |-------------|-----------------------------|------------------------------------|
 //! | 0 offset    | (group, topic, partition)   | v0: (offset, metadata, commit ts)  |
 //! | 1 group     | (group)                     | v0: (group epoch, assignor)        |
-//! | 2 members   | (group)                     | v0: (member ids, longest session)  |
+//! | 2 members   | (group)                     | v0: (member ids, longest session[, static members]) |
 //! | 3 pending   | (group, transactional id)   | v0: (partitions, expiry wall ms)   |
 //!
 //! Compaction keeps the newest record per key, so the topic holds the latest
@@ -61,6 +61,30 @@ pub struct MembersValue {
     pub member_ids: Vec<String>,
     /// The longest session timeout among them.
     pub session_timeout_ms_max: u32,
+    /// (instance id, member id) of each static member among them, so that
+    /// a static member that restarted (and joins under a new member id)
+    /// ends the wait for its old id. Written after the fields above: a
+    /// record of an older build, without it, reads as none; an older build
+    /// reading this one ignores it (postcard leaves trailing bytes alone).
+    pub static_members: Vec<(String, String)>,
+}
+
+impl MembersValue {
+    /// Decodes a members value, with or without `static_members`.
+    fn decode(body: &[u8]) -> Result<MembersValue, postcard::Error> {
+        let ((member_ids, session_timeout_ms_max), rest): ((Vec<String>, u32), _) =
+            postcard::take_from_bytes(body)?;
+        let static_members = if rest.is_empty() {
+            Vec::new()
+        } else {
+            postcard::from_bytes(rest)?
+        };
+        Ok(MembersValue {
+            member_ids,
+            session_timeout_ms_max,
+            static_members,
+        })
+    }
 }
 
 /// The partitions an open transaction holds offsets for, as stored.
@@ -177,7 +201,7 @@ impl GroupRecord {
                 let (group,): (String,) =
                     postcard::from_bytes(key_body).map_err(|e| bad("members key", e))?;
                 let value = value
-                    .map(|v| postcard::from_bytes(v).map_err(|e| bad("members value", e)))
+                    .map(|v| MembersValue::decode(v).map_err(|e| bad("members value", e)))
                     .transpose()?;
                 GroupRecord::Members { group, value }
             }
@@ -249,6 +273,7 @@ mod tests {
                 value: Some(MembersValue {
                     member_ids: vec!["a".into(), "b".into()],
                     session_timeout_ms_max: 45_000,
+                    static_members: vec![("host-1".into(), "b".into())],
                 }),
             },
             GroupRecord::Members {
@@ -276,5 +301,38 @@ mod tests {
         assert_eq!(GroupRecord::decode(&[0, 99, 1], None).unwrap(), None);
         assert!(GroupRecord::decode(&[0], None).is_err());
         assert!(GroupRecord::decode(&[0, 0, 0xff], None).is_err());
+    }
+
+    /// A members value of an earlier build (no static members) still reads,
+    /// and an earlier build's reading of today's value gets its two fields.
+    #[test]
+    fn members_values_read_across_builds() {
+        let key = versioned(MEMBERS_KEY_VERSION, &("g",));
+        let old = versioned(VALUE_VERSION, &(vec!["a".to_string()], 30_000u32));
+        assert_eq!(
+            GroupRecord::decode(&key, Some(&old)).unwrap(),
+            Some(GroupRecord::Members {
+                group: "g".into(),
+                value: Some(MembersValue {
+                    member_ids: vec!["a".into()],
+                    session_timeout_ms_max: 30_000,
+                    static_members: Vec::new(),
+                }),
+            })
+        );
+        let new = MembersValue {
+            member_ids: vec!["a".into()],
+            session_timeout_ms_max: 30_000,
+            static_members: vec![("host-1".into(), "a".into())],
+        };
+        let bytes = postcard::to_allocvec(&new).unwrap();
+        let as_before: (Vec<String>, u32) = postcard::from_bytes(&bytes).unwrap();
+        assert_eq!(as_before, (vec!["a".to_string()], 30_000));
+        let mut cut = versioned(VALUE_VERSION, &new).to_vec();
+        cut.pop();
+        assert!(
+            GroupRecord::decode(&key, Some(&cut)).is_err(),
+            "a cut static member list is an error"
+        );
     }
 }

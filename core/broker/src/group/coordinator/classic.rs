@@ -333,6 +333,12 @@ impl GroupCoordinator {
         }
 
         // Who is joining.
+        if req.member_id.is_empty()
+            && let Some(h) = &mut g.hold
+        {
+            // A static member of the previous coordinator that restarted.
+            h.instance_rejoined(req.instance_id.as_deref());
+        }
         let mid = if req.member_id.is_empty() {
             let static_old = req.instance_id.as_ref().and_then(|iid| {
                 c.members
@@ -1478,6 +1484,41 @@ mod tests {
             r.error.map(|e| e.code),
             Some(ErrorCode::InconsistentGroupProtocol)
         );
+    }
+
+    /// A static member that restarted while the coordinator moved joins the
+    /// new one with its instance id and no member id: the wait for its old
+    /// id ends there, and its generation forms without waiting a session.
+    #[test]
+    fn a_static_member_restarted_across_a_coordinator_move_is_not_waited_for() {
+        let static_join = |c: &mut GroupCoordinator, now, new_id: &str| {
+            let mut req = join_req("", &["range"]);
+            req.instance_id = Some("host-1".into());
+            c.step(
+                now,
+                input::JoinGroup {
+                    request: req,
+                    new_member_id: new_id.into(),
+                },
+            )
+            .reply
+        };
+        let mut old = coordinator();
+        assert_eq!(static_join(&mut old, 0, "s-old"), Pending::Wait);
+        let log = old.step(DELAY, input::Tick).records;
+        assert_eq!(done(result(&mut old, DELAY, "s-old")).generation, 1);
+        let loaded: Millis = 500;
+        let mut c = coordinator();
+        for r in &log {
+            c.step(loaded, input::Replay(r.clone()));
+        }
+        c.hold_after_load(loaded);
+        assert_eq!(static_join(&mut c, loaded, "s-new"), Pending::Wait);
+        let t = loaded + DELAY + 10;
+        assert!(t < loaded + 1000, "within the old member's session");
+        c.step(t, input::Tick);
+        let r = done(result(&mut c, t, "s-new"));
+        assert_eq!((r.error, r.generation), (None, 2));
     }
 
     #[test]
