@@ -31,6 +31,14 @@ fn bench_dir() -> tempfile::TempDir {
     }
 }
 
+/// The number in environment variable `name`, or `default`.
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 /// One batch of `record_bytes`-sized values filling about `batch_bytes`.
 fn make_batch(record_bytes: usize, batch_bytes: usize) -> (Vec<u8>, usize) {
     make_batch_with(Compression::None, record_bytes, batch_bytes)
@@ -183,10 +191,7 @@ fn read_benches(c: &mut Criterion) {
 /// Appends `total_mb` MiB of 1 KiB records in 64 KiB batches, then fsyncs; prints MB/s
 /// for the whole thing (the fair comparison with dd's conv=fdatasync).
 fn fsync_total() {
-    let total_mb: u64 = std::env::var("RILL_BENCH_FSYNC_TOTAL_MB")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(2048);
+    let total_mb: u64 = env_or("RILL_BENCH_FSYNC_TOTAL_MB", 2048);
     if total_mb == 0 {
         return;
     }
@@ -224,10 +229,7 @@ fn fsync_total() {
 /// Times `finish_compaction` over `RILL_BENCH_SWAP_SEGMENTS` segments, each
 /// of which loses half its records (every other record rewrites one key).
 fn compaction_swap() {
-    let segments: usize = std::env::var("RILL_BENCH_SWAP_SEGMENTS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(32);
+    let segments: usize = env_or("RILL_BENCH_SWAP_SEGMENTS", 32);
     if segments == 0 {
         return;
     }

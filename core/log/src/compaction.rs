@@ -621,6 +621,13 @@ fn rename(from: &Path, to: &Path) -> Result<(), LogError> {
     }))
 }
 
+/// Whether the copy of the `i`th cleaned segment takes the old one's place;
+/// else both are deleted (the copy is empty, and the log keeps its first
+/// segment even so).
+fn replaces(i: usize, copy: &Segment) -> bool {
+    i == 0 || !copy.is_empty()
+}
+
 /// What [`swap_in`] did.
 struct Swapped {
     /// The log's new first segments, in order.
@@ -643,7 +650,7 @@ fn swap_in(dir: &Path, mut pairs: Vec<(Segment, Option<Segment>)>) -> Swapped {
     let step1 = (|| {
         let mut removed = false;
         for (i, (old, copy)) in pairs.iter_mut().enumerate() {
-            if copy.as_ref().is_some_and(|c| i == 0 || !c.is_empty()) {
+            if copy.as_ref().is_some_and(|c| replaces(i, c)) {
                 old.offset_index.release();
                 old.time_index.release();
                 remove_if_exists(old.offset_index.path())?;
@@ -675,7 +682,7 @@ fn swap_in(dir: &Path, mut pairs: Vec<(Segment, Option<Segment>)>) -> Swapped {
             kept.push(old);
             continue;
         };
-        if copy.is_empty() && i > 0 {
+        if !replaces(i, &copy) {
             let deleted = copy
                 .delete_files()
                 .and_then(|()| old.delete_files())

@@ -431,9 +431,10 @@ impl GroupService {
     }
 
     /// Tells the coordinator whether a step's group epochs became durable
-    /// (`replicated`: what the step wrote) or not (`None`), and wakes the waiters (a classic SyncGroup
-    /// waits for it). A partition loaded again since the append is left out
-    /// of a durable report: its load set what is durable from the log itself.
+    /// (`replicated`: what the step wrote) or not (`None`), and wakes the
+    /// waiters (a classic SyncGroup waits for it). A partition loaded again
+    /// since the append is left out of a durable report: its load set what
+    /// is durable from the log itself.
     fn report(&self, epochs: Vec<(String, i32)>, replicated: Option<&Written>) {
         if epochs.is_empty() {
             return;

@@ -739,6 +739,14 @@ mod tests {
         assert_eq!(queued + sent, 18);
     }
 
+    /// A pause until `until` after broker `from` refused as not the leader.
+    fn refused_by(from: i32, until: Instant) -> Option<Backoff> {
+        Some(Backoff {
+            until,
+            from: Some(from),
+        })
+    }
+
     /// A retry waits out its backoff while the refusing broker is still
     /// named the leader, and goes at once to a new leader (KIP-951).
     #[test]
@@ -749,15 +757,7 @@ mod tests {
         let mut d = a.drain(t0 + Duration::from_secs(1), 1 << 20, |_, _| Some(1), |_| 1);
         let batches = d.requests.pop().unwrap().1;
         let until = t0 + Duration::from_secs(5);
-        a.finish_in_flight(
-            "t",
-            0,
-            batches,
-            Some(Backoff {
-                until,
-                from: Some(1),
-            }),
-        );
+        a.finish_in_flight("t", 0, batches, refused_by(1, until));
         let now = t0 + Duration::from_secs(2);
         for leader in [Some(1), None] {
             let d = a.drain(now, 1 << 20, |_, _| leader, |_| 1);
@@ -790,15 +790,7 @@ mod tests {
         let batches = d.requests.pop().unwrap().1;
         let ids: Vec<u64> = batches.iter().map(|b| b.id).collect();
         let until = t0 + Duration::from_secs(2);
-        a.finish_in_flight(
-            "t",
-            0,
-            batches,
-            Some(Backoff {
-                until,
-                from: Some(1),
-            }),
-        );
+        a.finish_in_flight("t", 0, batches, refused_by(1, until));
         let d = a.drain(t0 + Duration::from_secs(1), 1 << 20, |_, _| Some(1), |_| 1);
         assert!(d.requests.is_empty());
         assert!(d.backing_off, "metadata is refreshed while waiting");

@@ -403,9 +403,9 @@ async fn send_request(
     drop(permit);
 
     let mut refresh = false;
+    // (topic, partition, batches to retry, and their pause with whether the
+    // error was about leadership)
     let mut settled = Vec::with_capacity(groups.len());
-    // Per entry of `settled`: the pause before its retry.
-    let mut backoffs = Vec::with_capacity(groups.len());
     for (group, outcome) in groups.into_iter().zip(outcomes) {
         let (topic, partition) = (group[0].topic.clone(), group[0].partition);
         match outcome {
@@ -430,8 +430,7 @@ async fn send_request(
                     );
                     base = next;
                 }
-                settled.push((topic, partition, Vec::new()));
-                backoffs.push(None);
+                settled.push((topic, partition, Vec::new(), None));
             }
             Outcome::Failed(error) => {
                 let now = Instant::now();
@@ -460,8 +459,7 @@ async fn send_request(
                             b
                         })
                         .collect();
-                    settled.push((topic, partition, batches));
-                    backoffs.push(Some((backoff, leadership)));
+                    settled.push((topic, partition, batches, Some((backoff, leadership))));
                 } else {
                     let error = Arc::new(ClientError::Failed {
                         context: format!("produce to {topic}-{partition} failed"),
@@ -481,8 +479,7 @@ async fn send_request(
                     for b in group {
                         fail(&shared, b, error.clone());
                     }
-                    settled.push((topic, partition, Vec::new()));
-                    backoffs.push(None);
+                    settled.push((topic, partition, Vec::new(), None));
                 }
             }
         }
@@ -493,7 +490,7 @@ async fn send_request(
     let now = Instant::now();
     {
         let mut acc = shared.acc.lock();
-        for ((topic, partition, retry), backoff) in settled.into_iter().zip(backoffs) {
+        for (topic, partition, retry, backoff) in settled {
             let backoff = backoff.map(|(b, leadership)| Backoff {
                 until: now + b,
                 from: leadership.then_some(broker),
