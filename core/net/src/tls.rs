@@ -1,6 +1,6 @@
 //! TLS configuration for brokers ([`ServerTls`]) and clients ([`ClientTls`]).
 //!
-//! Invariants: TLS 1.3 only (QUIC requires it), one crypto provider (AWS-LC, see [`crypto_provider`]),
+//! Invariants: TLS 1.3 only (QUIC requires it), one crypto provider (AWS-LC, with *ring*'s AEAD where it is faster; see [`crypto_provider`]),
 //! ALPN [`ALPN`] on both sides (a peer that does not offer it is refused), and
 //! the peer's certificate is always verified — there is no "insecure" mode.
 //!
@@ -77,15 +77,85 @@ pub enum ClientTls {
     },
 }
 
-/// The crypto provider used everywhere: AWS-LC (rustls's default), preferring
-/// the cheapest AEAD this CPU runs in hardware (see [`preferred_suites`]).
-/// AWS-LC opens and seals the large packets QUIC sends on loopback and
-/// jumbo-frame paths with AVX-512 VAES where the CPU has it; *ring* tops out at
-/// AVX2 (docs/BENCHMARKS.md has both measured).
+/// The crypto provider used everywhere: AWS-LC (rustls's default) for key
+/// exchange, signatures and randomness, with the TLS 1.3 cipher suites of
+/// whichever library seals and opens QUIC's packets faster on this CPU
+/// ([`AeadLibrary::for_this_cpu`]), preferring the cheapest AEAD the CPU runs
+/// in hardware (see [`preferred_suites`]).
 pub fn crypto_provider() -> Arc<CryptoProvider> {
+    crypto_provider_with(AeadLibrary::for_this_cpu())
+}
+
+/// [`crypto_provider`] with the cipher suites of `aead`.
+pub fn crypto_provider_with(aead: AeadLibrary) -> Arc<CryptoProvider> {
     let mut provider = rustls::crypto::aws_lc_rs::default_provider();
+    if aead == AeadLibrary::Ring {
+        provider.cipher_suites = rustls::crypto::ring::default_provider().cipher_suites;
+    }
     provider.cipher_suites = preferred_suites(provider.cipher_suites, aes_in_hardware());
     Arc::new(provider)
+}
+
+/// Which library's AES-GCM seals and opens QUIC's packets (up to 64 KiB on
+/// loopback and jumbo-frame paths). Each has one wide-vector code path the
+/// other lacks: AWS-LC's uses AVX-512 with VAES, and has no VAES path for
+/// CPUs without AVX-512 (it falls back to 128-bit AES-NI there); *ring*'s uses
+/// VAES on 256-bit AVX2 registers, and stops there. So on a CPU with VAES but
+/// no AVX-512 (AMD Zen 3, Intel Alder Lake) *ring* is 2-2.5x faster, and with
+/// AVX-512 AWS-LC is (docs/BENCHMARKS.md has both measured).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AeadLibrary {
+    AwsLc,
+    Ring,
+}
+
+/// What [`AeadLibrary::choose`] asks of the CPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct VectorAes {
+    /// VAES and VPCLMULQDQ: AES rounds and carry-less multiplies on whole
+    /// vector registers.
+    pub vaes: bool,
+    /// AVX2, for *ring*'s 256-bit path.
+    pub avx2: bool,
+    /// AVX-512 F, BW, DQ and VL, as AWS-LC's 512-bit path requires.
+    pub avx512: bool,
+}
+
+impl AeadLibrary {
+    /// AWS-LC unless *ring* has the faster path for this CPU: VAES on AVX2
+    /// where AWS-LC has no VAES path (no AVX-512). Without VAES both use
+    /// 128-bit AES-NI code, and AWS-LC stays.
+    pub fn choose(cpu: VectorAes) -> AeadLibrary {
+        if cpu.vaes && cpu.avx2 && !cpu.avx512 {
+            AeadLibrary::Ring
+        } else {
+            AeadLibrary::AwsLc
+        }
+    }
+
+    /// [`AeadLibrary::choose`] for the CPU this process runs on.
+    pub fn for_this_cpu() -> AeadLibrary {
+        AeadLibrary::choose(VectorAes::of_this_cpu())
+    }
+}
+
+impl VectorAes {
+    /// What this CPU (and the OS, for the wide registers) supports.
+    pub fn of_this_cpu() -> VectorAes {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::is_x86_feature_detected as has;
+            VectorAes {
+                vaes: has!("vaes") && has!("vpclmulqdq"),
+                avx2: has!("avx2"),
+                avx512: has!("avx512f") && has!("avx512bw") && has!("avx512dq") && has!("avx512vl"),
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            VectorAes::default()
+        }
+    }
 }
 
 /// Whether this CPU has AES and carry-less multiply instructions (what
@@ -396,6 +466,67 @@ mod tests {
             "{msg}"
         );
         assert!(msg.contains("--tls-ca FILE"), "{msg}");
+    }
+
+    #[test]
+    fn ring_seals_only_where_it_has_vaes_and_aws_lc_has_no_avx512_path() {
+        let cpu = |vaes, avx2, avx512| VectorAes { vaes, avx2, avx512 };
+        // Zen 3, Alder Lake: VAES on AVX2 only.
+        assert_eq!(
+            AeadLibrary::choose(cpu(true, true, false)),
+            AeadLibrary::Ring
+        );
+        // Zen 4, Ice Lake and later servers: AWS-LC's AVX-512 path.
+        assert_eq!(
+            AeadLibrary::choose(cpu(true, true, true)),
+            AeadLibrary::AwsLc
+        );
+        // No VAES: both libraries run 128-bit AES-NI code.
+        assert_eq!(
+            AeadLibrary::choose(cpu(false, true, false)),
+            AeadLibrary::AwsLc
+        );
+        assert_eq!(
+            AeadLibrary::choose(cpu(false, false, false)),
+            AeadLibrary::AwsLc
+        );
+        assert_eq!(
+            AeadLibrary::choose(cpu(true, false, false)),
+            AeadLibrary::AwsLc
+        );
+
+        // The provider carries the chosen library's suites, and only the AEAD
+        // changes: key exchange stays AWS-LC's.
+        let suites = |aead| suites_of(&crypto_provider_with(aead));
+        let ring = suites_of(&rustls::crypto::ring::default_provider());
+        let aws_lc = suites_of(&rustls::crypto::aws_lc_rs::default_provider());
+        assert_eq!(suites(AeadLibrary::Ring), ring);
+        assert_eq!(suites(AeadLibrary::AwsLc), aws_lc);
+        assert!(ring.iter().all(|s| !aws_lc.contains(s)));
+        let kx = |aead| -> Vec<_> {
+            crypto_provider_with(aead)
+                .kx_groups
+                .iter()
+                .map(|g| g.name())
+                .collect()
+        };
+        assert_eq!(kx(AeadLibrary::Ring), kx(AeadLibrary::AwsLc));
+        assert_eq!(
+            suites(AeadLibrary::for_this_cpu()),
+            suites_of(&crypto_provider())
+        );
+    }
+
+    /// The addresses of `p`'s TLS 1.3 suites, sorted: each library's suites
+    /// are statics of its own, so two providers' lists can be told apart.
+    fn suites_of(p: &CryptoProvider) -> Vec<*const rustls::Tls13CipherSuite> {
+        let mut suites: Vec<_> = p
+            .cipher_suites
+            .iter()
+            .filter_map(|s| s.tls13().map(|t| t as *const _))
+            .collect();
+        suites.sort();
+        suites
     }
 
     #[test]
