@@ -9,6 +9,7 @@ use std::time::Duration;
 use rill_proto::Compression;
 use rill_proto::wire::{Acks, DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_RESPONSE_BYTES};
 
+use crate::consumer::FETCH_RETRY_BACKOFF;
 use crate::error::ClientError;
 
 /// Default bound on one request, waiting for the answer included.
@@ -162,11 +163,7 @@ impl ProducerConfig {
     /// `retry_backoff * 2^(retry - 1)`, times a random factor in [0.8, 1.2],
     /// at most `retry_backoff_max` (as Kafka's `ExponentialBackoff`).
     pub fn retry_backoff_for(&self, retry: u32) -> Duration {
-        let doubled = self
-            .retry_backoff
-            .saturating_mul(1u32 << retry.saturating_sub(1).min(20));
-        let jittered = doubled.mul_f64(rand::random_range(0.8..=1.2));
-        jittered.min(self.retry_backoff_max.max(self.retry_backoff))
+        exponential_backoff(self.retry_backoff, self.retry_backoff_max, retry)
     }
 
     /// Whether batches carry a producer id and sequences (idempotence needs
@@ -256,6 +253,15 @@ impl std::str::FromStr for OffsetReset {
     }
 }
 
+/// The pause before retry number `retry` (1 for the first): `base *
+/// 2^(retry - 1)`, times a random factor in [0.8, 1.2], at most `max` (or
+/// `base`, if larger), as Kafka's `ExponentialBackoff` (KIP-580).
+pub(crate) fn exponential_backoff(base: Duration, max: Duration, retry: u32) -> Duration {
+    let doubled = base.saturating_mul(1u32 << retry.saturating_sub(1).min(20));
+    let jittered = doubled.mul_f64(rand::random_range(0.8..=1.2));
+    jittered.min(max.max(base))
+}
+
 /// How a [`crate::Consumer`] fetches.
 #[derive(Debug, Clone)]
 pub struct ConsumerConfig {
@@ -272,6 +278,14 @@ pub struct ConsumerConfig {
     /// Read everything below the high watermark (the default), or only
     /// committed transactions, below the last stable offset.
     pub isolation: rill_proto::wire::Isolation,
+    /// Pause before fetching again from a partition whose fetch failed. Each
+    /// further failure in a row doubles it, up to `retry_backoff_max`, with
+    /// 20% jitter either way (Kafka's `retry.backoff.ms`, exponential since
+    /// KIP-580). A partition whose leader the refreshed metadata has moved
+    /// to another broker is fetched from there at once (KIP-951).
+    pub retry_backoff: Duration,
+    /// Bound on that pause (Kafka's `retry.backoff.max.ms`).
+    pub retry_backoff_max: Duration,
 }
 
 impl Default for ConsumerConfig {
@@ -283,6 +297,8 @@ impl Default for ConsumerConfig {
             fetch_max_bytes: 50 * 1024 * 1024,
             auto_offset_reset: OffsetReset::Earliest,
             isolation: rill_proto::wire::Isolation::ReadUncommitted,
+            retry_backoff: FETCH_RETRY_BACKOFF,
+            retry_backoff_max: Duration::from_secs(1),
         }
     }
 }

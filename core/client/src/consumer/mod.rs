@@ -32,14 +32,16 @@ use tokio::task::JoinSet;
 
 use crate::TopicPartition;
 use crate::client::Client;
-use crate::config::{ConsumerConfig, OffsetReset};
+use crate::config::{ConsumerConfig, OffsetReset, exponential_backoff};
 use crate::error::{ClientError, needs_metadata_refresh};
 
 pub use decode::ConsumerRecord;
 
 /// Undecoded fetch responses a partition may have waiting for `poll`.
 pub const BUFFERED_RESPONSES_PER_PARTITION_MAX: usize = 2;
-/// Pause before fetching again from a partition whose fetch failed.
+/// The default pause before fetching again from a partition whose fetch
+/// failed ([`ConsumerConfig::retry_backoff`], which doubles it per failure in
+/// a row); also the least time between two metadata refreshes the consumer asks for.
 pub const FETCH_RETRY_BACKOFF: Duration = Duration::from_millis(100);
 
 #[derive(Debug)]
@@ -50,8 +52,45 @@ struct PartitionState {
     generation: u64,
     in_flight: bool,
     buffered: usize,
-    retry_at: Option<Instant>,
+    /// The partition's backoff: fetch again no sooner than `until`, unless
+    /// the leader is no longer `from`.
+    backoff: Option<Backoff>,
+    /// Fetches of the partition that failed in a row (0 after one that did not).
+    failures: u32,
     high_watermark: Option<Offset>,
+}
+
+/// Why and how long a partition waits before its next fetch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Backoff {
+    until: Instant,
+    /// The broker whose fetch failed.
+    from: i32,
+}
+
+impl PartitionState {
+    /// Records a failed fetch from broker `from`: the next one waits
+    /// `retry_backoff` doubled per failure in a row.
+    fn fetch_failed(&mut self, from: i32, now: Instant, config: &ConsumerConfig) {
+        self.failures = self.failures.saturating_add(1);
+        let pause = exponential_backoff(
+            config.retry_backoff,
+            config.retry_backoff_max,
+            self.failures,
+        );
+        self.backoff = Some(Backoff {
+            until: now + pause,
+            from,
+        });
+    }
+
+    /// Whether the partition may be fetched from `leader` at `now`: no
+    /// backoff, its pause is over, or the leader moved since (KIP-951: the
+    /// new leader is not the broker that failed).
+    fn may_fetch(&self, leader: i32, now: Instant) -> bool {
+        self.backoff
+            .is_none_or(|b| b.until <= now || b.from != leader)
+    }
 }
 
 #[derive(Debug)]
@@ -65,6 +104,8 @@ struct Chunk {
 
 #[derive(Debug)]
 struct FetchOutcome {
+    /// The broker asked.
+    broker: i32,
     sent: Vec<(TopicPartition, u64, Offset)>,
     result: Result<(FetchResponse, Rope), ClientError>,
 }
@@ -114,7 +155,8 @@ impl Consumer {
                         generation: self.next_generation,
                         in_flight: false,
                         buffered: 0,
-                        retry_at: None,
+                        backoff: None,
+                        failures: 0,
                         high_watermark: None,
                     }
                 }
@@ -162,7 +204,8 @@ impl Consumer {
         st.generation = generation;
         st.in_flight = false;
         st.buffered = 0;
-        st.retry_at = None;
+        st.backoff = None;
+        st.failures = 0;
         Ok(())
     }
 
@@ -271,7 +314,6 @@ impl Consumer {
             if st.in_flight
                 || st.position.is_none()
                 || st.buffered >= BUFFERED_RESPONSES_PER_PARTITION_MAX
-                || st.retry_at.is_some_and(|t| t > now)
             {
                 continue;
             }
@@ -279,8 +321,11 @@ impl Consumer {
                 self.refresh_needed = true;
                 continue;
             };
+            if !st.may_fetch(leader, now) {
+                continue;
+            }
             st.in_flight = true;
-            st.retry_at = None;
+            st.backoff = None;
             by_broker.entry(leader).or_default().push(FetchPartition {
                 topic: tp.topic.clone(),
                 partition: tp.partition,
@@ -305,7 +350,11 @@ impl Consumer {
             let client = self.client.clone();
             self.fetches.spawn(async move {
                 let result = client.call_rope(broker, &req).await;
-                FetchOutcome { sent, result }
+                FetchOutcome {
+                    broker,
+                    sent,
+                    result,
+                }
             });
         }
     }
@@ -328,7 +377,7 @@ impl Consumer {
                             continue;
                         }
                         st.in_flight = false;
-                        st.retry_at = Some(now + FETCH_RETRY_BACKOFF);
+                        st.fetch_failed(outcome.broker, now, &self.config);
                         if !retriable {
                             st.buffered += 1;
                             self.buffered.push_back(Chunk {
@@ -384,6 +433,9 @@ impl Consumer {
             }
             st.in_flight = false;
             st.high_watermark = Some(part.high_watermark);
+            if part.error.is_none() {
+                st.failures = 0;
+            }
             let mut part_aborted = part.aborted;
             match part.error {
                 None => {
@@ -395,7 +447,7 @@ impl Consumer {
                         None => {
                             // Nothing whole in the data: the batch at the fetch
                             // offset is larger than the partition fetch bound.
-                            st.retry_at = Some(now + FETCH_RETRY_BACKOFF);
+                            st.fetch_failed(outcome.broker, now, &self.config);
                             st.buffered += 1;
                             self.buffered.push_back(Chunk {
                                 tp: tp.clone(),
@@ -425,10 +477,10 @@ impl Consumer {
                     if needs_metadata_refresh(e.code) {
                         self.refresh_needed = true;
                     }
-                    st.retry_at = Some(now + FETCH_RETRY_BACKOFF);
+                    st.fetch_failed(outcome.broker, now, &self.config);
                 }
                 Some(e) => {
-                    st.retry_at = Some(now + FETCH_RETRY_BACKOFF);
+                    st.fetch_failed(outcome.broker, now, &self.config);
                     st.buffered += 1;
                     self.buffered.push_back(Chunk {
                         tp: tp.clone(),
@@ -451,7 +503,7 @@ impl Consumer {
                 && st.generation == generation
             {
                 st.in_flight = false;
-                st.retry_at = Some(now + FETCH_RETRY_BACKOFF);
+                st.fetch_failed(outcome.broker, now, &self.config);
             }
         }
     }
@@ -529,11 +581,19 @@ impl Consumer {
             }
 
             if self.fetches.is_empty() {
-                // Nothing in flight: partitions are backing off (or none assigned).
+                // Nothing in flight: partitions are backing off (or none
+                // assigned). Wake for the first pause to end, or for a
+                // metadata refresh due (it may move a leader, which ends a
+                // partition's pause).
+                let refresh = self
+                    .refresh_needed
+                    .then(|| self.last_refresh.map(|t| t + FETCH_RETRY_BACKOFF))
+                    .flatten();
                 let wake = self
                     .partitions
                     .values()
-                    .filter_map(|s| s.retry_at)
+                    .filter_map(|s| s.backoff.map(|b| b.until))
+                    .chain(refresh)
                     .min()
                     .map(tokio::time::Instant::from_std)
                     .unwrap_or(deadline)
@@ -667,5 +727,54 @@ impl Client {
             }
             pending = retry;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn partition() -> PartitionState {
+        PartitionState {
+            topic: Arc::from("t"),
+            position: Some(Offset(0)),
+            fetch_offset: Offset(0),
+            generation: 1,
+            in_flight: false,
+            buffered: 0,
+            backoff: None,
+            failures: 0,
+            high_watermark: None,
+        }
+    }
+
+    #[test]
+    fn failed_fetches_back_off_exponentially_and_a_moved_leader_ends_the_wait() {
+        let config = ConsumerConfig {
+            retry_backoff: Duration::from_millis(100),
+            retry_backoff_max: Duration::from_secs(1),
+            ..ConsumerConfig::default()
+        };
+        let now = Instant::now();
+        let mut st = partition();
+        assert!(st.may_fetch(1, now));
+        for failures in 1..=7u32 {
+            st.fetch_failed(1, now, &config);
+            let pause = st.backoff.unwrap().until - now;
+            let nominal = Duration::from_millis(100 << (failures - 1));
+            let (low, high) = (nominal.mul_f64(0.8), nominal.mul_f64(1.2));
+            assert!(
+                pause >= low.min(config.retry_backoff_max)
+                    && pause <= high.min(config.retry_backoff_max),
+                "failure {failures}: {pause:?}"
+            );
+        }
+        assert_eq!(st.failures, 7);
+        assert_eq!(st.backoff.unwrap().until - now, config.retry_backoff_max);
+        // Still waiting on the broker that failed...
+        assert!(!st.may_fetch(1, now + Duration::from_millis(900)));
+        // ...but not on another one: the leader moved (KIP-951).
+        assert!(st.may_fetch(2, now));
+        assert!(st.may_fetch(1, now + config.retry_backoff_max));
     }
 }
