@@ -258,7 +258,10 @@ impl std::str::FromStr for OffsetReset {
 /// `base`, if larger), as Kafka's `ExponentialBackoff` (KIP-580).
 pub(crate) fn exponential_backoff(base: Duration, max: Duration, retry: u32) -> Duration {
     let doubled = base.saturating_mul(1u32 << retry.saturating_sub(1).min(20));
-    let jittered = doubled.mul_f64(rand::random_range(0.8..=1.2));
+    // Not `mul_f64`, which panics past `Duration::MAX` (a "never" setting).
+    let jittered =
+        Duration::try_from_secs_f64(doubled.as_secs_f64() * rand::random_range(0.8..=1.2))
+            .unwrap_or(Duration::MAX);
     jittered.min(max.max(base))
 }
 

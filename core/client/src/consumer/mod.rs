@@ -93,6 +93,24 @@ impl PartitionState {
     }
 }
 
+/// When a consumer with no fetch in flight should look again: when the
+/// first pause still running ends, or when a metadata refresh it needs is
+/// due (a refresh may name a new leader, which ends a pause). A pause already
+/// over is no reason to wake: its partition was fetched unless it could not
+/// be (no leader, which asks for a refresh; a full buffer, which `poll`
+/// empties first). `None`: nothing to wait for but the caller's deadline.
+fn next_wake(
+    backoffs: impl Iterator<Item = Backoff>,
+    refresh_due: Option<Instant>,
+    now: Instant,
+) -> Option<Instant> {
+    backoffs
+        .map(|b| b.until)
+        .filter(|&until| until > now)
+        .chain(refresh_due)
+        .min()
+}
+
 #[derive(Debug)]
 struct Chunk {
     tp: TopicPartition,
@@ -401,6 +419,7 @@ impl Consumer {
                         && st.generation == generation
                     {
                         st.in_flight = false;
+                        st.fetch_failed(outcome.broker, now, &self.config);
                         st.buffered += 1;
                         self.buffered.push_back(Chunk {
                             tp,
@@ -433,17 +452,18 @@ impl Consumer {
             }
             st.in_flight = false;
             st.high_watermark = Some(part.high_watermark);
-            if part.error.is_none() {
-                st.failures = 0;
-            }
             let mut part_aborted = part.aborted;
             match part.error {
                 None => {
                     if data.is_empty() {
+                        st.failures = 0;
                         continue;
                     }
                     match decode::next_fetch_offset(&data) {
-                        Some(next) => st.fetch_offset = st.fetch_offset.max(next),
+                        Some(next) => {
+                            st.failures = 0;
+                            st.fetch_offset = st.fetch_offset.max(next);
+                        }
                         None => {
                             // Nothing whole in the data: the batch at the fetch
                             // offset is larger than the partition fetch bound.
@@ -582,23 +602,20 @@ impl Consumer {
 
             if self.fetches.is_empty() {
                 // Nothing in flight: partitions are backing off (or none
-                // assigned). Wake for the first pause to end, or for a
-                // metadata refresh due (it may move a leader, which ends a
-                // partition's pause).
-                let refresh = self
+                // assigned, or without a leader).
+                let now = Instant::now();
+                let refresh_due = self
                     .refresh_needed
-                    .then(|| self.last_refresh.map(|t| t + FETCH_RETRY_BACKOFF))
-                    .flatten();
-                let wake = self
-                    .partitions
-                    .values()
-                    .filter_map(|s| s.backoff.map(|b| b.until))
-                    .chain(refresh)
-                    .min()
-                    .map(tokio::time::Instant::from_std)
-                    .unwrap_or(deadline)
-                    .min(deadline)
-                    .max(tokio::time::Instant::now() + Duration::from_millis(1));
+                    .then(|| self.last_refresh.map_or(now, |t| t + FETCH_RETRY_BACKOFF));
+                let wake = next_wake(
+                    self.partitions.values().filter_map(|s| s.backoff),
+                    refresh_due,
+                    now,
+                )
+                .map(tokio::time::Instant::from_std)
+                .unwrap_or(deadline)
+                .min(deadline)
+                .max(tokio::time::Instant::now() + Duration::from_millis(1));
                 tokio::time::sleep_until(wake).await;
                 if tokio::time::Instant::now() >= deadline {
                     return Ok(Vec::new());
@@ -776,5 +793,29 @@ mod tests {
         // ...but not on another one: the leader moved (KIP-951).
         assert!(st.may_fetch(2, now));
         assert!(st.may_fetch(1, now + config.retry_backoff_max));
+    }
+
+    #[test]
+    fn an_idle_consumer_wakes_for_a_running_pause_or_a_refresh_never_for_a_past_one() {
+        let now = Instant::now();
+        let ms = Duration::from_millis;
+        let pause = |until| Backoff { until, from: 1 };
+        // A pause already over (its partition has no leader, say) must not
+        // make the consumer wake at once, again and again.
+        assert_eq!(next_wake([pause(now - ms(5))].into_iter(), None, now), None);
+        assert_eq!(
+            next_wake(
+                [pause(now - ms(5)), pause(now + ms(300))].into_iter(),
+                None,
+                now
+            ),
+            Some(now + ms(300))
+        );
+        // A refresh due comes first when it is earlier.
+        assert_eq!(
+            next_wake([pause(now + ms(300))].into_iter(), Some(now + ms(100)), now),
+            Some(now + ms(100))
+        );
+        assert_eq!(next_wake(std::iter::empty(), Some(now), now), Some(now));
     }
 }
