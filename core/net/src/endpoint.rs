@@ -28,7 +28,7 @@ use quinn::{
 use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::error::NetError;
-use crate::tls::{ClientTls, NOT_SIGNED_MESSAGE_START, ServerTls};
+use crate::tls::{AeadLibrary, ClientTls, NOT_SIGNED_MESSAGE_START, ServerTls};
 
 /// Longest wait for a QUIC + TLS handshake in [`connect`].
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -189,7 +189,17 @@ pub fn client_config(
     tls: &ClientTls,
     limits: &TransportLimits,
 ) -> Result<quinn::ClientConfig, NetError> {
-    let crypto = QuicClientConfig::try_from(tls.rustls_config()?)
+    client_config_with(tls, limits, AeadLibrary::for_this_cpu())
+}
+
+/// [`client_config`], sealing with `aead`'s cipher suites whatever this CPU
+/// would choose (peers on CPUs that choose differently still talk).
+pub fn client_config_with(
+    tls: &ClientTls,
+    limits: &TransportLimits,
+    aead: AeadLibrary,
+) -> Result<quinn::ClientConfig, NetError> {
+    let crypto = QuicClientConfig::try_from(tls.rustls_config_with(aead)?)
         .map_err(|e| NetError::TlsConfig(e.to_string()))?;
     let mut config = quinn::ClientConfig::new(Arc::new(crypto));
     config.transport_config(Arc::new(limits.transport_config()));

@@ -31,8 +31,8 @@ pub mod token;
 pub use dev_ca::{DevCa, dev_ca_cert_path, ensure_dev_ca, rill_home, write_cert_files};
 pub use endpoint::{
     CONNECT_TIMEOUT, MTU_ETHERNET, MTU_UPPER_BOUND_DEFAULT, TransportLimits, UDP_PAYLOAD_MAX,
-    UDP_PAYLOAD_MIN, client_config, client_endpoint, client_endpoint_for, connect, connect_named,
-    server_endpoint,
+    UDP_PAYLOAD_MIN, client_config, client_config_with, client_endpoint, client_endpoint_for,
+    connect, connect_named, server_endpoint,
 };
 pub use error::NetError;
 pub use identity::{PeerIdentity, identity_of, peer_identity};

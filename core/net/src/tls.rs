@@ -235,14 +235,15 @@ impl ServerTls {
                 client_auth,
             ),
         };
-        let builder = rustls::ServerConfig::builder_with_provider(crypto_provider())
+        let provider = crypto_provider();
+        let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
             .with_protocol_versions(&[&rustls::version::TLS13])?;
         let builder = match client_auth {
             ClientAuth::None => builder.with_no_client_auth(),
             ClientAuth::Optional(path) | ClientAuth::Required(path) => {
                 let roots = load_roots(path)?;
                 let verifier =
-                    WebPkiClientVerifier::builder_with_provider(Arc::new(roots), crypto_provider());
+                    WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
                 let verifier = match client_auth {
                     ClientAuth::Optional(_) => verifier.allow_unauthenticated(),
                     _ => verifier,
@@ -272,20 +273,26 @@ impl ClientTls {
     /// Builds the rustls client configuration (TLS 1.3, ALPN `rill/1`, server
     /// certificate verified against [`Self::ca_path`]).
     pub fn rustls_config(&self) -> Result<rustls::ClientConfig, NetError> {
+        self.rustls_config_with(AeadLibrary::for_this_cpu())
+    }
+
+    /// [`Self::rustls_config`], sealing with `aead`'s cipher suites whatever
+    /// this CPU would choose.
+    pub fn rustls_config_with(&self, aead: AeadLibrary) -> Result<rustls::ClientConfig, NetError> {
+        let provider = crypto_provider_with(aead);
         let ca_path = self.ca_path();
         if matches!(self, ClientTls::Dev { .. }) && !ca_path.exists() {
             return Err(NetError::NoDevCa { path: ca_path });
         }
         let roots = load_roots(&ca_path)?;
-        let webpki =
-            WebPkiServerVerifier::builder_with_provider(Arc::new(roots), crypto_provider())
-                .build()
-                .map_err(|e| NetError::pem("CA certificates", &ca_path, e))?;
+        let webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+            .build()
+            .map_err(|e| NetError::pem("CA certificates", &ca_path, e))?;
         let verifier = Arc::new(CaNamingVerifier {
             inner: webpki,
             ca_path,
         });
-        let builder = rustls::ClientConfig::builder_with_provider(crypto_provider())
+        let builder = rustls::ClientConfig::builder_with_provider(provider)
             .with_protocol_versions(&[&rustls::version::TLS13])?
             .dangerous()
             .with_custom_certificate_verifier(verifier);
@@ -476,30 +483,35 @@ mod tests {
 
     #[test]
     fn ring_seals_only_where_it_has_vaes_and_aws_lc_has_no_avx512_path() {
-        let cpu = |vaes, avx2, avx512| VectorAes { vaes, avx2, avx512 };
-        // Zen 3, Alder Lake: VAES on AVX2 only.
-        assert_eq!(
-            AeadLibrary::choose(cpu(true, true, false)),
-            AeadLibrary::Ring
-        );
-        // Zen 4, Ice Lake and later servers: AWS-LC's AVX-512 path.
-        assert_eq!(
-            AeadLibrary::choose(cpu(true, true, true)),
-            AeadLibrary::AwsLc
-        );
-        // No VAES: both libraries run 128-bit AES-NI code.
-        assert_eq!(
-            AeadLibrary::choose(cpu(false, true, false)),
-            AeadLibrary::AwsLc
-        );
-        assert_eq!(
-            AeadLibrary::choose(cpu(false, false, false)),
-            AeadLibrary::AwsLc
-        );
-        assert_eq!(
-            AeadLibrary::choose(cpu(true, false, false)),
-            AeadLibrary::AwsLc
-        );
+        use AeadLibrary::{AwsLc, Ring};
+        for (vaes, avx2, avx512, chosen, cpu) in [
+            (
+                true,
+                true,
+                false,
+                Ring,
+                "VAES on AVX2 only (Zen 3, Alder Lake)",
+            ),
+            (
+                true,
+                true,
+                true,
+                AwsLc,
+                "AWS-LC's AVX-512 path (Zen 4, Ice Lake)",
+            ),
+            (
+                false,
+                true,
+                false,
+                AwsLc,
+                "no VAES: both run 128-bit AES-NI code",
+            ),
+            (false, false, false, AwsLc, "neither"),
+            (true, false, false, AwsLc, "VAES without AVX2"),
+        ] {
+            let got = AeadLibrary::choose(VectorAes { vaes, avx2, avx512 });
+            assert_eq!(got, chosen, "{cpu}");
+        }
 
         // The provider carries the chosen library's suites, and only the AEAD
         // changes: key exchange stays AWS-LC's.
@@ -567,6 +579,15 @@ mod tests {
             .map(|s| s.suite())
             .collect();
         assert_eq!(used, names(aes_in_hardware()));
+        // A client config asked for a library's AEAD carries its suites.
+        for aead in [AeadLibrary::AwsLc, AeadLibrary::Ring] {
+            let config = client.rustls_config_with(aead).unwrap();
+            assert_eq!(
+                suites_of(config.crypto_provider()),
+                suites_of(&crypto_provider_with(aead)),
+                "{aead:?}"
+            );
+        }
     }
 
     #[test]

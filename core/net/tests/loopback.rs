@@ -612,32 +612,19 @@ async fn a_connection_refused_before_the_handshake_is_named() {
 /// 64 KiB, where the two libraries take their wide-vector code paths.
 #[tokio::test]
 async fn clients_sealing_with_either_aead_library_talk_to_a_server() {
-    use rill_net::tls::{AeadLibrary, crypto_provider_with};
-    use rustls::pki_types::{CertificateDer, pem::PemObject};
+    use rill_net::tls::AeadLibrary;
     tokio::time::timeout(TEST_TIMEOUT, async {
         let home = tempfile::tempdir().unwrap();
         let (server_tls, client_tls) = dev(home.path());
         let server = start_echo_server(&server_tls, 8 << 20);
         let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, server.local_addr().unwrap().port()));
-        let mut roots = rustls::RootCertStore::empty();
-        for cert in CertificateDer::pem_file_iter(client_tls.ca_path()).unwrap() {
-            roots.add(cert.unwrap()).unwrap();
-        }
         let payload = pattern(4 << 20);
+        let limits = TransportLimits::default();
         for aead in [AeadLibrary::AwsLc, AeadLibrary::Ring] {
-            let mut tls = rustls::ClientConfig::builder_with_provider(crypto_provider_with(aead))
-                .with_protocol_versions(&[&rustls::version::TLS13])
-                .unwrap()
-                .with_root_certificates(roots.clone())
-                .with_no_client_auth();
-            tls.alpn_protocols = vec![rill_net::ALPN.to_vec()];
-            let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls).unwrap();
-            let mut config = quinn::ClientConfig::new(std::sync::Arc::new(crypto));
-            config.transport_config(std::sync::Arc::new(
-                TransportLimits::default().transport_config(),
-            ));
-            let mut client = quinn::Endpoint::client(localhost()).unwrap();
-            client.set_default_client_config(config);
+            let mut client = client_endpoint(&client_tls, &limits).unwrap();
+            client.set_default_client_config(
+                rill_net::client_config_with(&client_tls, &limits, aead).unwrap(),
+            );
             let conn = connect(&client, addr).await.unwrap();
             let response = call(&conn, 7, 0, b"", &[payload.clone()], 8 << 20)
                 .await
