@@ -565,20 +565,23 @@ mod tests {
         let client = ClientTls::Dev {
             home: home.path().to_path_buf(),
         };
-        let _ = ServerTls::Dev {
+        let server = ServerTls::Dev {
             home: home.path().to_path_buf(),
         }
         .rustls_config()
         .unwrap();
-        let used: Vec<_> = client
-            .rustls_config()
-            .unwrap()
+        let client_config = client.rustls_config().unwrap();
+        let used: Vec<_> = client_config
             .crypto_provider()
             .cipher_suites
             .iter()
             .map(|s| s.suite())
             .collect();
         assert_eq!(used, names(aes_in_hardware()));
+        // Both configs seal with the library this CPU chooses.
+        let chosen = suites_of(&crypto_provider_with(AeadLibrary::for_this_cpu()));
+        assert_eq!(suites_of(server.crypto_provider()), chosen);
+        assert_eq!(suites_of(client_config.crypto_provider()), chosen);
         // A client config asked for a library's AEAD carries its suites.
         for aead in [AeadLibrary::AwsLc, AeadLibrary::Ring] {
             let config = client.rustls_config_with(aead).unwrap();
